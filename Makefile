@@ -1,0 +1,31 @@
+# prereg-kit — everything installs into the current Python environment (use a venv if you like:
+# `python3 -m venv .venv && . .venv/bin/activate` before `make`).
+PYTHON ?= python3
+# CPU wheel of torch; a plain `torch` requirement could pull a multi-GB CUDA build.
+TORCH_PIN ?= torch==2.13.0
+DEMO_DIR ?= build/demo
+PREREG = $(PYTHON) -m prereg_kit
+
+.PHONY: install demo test figures clean
+
+.make-installed: pyproject.toml
+	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
+	$(PYTHON) -m pip install -q -e ".[dev,train]"
+	@touch $@
+
+install: .make-installed
+
+demo: .make-installed
+	rm -rf $(DEMO_DIR)
+	$(PREREG) new $(DEMO_DIR)
+	$(PREREG) lock $(DEMO_DIR)/plan.toml
+	$(PREREG) verify $(DEMO_DIR)
+
+test: .make-installed
+	$(PYTHON) -m pytest
+
+figures: .make-installed
+	$(PYTHON) -m figures
+
+clean:
+	rm -rf build figures/out .make-installed

@@ -1,0 +1,1 @@
+"""Analyses beyond paired contrasts, one module per question."""

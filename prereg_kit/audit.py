@@ -1,0 +1,79 @@
+"""Run-timing audit: did every main-stage run start after the plan was fixed?
+
+Paper 1 §2.3 / C.1 ("Preregistration"), extract §3.18: the paper checks that each plan's last
+change preceded the study's first main training run; calibration, pilot and smoke stages may
+start before a plan is final. Rules, applied to each run's ``meta.json``:
+
+- a non-main run is always admissible (it is listed, not flagged);
+- a main run must have been launched under a plan hash that some lock entry has, and must
+  have started after the plan was first locked and after the entry it ran under;
+- a main run under a superseded entry is a violation when a later amendment changed any key
+  that applies to it: every key except those under ``configurations.<other configuration>``.
+  (S2's amendments "added rules for parts of the study before those parts ran": adding or
+  changing another configuration does not touch a finished run.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .lock import Chain
+from .runlog import RunLogError, RunMeta, find_runs, read_meta
+
+
+@dataclass
+class AuditReport:
+    violations: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # unreadable run metadata
+    admitted: list[str] = field(default_factory=list)
+    n_runs: int = 0
+
+
+def _applies_to(key: str, configuration: str) -> bool:
+    if key.startswith("configurations."):
+        return key.split(".", 2)[1].split("[", 1)[0] == configuration
+    return True
+
+
+def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = None) -> AuditReport:
+    """Audit the start time, stage and plan hash of every run under ``study_dir/runs``."""
+    report = AuditReport()
+    by_hash: dict[str, int] = {}
+    for e in chain.entries:
+        by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
+    for folder in find_runs(study_dir):
+        try:
+            meta = read_meta(folder)
+        except RunLogError as e:
+            report.problems.append(str(e))
+            continue
+        report.n_runs += 1
+        name = f"{meta.configuration}/seed-{meta.seed}"
+        if study_id is not None and meta.study != study_id:
+            report.violations.append(f"{name}: belongs to study {meta.study!r}, not {study_id!r}")
+            continue
+        if meta.stage != "main":
+            when = "before" if meta.started_at < chain.locked_at else "after"
+            report.admitted.append(f"{name}: {meta.stage} run started {when} the lock (allowed)")
+            continue
+        report.violations.extend(_main_run_violations(name, meta, chain, by_hash))
+    return report
+
+
+def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, int]) -> list[str]:
+    started = meta.started_at.isoformat().replace("+00:00", "Z")
+    if meta.started_at < chain.locked_at:
+        return [f"{name}: main run started {started}, before the plan was locked ({chain.entries[0]['time']})"]
+    idx = by_hash.get(meta.plan_hash)
+    if idx is None:
+        return [f"{name}: main run launched under plan hash {meta.plan_hash[:19]}…, which no lock entry has"]
+    if meta.started_at < chain.time(idx):
+        return [f"{name}: main run started {started}, before entry {idx} it claims ({chain.entries[idx]['time']})"]
+    out = []
+    for later in chain.entries[idx + 1:]:
+        keys = [c["key"] for c in later.get("changes", []) if _applies_to(c["key"], meta.configuration)]
+        if keys:
+            out.append(f"{name}: main run under superseded entry {idx}; amendment {later['index']} "
+                       f"({later['time']}) changed {', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}")
+    return out

@@ -1,0 +1,33 @@
+"""User-facing errors: one clear line each, and the exit code the CLI should use.
+
+Exit codes follow ``prereg verify``: 0 clean, 1 violations (the input is usable but breaks the
+preregistration), 2 unusable input (bad plan, unreadable lock or log).
+"""
+
+from __future__ import annotations
+
+
+class PreregError(Exception):
+    """An error the user can act on. ``lines`` are printed one per line, without traceback."""
+
+    exit_code = 2
+
+    def __init__(self, *lines: str, exit_code: int | None = None):
+        self.lines = [ln for ln in lines if ln]
+        if exit_code is not None:
+            self.exit_code = exit_code
+        super().__init__("\n".join(self.lines))
+
+
+class PlanError(PreregError):
+    """A plan file that does not parse or validate (exit code 2)."""
+
+
+class LockError(PreregError):
+    """A lock file that is missing, malformed or tampered with."""
+
+
+class ViolationError(PreregError):
+    """The preregistration is broken: the plan changed after locking, runs started too early."""
+
+    exit_code = 1

@@ -1,0 +1,1 @@
+"""The built-in GRPO trainer (needs the `train` extra: torch, transformers)."""
