@@ -1,0 +1,468 @@
+"""Problem pools: loading, filters, near-duplicate removal and the per-seed prompt stream.
+
+Rules (dense-rewards paper §2.3 and the evaluation paragraph, L2314-2334, L2421-2438; extract
+§3.1, §3.4, §3.8):
+
+* Pools hold MATH problems with plain numeric answers, filtered by level.
+* **Near duplicates** of the evaluation sets are removed: exact match after normalization, or
+  8-gram Jaccard similarity ≥ 0.6 on word tokens (L2325-2327). Exact, not MinHash: an inverted
+  index over the evaluation shingles with prefix filtering finds every pair at or above the
+  threshold (``find_near_duplicates``).
+* **Prompt stream.** The pool is shuffled once per epoch and consumed in order; the stream is a
+  function of (seed, position) only (L2422-2423, L2436-2438), so a resumed run, a filter and its
+  random-choice control all see the same candidates.
+
+No torch here; ``datasets`` is imported only by ``load_hub``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from trainer.verify import canonical_answer, extract_boxed, normalize_answer, parse_number
+
+__all__ = [
+    "DataError",
+    "DuplicateMatch",
+    "epoch_permutation",
+    "problem_from_record",
+    "Problem",
+    "ProblemPool",
+    "RemovalReport",
+    "find_near_duplicates",
+    "load_hub",
+    "load_problems",
+    "normalize_text",
+    "parse_level",
+    "prompt_stream_batch",
+    "prompt_stream_positions",
+    "read_records",
+    "shingles",
+    "word_tokens",
+]
+
+Layout = Literal["auto", "math", "gsm8k"]
+
+
+class DataError(ValueError):
+    """A problem file or record that cannot be used; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its gold answer.
+
+    ``answer`` is the canonical answer text (``verify.canonical_answer``; MATH: the last
+    ``\\boxed{}`` of the solution, GSM8K: the text after ``####``). ``level`` is the MATH level as an int, None when absent.
+    """
+
+    id: str
+    prompt: str
+    answer: str
+    level: int | None = None
+    source: str = ""
+    solution: str | None = None
+
+    @property
+    def numeric_answer(self) -> float | None:
+        return parse_number(normalize_answer(self.answer))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+# ---------------------------------------------------------------------------------------------
+_LEVEL = re.compile(r"\s*(?:level\s*)?([0-9]+)\s*", re.IGNORECASE)
+
+
+def parse_level(value: Any) -> int | None:
+    """MATH level: "Level 3" or 3 → 3; "Level ?", "", None → None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    m = _LEVEL.fullmatch(str(value))
+    return int(m.group(1)) if m else None
+
+
+def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based record number, record) from a .jsonl/.ndjson, .json (a list) or .parquet file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+                if not isinstance(rec, dict):
+                    raise DataError(f"{path}:{lineno}: expected a JSON object")
+                yield lineno, rec
+    elif suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise DataError(f"{path}: expected a JSON list of objects")
+        yield from enumerate(data, 1)
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq  # noqa: PLC0415 — only needed for Parquet input
+
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # noqa: BLE001 — any pyarrow failure is a bad file
+            raise DataError(f"{path}: cannot read Parquet ({exc})") from None
+        yield from enumerate(table.to_pylist(), 1)
+    else:
+        raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
+
+
+def _detect_layout(rec: dict[str, Any], where: str) -> Literal["math", "gsm8k"]:
+    if "problem" in rec and "solution" in rec:
+        return "math"
+    if "question" in rec and "answer" in rec:
+        return "gsm8k"
+    raise DataError(
+        f"{where}: cannot tell the layout (MATH needs 'problem' and 'solution', "
+        f"GSM8K needs 'question' and 'answer')"
+    )
+
+
+def _field(rec: dict[str, Any], name: str, where: str) -> str:
+    if name not in rec:
+        raise DataError(f"{where}: missing field {name!r}")
+    value = rec[name]
+    if not isinstance(value, str):
+        raise DataError(f"{where}: field {name!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def problem_from_record(
+    rec: dict[str, Any], *, layout: Layout, source: str, index: int, where: str
+) -> Problem:
+    """One record in the MATH layout (problem, solution[, level, answer, unique_id]) or the
+    GSM8K layout (question, answer with ``#### N``)."""
+    kind = _detect_layout(rec, where) if layout == "auto" else layout
+    rid = rec.get("unique_id", rec.get("id"))
+    pid = str(rid) if rid is not None else f"{source}:{index}"
+    if kind == "math":
+        prompt = _field(rec, "problem", where)
+        solution = _field(rec, "solution", where)
+        if isinstance(rec.get("answer"), str) and rec["answer"].strip():
+            answer = canonical_answer(rec["answer"])  # MATH-500 style: an explicit answer field
+        else:
+            box = extract_boxed(solution)
+            if box is None:
+                raise DataError(f"{where}: field 'solution' has no \\boxed{{}} answer")
+            answer = canonical_answer(box)
+        return Problem(pid, prompt, answer, parse_level(rec.get("level")), source, solution)
+    if kind == "gsm8k":
+        prompt = _field(rec, "question", where)
+        full = _field(rec, "answer", where)
+        i = full.rfind("####")
+        if i < 0:
+            raise DataError(f"{where}: field 'answer' has no '#### N' final answer")
+        answer = canonical_answer(full[i + 4:])
+        return Problem(pid, prompt, answer, parse_level(rec.get("level")), source, full)
+    raise DataError(f"{where}: unknown layout {layout!r} (use 'auto', 'math' or 'gsm8k')")
+
+
+def load_problems(
+    path: str | Path, *, layout: Layout = "auto", source: str | None = None
+) -> ProblemPool:
+    """Problems from a local JSONL/JSON/Parquet file in the MATH or GSM8K layout.
+
+    ``source`` defaults to the file's stem; ids are the record's ``unique_id``/``id`` or
+    ``"<source>:<record number>"``. Duplicate ids are an error.
+    """
+    path = Path(path)
+    src = source if source is not None else path.stem
+    problems = [
+        problem_from_record(rec, layout=layout, source=src, index=i, where=f"{path}:{i}")
+        for i, rec in read_records(path)
+    ]
+    return ProblemPool.from_problems(problems, where=str(path))
+
+
+def load_hub(
+    name: str,
+    *,
+    split: str,
+    config: str | None = None,
+    layout: Layout = "auto",
+    source: str | None = None,
+) -> ProblemPool:
+    """Problems from a ``datasets`` hub name, when ``datasets`` is installed and the hub reachable."""
+    try:
+        import datasets  # noqa: PLC0415 — optional, and slow to import
+    except ImportError:
+        raise DataError(
+            f"dataset {name!r}: the 'datasets' package is not installed; "
+            "download the data and pass a local .jsonl or .parquet file instead"
+        ) from None
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as exc:  # noqa: BLE001 — offline, unknown name, bad split: one message
+        raise DataError(
+            f"dataset {name!r} (split {split!r}): cannot load from the hub ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); use a local file instead"
+        ) from None
+    src = source or f"{name}:{split}"
+    problems = [
+        problem_from_record(dict(rec), layout=layout, source=src, index=i, where=f"{name}[{split}]:{i}")
+        for i, rec in enumerate(ds, 1)
+    ]
+    return ProblemPool.from_problems(problems, where=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Near duplicates (exact after normalization, or 8-gram Jaccard >= 0.6 on word tokens).
+# ---------------------------------------------------------------------------------------------
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def word_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens: runs of letters/digits/underscore, and each other non-space
+    character on its own ("7+5" → 7, +, 5) so that arithmetic operators tell problems apart."""
+    return _WORD.findall(text.lower())
+
+
+def normalize_text(text: str) -> str:
+    """The exact-match key: the word tokens joined by single spaces (case and spacing ignored)."""
+    return " ".join(word_tokens(text))
+
+
+def shingles(tokens: Sequence[str], n: int = 8) -> frozenset[str]:
+    """The set of n-grams of ``tokens``; a text shorter than n is one shingle (itself)."""
+    if len(tokens) < n:
+        return frozenset([" ".join(tokens)]) if tokens else frozenset()
+    return frozenset(" ".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+@dataclass(frozen=True)
+class DuplicateMatch:
+    """A query problem that near-duplicates a reference problem."""
+
+    query_id: str
+    reference_id: str
+    kind: Literal["exact", "jaccard"]
+    similarity: float
+
+
+def find_near_duplicates(
+    queries: Sequence[Problem],
+    references: Sequence[Problem],
+    *,
+    n: int = 8,
+    threshold: float = 0.6,
+) -> list[DuplicateMatch]:
+    """For each query, its best near-duplicate in ``references`` (if any), exactly.
+
+    Exact match of ``normalize_text``, else the highest Jaccard similarity of the n-gram shingle
+    sets, kept when ≥ ``threshold``. Candidates come from an inverted index over the reference
+    shingles probed with each query's *prefix*: its ``|A| − ceil(t·|A|) + 1`` rarest shingles.
+    J(A, B) ≥ t implies |A ∩ B| ≥ t·|A|, so any such pair shares a prefix shingle; every
+    candidate is then checked exactly. Cost is near-linear in the total number of shingles.
+    """
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    ref_keys: dict[str, int] = {}
+    ref_sets: list[frozenset[str]] = []
+    index: dict[str, list[int]] = defaultdict(list)
+    for j, p in enumerate(references):
+        toks = word_tokens(p.prompt)
+        ref_keys.setdefault(" ".join(toks), j)
+        s = shingles(toks, n)
+        ref_sets.append(s)
+        for g in s:
+            index[g].append(j)
+
+    matches: list[DuplicateMatch] = []
+    for p in queries:
+        toks = word_tokens(p.prompt)
+        j = ref_keys.get(" ".join(toks))
+        if j is not None:
+            matches.append(DuplicateMatch(p.id, references[j].id, "exact", 1.0))
+            continue
+        a = shingles(toks, n)
+        if not a:
+            continue
+        # Rarest first (fewest postings; absent shingles cost nothing), ties broken by text.
+        ordered = sorted(a, key=lambda g: (len(index.get(g, ())), g))
+        prefix = ordered[: len(a) - math.ceil(threshold * len(a) - 1e-9) + 1]
+        cands: set[int] = set()
+        for g in prefix:
+            cands.update(index.get(g, ()))
+        best_j, best = -1, 0.0
+        for j in sorted(cands):
+            b = ref_sets[j]
+            # Size filter: J ≤ min/max, so skip pairs that cannot reach the threshold.
+            if min(len(a), len(b)) < threshold * max(len(a), len(b)) - 1e-9:
+                continue
+            inter = len(a & b)
+            sim = inter / (len(a) + len(b) - inter)
+            if sim > best:
+                best_j, best = j, sim
+        if best_j >= 0 and best >= threshold - 1e-12:
+            matches.append(DuplicateMatch(p.id, references[best_j].id, "jaccard", best))
+    return matches
+
+
+# ---------------------------------------------------------------------------------------------
+# Pools and filters.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RemovalReport:
+    """What one filter removed: the rule, the ids and, for dedup, the matches."""
+
+    rule: str
+    before: int
+    removed_ids: tuple[str, ...]
+    matches: tuple[DuplicateMatch, ...] = ()
+
+    @property
+    def after(self) -> int:
+        return self.before - len(self.removed_ids)
+
+    def summary(self) -> str:
+        extra = ""
+        if self.matches:
+            kinds = Counter(m.kind for m in self.matches)
+            extra = f" ({kinds.get('exact', 0)} exact, {kinds.get('jaccard', 0)} by Jaccard)"
+        return f"{self.rule}: removed {len(self.removed_ids)} of {self.before}{extra}, kept {self.after}"
+
+
+@dataclass(frozen=True)
+class ProblemPool:
+    """An immutable, ordered pool of problems. Filters return a new pool whose ``reports`` end
+    with the filter's ``RemovalReport``; the order of the kept problems is unchanged."""
+
+    problems: tuple[Problem, ...]
+    reports: tuple[RemovalReport, ...] = field(default=())
+
+    @classmethod
+    def from_problems(cls, problems: Iterable[Problem], *, where: str = "pool") -> ProblemPool:
+        probs = tuple(problems)
+        seen: set[str] = set()
+        for p in probs:
+            if p.id in seen:
+                raise DataError(f"{where}: duplicate problem id {p.id!r}")
+            seen.add(p.id)
+        return cls(probs)
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self.problems)
+
+    def __getitem__(self, i: int) -> Problem:
+        return self.problems[i]
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.problems)
+
+    @property
+    def last_report(self) -> RemovalReport | None:
+        return self.reports[-1] if self.reports else None
+
+    def concat(self, other: ProblemPool) -> ProblemPool:
+        return ProblemPool.from_problems((*self.problems, *other.problems), where="concatenated pool")
+
+    def _keep(self, rule: str, keep: Sequence[bool], matches: Sequence[DuplicateMatch] = ()) -> ProblemPool:
+        kept = tuple(p for p, k in zip(self.problems, keep) if k)
+        removed = tuple(p.id for p, k in zip(self.problems, keep) if not k)
+        report = RemovalReport(rule, len(self.problems), removed, tuple(matches))
+        return replace(self, problems=kept, reports=(*self.reports, report))
+
+    def numeric_only(self) -> ProblemPool:
+        """Keep problems whose answer is one plain number (integer, decimal, fraction)."""
+        return self._keep("numeric answer", [p.numeric_answer is not None for p in self.problems])
+
+    def with_levels(self, levels: Iterable[int]) -> ProblemPool:
+        """Keep problems whose level is in ``levels`` (problems without a level are removed)."""
+        wanted = frozenset(int(x) for x in levels)
+        rule = f"level in {{{', '.join(map(str, sorted(wanted)))}}}"
+        return self._keep(rule, [p.level in wanted for p in self.problems])
+
+    def max_prompt_chars(self, limit: int) -> ProblemPool:
+        """Keep problems whose prompt has at most ``limit`` characters."""
+        return self._keep(f"prompt <= {limit} chars", [len(p.prompt) <= limit for p in self.problems])
+
+    def without_near_duplicates(
+        self, *references: ProblemPool | Sequence[Problem], n: int = 8, threshold: float = 0.6
+    ) -> ProblemPool:
+        """Remove near duplicates of the evaluation sets (exact after normalization, or n-gram
+        Jaccard ≥ threshold); the report lists each removed problem's match."""
+        refs = [p for ref in references for p in ref]
+        matches = find_near_duplicates(self.problems, refs, n=n, threshold=threshold)
+        hit = {m.query_id for m in matches}
+        rule = f"near duplicate of evaluation sets ({n}-gram Jaccard >= {threshold:g} or exact)"
+        return self._keep(rule, [p.id not in hit for p in self.problems], matches)
+
+    def summary(self) -> str:
+        return "\n".join([*(r.summary() for r in self.reports), f"pool: {len(self)} problems"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-seed prompt stream.
+# ---------------------------------------------------------------------------------------------
+def _check_stream_args(pool_size: int, seed: int) -> None:
+    if isinstance(pool_size, bool) or not isinstance(pool_size, (int, np.integer)) or pool_size < 1:
+        raise ValueError(f"pool_size must be a positive integer, got {pool_size!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+
+
+def epoch_permutation(pool_size: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of the pool in one epoch: ``default_rng([seed, epoch]).permutation(pool_size)``."""
+    _check_stream_args(pool_size, seed)
+    return np.random.default_rng([int(seed), int(epoch)]).permutation(int(pool_size))
+
+
+def prompt_stream_positions(pool_size: int, seed: int, start: int, stop: int) -> np.ndarray:
+    """Pool indices at stream positions ``start … stop-1`` for one seed.
+
+    Position k lies in epoch ``k // pool_size`` at offset ``k % pool_size`` of that epoch's
+    permutation. A pure function: no state, so a resumed run gets the same prompts.
+    """
+    _check_stream_args(pool_size, seed)
+    if start < 0 or stop < start:
+        raise ValueError(f"stream positions must satisfy 0 <= start <= stop, got {start}, {stop}")
+    out = np.empty(stop - start, dtype=np.int64)
+    pos = start
+    while pos < stop:
+        epoch, offset = divmod(pos, pool_size)
+        take = min(pool_size - offset, stop - pos)
+        out[pos - start: pos - start + take] = epoch_permutation(pool_size, seed, epoch)[offset: offset + take]
+        pos += take
+    return out
+
+
+def prompt_stream_batch(pool_size: int, seed: int, iteration: int, batch_size: int) -> np.ndarray:
+    """The ``batch_size`` pool indices drawn at ``iteration`` (positions ``iteration·batch_size``
+    onward). With 24 candidates per iteration a filter passes through the pool 3× as fast as
+    outcome-only GRPO with 8, as in the paper."""
+    if iteration < 0 or batch_size < 1:
+        raise ValueError(f"need iteration >= 0 and batch_size >= 1, got {iteration}, {batch_size}")
+    start = iteration * batch_size
+    return prompt_stream_positions(pool_size, seed, start, start + batch_size)
