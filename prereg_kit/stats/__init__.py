@@ -1,0 +1,41 @@
+"""Statistics of the dense-rewards paper as pure functions on arrays.
+
+Paired t over seeds, Holm families, TOST equivalence, non-inferiority, the seed bootstrap (with
+exact enumeration at small n) and the crossed seed-by-problem bootstrap, unbiased pass@k, exact
+power and seed-count planning, recomputation of printed rows, and the verdict of a contrast.
+Differences are fractions (0.01 is one point). See ``docs/statistics.md``.
+"""
+
+from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap
+from .equivalence import NonInferiority, Tost, noninferiority, tost_paired
+from .multiplicity import holm
+from .paired import PairedT, paired_t
+from .passk import pass_at_k
+from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
+from .summary import ReportedCheck, SummaryCheck, from_summary
+from .verdict import Verdict, verdict
+
+__all__ = [
+    "CrossedBootstrap",
+    "NonInferiority",
+    "PairedT",
+    "ReportedCheck",
+    "SeedBootstrap",
+    "SeedsNeeded",
+    "SummaryCheck",
+    "Tost",
+    "Verdict",
+    "crossed_bootstrap",
+    "from_summary",
+    "holm",
+    "noninferiority",
+    "paired_t",
+    "pass_at_k",
+    "power_noninferiority",
+    "power_paired_t",
+    "power_tost_paired",
+    "seed_bootstrap",
+    "seeds_needed",
+    "tost_paired",
+    "verdict",
+]

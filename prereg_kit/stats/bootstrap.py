@@ -1,0 +1,301 @@
+"""Bootstraps over seeds (paper H.2) and over seeds × problems (paper §2.3, §C.1).
+
+Percentiles are non-interpolating (the inverse of the empirical CDF, numpy's
+``"inverted_cdf"``): the q-quantile is the smallest resampled mean whose cumulative share reaches
+q. This reproduces the paper's remark (H.2) that at n = 3 the 95% interval is the observed minimum
+and maximum, since an all-one-seed resample has probability 3⁻³ = 0.037 > 0.025.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ._checks import (Result, check_confidence, equivalence_bounds, make_rng, paired_differences, positive_int,
+                      safe_ratio)
+from .paired import spread
+
+#: Largest n enumerated exactly when ``exhaustive="auto"`` (paper H.2: every paired row with n ≤ 7).
+EXHAUSTIVE_AUTO_MAX_N = 7
+#: Largest n accepted with ``exhaustive=True`` (C(19, 10) = 92,378 distinct resamples).
+EXHAUSTIVE_MAX_N = 10
+
+
+@dataclass(slots=True, frozen=True)
+class SeedBootstrap(Result):
+    """Result of :func:`seed_bootstrap`.
+
+    ``exhaustive`` says whether every one of the ``n**n`` equally likely resamples was enumerated
+    (then ``n_resamples == n**n`` and ``n_distinct`` counts the distinct multisets); otherwise
+    ``n_resamples`` Monte-Carlo resamples were drawn. ``p_tost``, ``p_tost_lower`` and
+    ``p_tost_upper`` are set only when a margin was given.
+    """
+
+    n: int
+    n_dropped: int
+    mean: float
+    sd: float
+    dz: float
+    ci_low: float
+    ci_high: float
+    p: float
+    confidence: float
+    exhaustive: bool
+    n_resamples: int
+    n_distinct: int | None
+    low: float | None
+    high: float | None
+    p_tost_lower: float | None
+    p_tost_upper: float | None
+    p_tost: float | None
+    zero_sd: bool
+
+
+@dataclass(slots=True, frozen=True)
+class CrossedBootstrap(Result):
+    """Result of :func:`crossed_bootstrap` (mean paired difference over seeds × problems)."""
+
+    n_seeds: int
+    n_problems: int
+    mean: float
+    ci_low: float
+    ci_high: float
+    p: float
+    confidence: float
+    n_resamples: int
+
+
+# --------------------------------------------------------------------------- distribution helpers
+
+
+def weighted_quantile(sorted_values: np.ndarray, cum_weights: np.ndarray, total: int, q: float) -> float:
+    """Inverse-CDF quantile: the smallest value whose cumulative (integer) weight reaches ``q·total``."""
+    target = q * total
+    nearest = round(target)
+    if abs(target - nearest) <= 1e-9 * max(1.0, target):
+        target = nearest  # q·total is an integer up to float error (e.g. 0.025 × 10,000)
+    i = int(np.searchsorted(cum_weights, target, side="left"))
+    return float(sorted_values[min(i, sorted_values.size - 1)])
+
+
+def _summarize(means: np.ndarray, weights: np.ndarray | None, observed: float, confidence: float,
+               zero_tol: float) -> tuple[float, float, float, np.ndarray, np.ndarray, int]:
+    """Percentile interval and two-sided bootstrap p from a (weighted) set of resampled means."""
+    order = np.argsort(means, kind="stable")
+    values = means[order]
+    w = np.ones(values.size, dtype=np.int64) if weights is None else weights[order]
+    cum = np.cumsum(w)
+    total = int(cum[-1])
+    a = (1.0 - confidence) / 2.0
+    lo = weighted_quantile(values, cum, total, a)
+    hi = weighted_quantile(values, cum, total, 1.0 - a)
+    # Twice the share of resampled means on the opposite side of zero (H.2); a mean at zero
+    # (within float residue) counts as opposite, which keeps the p-value conservative.
+    if observed > zero_tol:
+        share = w[values <= zero_tol].sum() / total
+    elif observed < -zero_tol:
+        share = w[values >= -zero_tol].sum() / total
+    else:
+        share = 0.5
+    return lo, hi, float(min(1.0, 2.0 * share)), values, w, total
+
+
+@lru_cache(maxsize=EXHAUSTIVE_MAX_N + 1)
+def multiset_resamples(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """All distinct bootstrap resamples of n items as (counts, weights).
+
+    A resample is a multiset of n indices drawn with replacement; there are C(2n−1, n) of them,
+    and the multiset with counts ``c_1..c_n`` arises from ``n!/∏ c_i!`` of the ``n**n`` ordered
+    draws (its multinomial weight). Weights are exact integers summing to ``n**n``.
+    """
+    combos = np.fromiter(itertools.chain.from_iterable(itertools.combinations_with_replacement(range(n), n)),
+                         dtype=np.int64)
+    m = combos.size // n
+    rows = np.repeat(np.arange(m, dtype=np.int64) * n, n)
+    counts = np.bincount(rows + combos, minlength=m * n).reshape(m, n)
+    fact = np.array([math.factorial(k) for k in range(n + 1)], dtype=np.int64)
+    weights = fact[n] // np.prod(fact[counts], axis=1)
+    counts.setflags(write=False)
+    weights.setflags(write=False)
+    return counts, weights
+
+
+# --------------------------------------------------------------------------- seed bootstrap
+
+
+def seed_bootstrap(
+    differences: Any,
+    *,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: Any = 0,
+    exhaustive: bool | str = "auto",
+    margin: Any = None,
+) -> SeedBootstrap:
+    """Percentile bootstrap of the mean paired difference over seeds (paper H.2).
+
+    Resamples the per-seed differences with replacement and takes the mean of each resample.
+    The interval is the (1−confidence)/2 and (1+confidence)/2 inverse-CDF percentiles of the
+    resampled means; the p-value is "twice the proportion of resampled means on the opposite side
+    of zero" (capped at 1). With ``margin`` (±m or ``(low, high)``) the bootstrap TOST p is
+    ``max(P*(mean* ≤ low), P*(mean* ≥ high))``, i.e. equivalence at α exactly when the 1−2α
+    percentile interval lies inside the bounds.
+
+    ``exhaustive="auto"`` enumerates all ``n**n`` resamples exactly when n ≤ 7 (H.2: "exhaustive
+    enumeration … for the other paired rows with n ≤ 7"), as C(2n−1, n) multisets with
+    multinomial weights; ``True`` forces it (n ≤ 10), ``False`` draws ``n_resamples`` with
+    ``seed``. NaN differences are dropped (``n_dropped``).
+    """
+    confidence = check_confidence(confidence)
+    n_resamples = positive_int(n_resamples, "n_resamples")
+    if exhaustive not in ("auto", True, False):
+        raise ValueError(f"exhaustive must be 'auto', True or False, got {exhaustive!r}")
+    bounds = equivalence_bounds(margin) if margin is not None else None
+    x, n_dropped = paired_differences(differences)
+    n = x.size
+    if exhaustive is True and n > EXHAUSTIVE_MAX_N:
+        raise ValueError(f"exhaustive enumeration supports n ≤ {EXHAUSTIVE_MAX_N}, got n = {n}")
+    enumerate_all = exhaustive is True or (exhaustive == "auto" and n <= EXHAUSTIVE_AUTO_MAX_N)
+    rng = make_rng(seed)  # validated even when enumeration makes it unused
+
+    if enumerate_all:
+        counts, weights = multiset_resamples(n)
+        means = (counts / n) @ x  # a one-seed resample gives that seed exactly (n/n = 1)
+        n_used, n_distinct = n**n, int(weights.size)
+    else:
+        means = np.empty(n_resamples)
+        chunk = max(1, (1 << 20) // n)  # memory: chunk × n indices
+        for start in range(0, n_resamples, chunk):
+            stop = min(n_resamples, start + chunk)
+            idx = rng.integers(0, n, size=(stop - start, n))
+            means[start:stop] = x[idx].mean(axis=1)
+        weights, n_used, n_distinct = None, n_resamples, None
+
+    observed = float(x.mean())
+    zero_tol = 1e-12 * float(np.abs(x).max())
+    lo, hi, p, values, w, total = _summarize(means, weights, observed, confidence, zero_tol)
+    low = high = p_l = p_u = p_tost = None
+    if bounds is not None:
+        low, high = bounds
+        p_l = float(w[values <= low + zero_tol].sum() / total)
+        p_u = float(w[values >= high - zero_tol].sum() / total)
+        p_tost = max(p_l, p_u)
+    sd = spread(x)
+    return SeedBootstrap(n=n, n_dropped=n_dropped, mean=observed, sd=sd, dz=safe_ratio(observed, sd),
+                         ci_low=lo, ci_high=hi, p=p, confidence=confidence, exhaustive=enumerate_all,
+                         n_resamples=n_used, n_distinct=n_distinct, low=low, high=high, p_tost_lower=p_l,
+                         p_tost_upper=p_u, p_tost=p_tost, zero_sd=sd == 0)
+
+
+# --------------------------------------------------------------------------- crossed bootstrap
+
+
+def _as_matrix(x: Any, name: str) -> np.ndarray:
+    try:
+        m = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric") from None
+    if m.ndim != 2:
+        raise ValueError(f"{name} must be a seeds × problems matrix, got shape {m.shape}")
+    if not np.isfinite(m).all():
+        bad = int((~np.isfinite(m)).sum())
+        raise ValueError(f"{name} has {bad} NaN/infinite cell(s); the crossed bootstrap needs a complete matrix")
+    return m
+
+
+def crossed_differences(treatment: Any, control: Any = None) -> np.ndarray:
+    """The seeds × problems matrix of paired differences, validated."""
+    t = _as_matrix(treatment, "treatment" if control is not None else "differences")
+    if control is not None:
+        c = _as_matrix(control, "control")
+        if c.shape != t.shape:
+            raise ValueError(f"treatment and control have different shapes ({t.shape} vs {c.shape}); "
+                             "rows are seeds and columns problems in both")
+        t = t - c
+    s, p = t.shape
+    if s < 2 or p < 2:
+        raise ValueError(f"need at least 2 seeds and 2 problems, got {s} × {p}")
+    return t
+
+
+def _counts(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
+    """``rows`` bootstrap count vectors over k items: how often each item is drawn in k draws."""
+    idx = rng.integers(0, k, size=(rows, k), dtype=np.int64)
+    idx += (np.arange(rows, dtype=np.int64) * k)[:, None]
+    return np.bincount(idx.ravel(), minlength=rows * k).reshape(rows, k).astype(np.float64)
+
+
+def crossed_means(d: np.ndarray, seed_counts: np.ndarray, problem_counts: np.ndarray) -> np.ndarray:
+    """Mean of the resampled cells for each row of counts: ``a_bᵀ D b_b / (S·P)``.
+
+    Drawing seeds ``i_1..i_S`` and problems ``j_1..j_P`` and averaging ``D[i, j]`` over the
+    S×P resampled cells equals the count-weighted sum, so no resample × S × P array is built.
+    ``problem_counts @ Dᵀ`` (one BLAS product, chunk × S) is dotted row-wise with the seed counts.
+    """
+    s, p = d.shape
+    return np.einsum("bs,bs->b", seed_counts, problem_counts @ d.T) / (s * p)
+
+
+def crossed_bootstrap(
+    treatment: Any,
+    control: Any = None,
+    *,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: Any = 0,
+    chunk_size: int | None = None,
+) -> CrossedBootstrap:
+    """Crossed seed-by-problem percentile bootstrap of the mean paired difference.
+
+    Input: seeds × problems matrices of per-problem accuracy (each cell the mean over that
+    problem's samples) for both arms, or one matrix of their differences ``D``. Each resample
+    draws S seeds and P problems independently with replacement — the same indices for both
+    arms, which keeps the pairing — and records the mean of ``D`` over the resampled cells.
+    The paper (§2.3, §C.1) "resamples seeds and test problems together" as a robustness check
+    of every primary contrast; it states neither the count nor the scheme, so this is the
+    standard two-way (Brennan/Owen) bootstrap. Interval and p as in :func:`seed_bootstrap`.
+
+    Vectorized in chunks of resamples: per chunk, seed and problem counts (bincount) and one
+    matrix product; memory O(chunk × (S + P) + S × P). NaN cells are an error.
+    """
+    confidence = check_confidence(confidence)
+    n_resamples = positive_int(n_resamples, "n_resamples")
+    d = crossed_differences(treatment, control)
+    s, p = d.shape
+    if chunk_size is None:
+        chunk_size = max(1, (1 << 20) // (s + p))  # ~8 MB per chunk array
+    chunk_size = positive_int(chunk_size, "chunk_size")
+    rng = make_rng(seed)
+    means = np.empty(n_resamples)
+    for start in range(0, n_resamples, chunk_size):
+        rows = min(chunk_size, n_resamples - start)
+        means[start:start + rows] = crossed_means(d, _counts(rng, rows, s), _counts(rng, rows, p))
+    observed = float(d.mean())
+    zero_tol = 1e-12 * float(np.abs(d).max())
+    lo, hi, pval, *_ = _summarize(means, None, observed, confidence, zero_tol)
+    return CrossedBootstrap(n_seeds=s, n_problems=p, mean=observed, ci_low=lo, ci_high=hi, p=pval,
+                            confidence=confidence, n_resamples=n_resamples)
+
+
+def _crossed_bootstrap_loop(treatment: Any, control: Any = None, *, n_resamples: int = 10_000,
+                            confidence: float = 0.95, seed: Any = 0) -> CrossedBootstrap:
+    """Plain-loop reference for :func:`crossed_bootstrap` (tests and benchmark only; slow)."""
+    confidence = check_confidence(confidence)
+    t = _as_matrix(treatment, "treatment")
+    c = _as_matrix(control, "control") if control is not None else np.zeros_like(t)
+    s, p = t.shape
+    rng = make_rng(seed)
+    means = np.empty(n_resamples)
+    for b in range(n_resamples):
+        si = rng.integers(0, s, size=s)
+        pj = rng.integers(0, p, size=p)
+        means[b] = t[np.ix_(si, pj)].mean() - c[np.ix_(si, pj)].mean()
+    observed = float((t - c).mean())
+    lo, hi, pval, *_ = _summarize(means, None, observed, confidence, 1e-12 * float(np.abs(t - c).max()))
+    return CrossedBootstrap(n_seeds=s, n_problems=p, mean=observed, ci_low=lo, ci_high=hi, p=pval,
+                            confidence=confidence, n_resamples=n_resamples)
