@@ -20,6 +20,8 @@ demo: .make-installed
 	$(PREREG) new $(DEMO_DIR)
 	$(PREREG) lock $(DEMO_DIR)/plan.toml
 	$(PREREG) verify $(DEMO_DIR)
+	$(PREREG) dry-run $(DEMO_DIR) --effect C1=0.02 --repeat 20
+	$(PREREG) analyze $(DEMO_DIR)/dry-run
 
 test: .make-installed
 	$(PYTHON) -m pytest

@@ -2,7 +2,8 @@
 
 Paper 1 §2.3 / C.1 ("Preregistration"), extract §3.18: the paper checks that each plan's last
 change preceded the study's first main training run; calibration, pilot and smoke stages may
-start before a plan is final. Rules, applied to each run's ``meta.json``:
+start before a plan is final. Rules, applied to each run's ``meta.json`` (main runs under ``runs/``, other stages under
+``stages/<stage>/``):
 
 - a non-main run is always admissible (it is listed, not flagged);
 - a main run must have been launched under a plan hash that some lock entry has, and must
@@ -42,7 +43,7 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
     by_hash: dict[str, int] = {}
     for e in chain.entries:
         by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
-    for folder in find_runs(study_dir):
+    for folder in find_runs(study_dir, all_stages=True):
         try:
             meta = read_meta(folder)
         except RunLogError as e:

@@ -90,9 +90,17 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def run_dir(study_dir: str | Path, configuration: str, seed: int) -> Path:
-    """The folder of one run: ``<study_dir>/runs/<configuration>/seed-<seed>``."""
-    return Path(study_dir) / "runs" / configuration / f"seed-{seed}"
+def run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str = "main") -> Path:
+    """The folder of one run.
+
+    Main-stage runs: ``<study_dir>/runs/<configuration>/seed-<seed>``, the runs the analysis
+    reads. Calibration, pilot and smoke runs: ``<study_dir>/stages/<stage>/<configuration>/seed-<seed>``,
+    so that a smoke run never collides with, or is mistaken for, the main run of the same seed.
+    """
+    if stage not in STAGES:
+        raise RunLogError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
+    base = Path(study_dir) / "runs" if stage == "main" else Path(study_dir) / "stages" / stage
+    return base / configuration / f"seed-{seed}"
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -147,12 +155,16 @@ def read_meta(path: str | Path) -> RunMeta:
         raise RunLogError(f"{f}: invalid run metadata: {' '.join(first[1:3]).strip()}") from None
 
 
-def find_runs(study_dir: str | Path) -> list[Path]:
-    """Every run folder (one holding ``meta.json``) under ``<study_dir>/runs``, sorted."""
-    root = Path(study_dir) / "runs"
-    if not root.is_dir():
-        return []
-    return sorted(p.parent for p in root.glob(f"*/seed-*/{META_FILE}"))
+def find_runs(study_dir: str | Path, *, all_stages: bool = False) -> list[Path]:
+    """Every run folder (one holding ``meta.json``) under ``<study_dir>/runs``, sorted.
+
+    ``all_stages``: also the calibration, pilot and smoke runs under ``<study_dir>/stages/``.
+    """
+    study = Path(study_dir)
+    found = list((study / "runs").glob(f"*/seed-*/{META_FILE}"))
+    if all_stages:
+        found += list((study / "stages").glob(f"*/*/seed-*/{META_FILE}"))
+    return sorted(p.parent for p in found)
 
 
 # --------------------------------------------------------------------------------------------

@@ -166,6 +166,7 @@ def generate_study(
     rng: int | np.random.Generator = 0,
     fsync: bool = False,
     keep_jsonl: bool = False,
+    started_at: datetime | None = None,
 ) -> SynthStudy:
     """Write a synthetic study to ``<study_dir>/runs/<configuration>/seed-<n>/`` and return the truth.
 
@@ -178,7 +179,7 @@ def generate_study(
     configuration. ``drift``: configuration -> drop of the boxed rate reached at B (for
     ``drift_seeds``, default all). All randomness comes from ``rng``; the same ``rng`` gives
     the same logs. Runs are written through :class:`~prereg_kit.runlog.RunLogWriter` and
-    compacted to Parquet (JSON lines kept when ``keep_jsonl``).
+    compacted to Parquet (JSON lines kept when ``keep_jsonl``). ``started_at``: the first run's start time (runs start a minute apart).
     """
     configs = list(configurations)
     seeds = [int(s) for s in seeds]
@@ -210,7 +211,7 @@ def generate_study(
         targets = base_accuracy + (gain + configurations[c]) * _shape(f_grid, curve_rate)
         shifts[c] = _calibrate(targets, diffs[primary])
 
-    started = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    started = started_at or datetime(2026, 1, 1, tzinfo=timezone.utc)  # fixed default: same inputs, same logs
     runs, truth = [], []
     for s in seeds:
         srng = _stream(entropy, 1, s)
@@ -274,7 +275,7 @@ def generate_study(
             evals = pd.concat(frames, ignore_index=True)
             order = {name: k for k, (name, _) in enumerate(all_sets)}
             evals = evals.iloc[np.lexsort((evals["eval_set"].map(order).to_numpy(), evals["eval_index"].to_numpy()))]
-            folder = run_dir(study_dir, c, s)
+            folder = run_dir(study_dir, c, s, stage)
             meta = RunMeta(
                 study=study, configuration=c, seed=s, stage=stage, plan_hash=plan_hash,
                 config={"synthetic": True, "effect": configurations[c], "budget_tokens": B, "extend_to": ext[c]},

@@ -17,12 +17,12 @@ H = timedelta(hours=1)
 def _run(study, config, seed, *, start, plan_hash, stage="main", study_id="t1"):
     meta = RunMeta(study=study_id, configuration=config, seed=seed, stage=stage, plan_hash=plan_hash,
                    started_at=start, status="complete")
-    write_meta(run_dir(study, config, seed), meta)
+    write_meta(run_dir(study, config, seed, stage), meta)
 
 
 def test_clean_study_with_runs(study):
     h = lock_plan(study, now=T0).entry["content_sha256"]
-    _run(study, "A", 9, start=T0 - H, plan_hash="sha256:draft", stage="smoke")  # smoke may precede
+    _run(study, "A", 0, start=T0 - H, plan_hash="sha256:draft", stage="smoke")  # smoke may precede
     for cfg in "AB":
         _run(study, cfg, 0, start=T0 + H, plan_hash=h)
     rep = verify_study(study)

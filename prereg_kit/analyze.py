@@ -1,0 +1,313 @@
+"""``prereg analyze``: a locked plan and a folder of run logs → every contrast, read as planned.
+
+Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
+
+1. verify the lock chain, the plan and the run-timing audit; refuse on violations unless
+   ``exploratory`` (then every result is labelled exploratory);
+2. load the run logs (main stage), apply the plan's admission rules (completed runs, minimum
+   iteration, drifted evaluations), every exclusion reported;
+3. per contrast: per-seed paired differences at its reading point (tokens k·B, time T*, the
+   control's time, updates), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
+   bootstrap, the crossed seed-by-problem bootstrap for primary contrasts;
+4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
+   TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
+5. each hypothesis read as its plan said; per-configuration compute at B.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import readings as rd
+from . import stats
+from .errors import PreregError, ViolationError
+from .plan import Contrast, Plan, load_plan, resolve_plan_path
+from .runlog import load_study
+from .verify import verify_study
+
+PREDICTION_READING = {"gain": "gain", "deficit": "deficit", "equivalent": "equivalent", "non-inferior": "non-inferior"}
+
+
+@dataclass
+class Analysis:
+    """Everything a report needs; the DataFrames are the tidy results (see docs/analysis.md)."""
+
+    plan: Plan
+    plan_path: Path
+    plan_hash: str
+    exploratory: bool
+    lock_lines: list[str]
+    lock_summary: dict
+    contrasts: pd.DataFrame
+    per_seed: pd.DataFrame
+    hypotheses: pd.DataFrame
+    configurations: pd.DataFrame
+    exclusions: pd.DataFrame
+    curves: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------- stats
+
+
+def _nimargin(margin) -> float:
+    return float(margin) if not isinstance(margin, list) else -float(margin[0])
+
+
+def _bounds(margin) -> tuple[float, float]:
+    return (-float(margin), float(margin)) if not isinstance(margin, list) else (float(margin[0]), float(margin[1]))
+
+
+def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None, n_resamples: int) -> dict:
+    """Every statistic of one contrast from its per-seed differences ``d`` (fractions).
+
+    ``matrices``: (treatment, control) seeds × problems accuracies for the crossed bootstrap.
+    """
+    st = plan.statistics
+    margin = plan.margin_of(c)
+    lo, hi = _bounds(margin)
+    pt = stats.paired_t(d, confidence=st.confidence, alternative=c.alternative)
+    tost = stats.tost_paired(d, margin=margin if not isinstance(margin, list) else tuple(margin), alpha=st.alpha)
+    ni = stats.noninferiority(d, margin=_nimargin(margin), alpha=st.alpha)
+    boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed,
+                                margin=margin if not isinstance(margin, list) else tuple(margin))
+    row = {
+        "n": pt.n, "mean": pt.mean, "sd": pt.sd, "se": pt.se, "dz": pt.dz, "ci_low": pt.ci_low, "ci_high": pt.ci_high,
+        "t": pt.t, "df": pt.df, "p": pt.p, "zero_sd": pt.zero_sd,
+        "margin_low": lo, "margin_high": hi,
+        "tost_p": tost.p, "tost_ci_low": tost.ci_low, "tost_ci_high": tost.ci_high,
+        "ni_p": ni.p, "ni_lower": ni.lower,
+        "boot_ci_low": boot.ci_low, "boot_ci_high": boot.ci_high, "boot_p": boot.p, "boot_exhaustive": boot.exhaustive,
+        "n_lower": int((d < 0).sum()), "n_higher": int((d > 0).sum()),
+        "crossed_mean": np.nan, "crossed_ci_low": np.nan, "crossed_ci_high": np.nan, "crossed_p": np.nan,
+    }
+    if matrices is not None:
+        cb = stats.crossed_bootstrap(matrices[0], matrices[1], n_resamples=n_resamples, confidence=st.confidence,
+                                     seed=st.seed)
+        row.update(crossed_mean=cb.mean, crossed_ci_low=cb.ci_low, crossed_ci_high=cb.ci_high, crossed_p=cb.p)
+    row["tested_p"] = {"superiority": pt.p, "equivalence": tost.p, "non-inferiority": ni.p}[c.kind]
+    return row
+
+
+def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.DataFrame:
+    """Holm within each family on ``tested_p``, then the verdict and the claim label."""
+    df = df.copy()
+    df["p_holm"] = np.nan
+    for fam in plan.families:
+        rows = df["contrast"].isin(fam.members)
+        df.loc[rows, "p_holm"] = stats.holm(df.loc[rows, "tested_p"].to_numpy())
+    verdicts, reasons = [], []
+    for _, r in df.iterrows():
+        fam = plan.family_of(r["contrast"])
+        alpha = fam.alpha if fam is not None else plan.statistics.alpha
+        p = r["p_holm"] if r["tier"] == "primary" and not np.isnan(r["p_holm"]) else r["tested_p"]
+        margin = [r["margin_low"], r["margin_high"]]
+        if r["kind"] == "superiority":
+            v = stats.verdict("superiority", p=p, estimate=r["mean"], alpha=alpha)
+        elif r["kind"] == "equivalence":
+            v = stats.verdict("equivalence", p=p, ci_low=r["tost_ci_low"], ci_high=r["tost_ci_high"], margin=margin, alpha=alpha)
+        else:
+            v = stats.verdict("non-inferiority", p=p, ci_low=r["ni_lower"], margin=-r["margin_low"], alpha=alpha)
+        verdicts.append(v.reading)
+        reasons.append(v.reason)
+    df["verdict"] = verdicts
+    df["verdict_reason"] = reasons
+    df["claim"] = "exploratory" if exploratory else df["tier"]
+    want = df["prediction"].map(PREDICTION_READING)
+    df["prediction_met"] = [None if pd.isna(w) else bool(w == v) for w, v in zip(want, df["verdict"])]
+    return df
+
+
+# ---------------------------------------------------------------------------------------- study
+
+
+def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
+    metric = c.metric or plan.evaluation.metric
+    if metric == "accuracy":
+        verifier = c.verifier or plan.evaluation.verifier
+        if verifier == "math_verify":
+            raise PreregError(f"contrast {c.id}: math_verify correctness is not logged in run logs yet; use default or strict")
+        return metric, verifier
+    if metric == "greedy_accuracy":
+        return metric, "greedy"
+    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` yet (accuracy, greedy_accuracy)")
+
+
+def _check_verified(study_dir: Path, exploratory: bool) -> tuple[list[str], dict, list[str]]:
+    rep = verify_study(study_dir)
+    lines = list(rep.info) + [f"warning: {w}" for w in rep.warnings]
+    notes = []
+    bad = rep.violations + rep.problems
+    if bad and not exploratory:
+        hint = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
+        cls = PreregError if rep.problems and not rep.violations else ViolationError
+        raise cls(*[f"preregistration check failed: {b}" if not b.startswith("  ") else b for b in bad], hint)
+    if bad:
+        notes += [f"preregistration check failed: {b.strip()}" for b in bad]
+        lines += [f"FAILED: {b.strip()}" for b in bad]
+    else:
+        lines.append("lock chain intact; plan unchanged since its last entry; run timing audit clean")
+    summary = {"exit_code": rep.exit_code, "violations": rep.violations, "problems": rep.problems,
+               "warnings": rep.warnings,
+               "entries": [{k: e[k] for k in ("index", "kind", "time", "content_sha256")} for e in rep.chain.entries]
+               if rep.chain else []}
+    return lines, summary, notes
+
+
+def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resamples: int | None = None,
+                  progress: bool | None = None) -> Analysis:
+    """Analyze ``study_dir`` (its ``plan.toml``, ``plan.lock`` and ``runs/``) as its plan says."""
+    plan_path = resolve_plan_path(study_dir)
+    study_dir = plan_path.parent
+    lock_lines, lock_summary, notes = _check_verified(study_dir, exploratory)
+    pf = load_plan(plan_path)
+    plan = pf.plan
+    st = load_study(study_dir, progress=progress)
+    for prob in st.problems:
+        notes.append(f"run log: {prob}")
+    if not len(st.meta):
+        raise PreregError(f"{study_dir}: no run logs under runs/ (run `prereg run {study_dir}` or `prereg dry-run`)")
+    main = st.meta[st.meta["stage"] == "main"]
+    if len(main) < len(st.meta):
+        notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
+    keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
+    B = plan.budget.tokens
+    nres = n_resamples or plan.statistics.bootstrap_resamples
+    adm = plan.admission
+
+    cache: dict[tuple[str, str], tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = {}
+    exclusions = []
+
+    def curves_for(eval_set: str, verifier: str):
+        if (eval_set, verifier) not in cache:
+            try:
+                curves = rd.accuracy_curve(keep, eval_set=eval_set, verifier=verifier)
+                flags = rd.drift_flags(keep, eval_set=eval_set, threshold=adm.drift_threshold)
+                a = rd.apply_admission(curves, iterations=st.iterations, min_iteration=adm.min_iterations,
+                                       meta=st.meta, statuses=("complete",) if adm.require_complete else None,
+                                       flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
+                pa = rd.problem_accuracy(keep, eval_set=eval_set, verifier=verifier)
+            except rd.ReadingError as e:
+                raise PreregError(f"{study_dir}: {e}") from None
+            n_drift = int(flags["drifted"].sum())
+            if n_drift:
+                notes.append(f"{eval_set}: {n_drift} evaluation(s) drifted (default − strict > {adm.drift_threshold:g}); "
+                             + ("excluded" if adm.drifted == "exclude" else "flagged, kept"))
+            ex = a.exclusions.assign(eval_set=eval_set, verifier=verifier)
+            exclusions.append(ex)
+            cache[(eval_set, verifier)] = (a.kept, pa, flags)
+        return cache[(eval_set, verifier)]
+
+    rows, per_seed = [], []
+    for c in _progress(plan.contrasts, progress, "contrasts"):
+        metric, verifier = _metric_verifier(plan, c)
+        eval_set = c.eval_set or plan.evaluation.primary
+        curves, pa, _ = curves_for(eval_set, verifier)
+        rp = c.reading_point
+        point = rd.ReadingPoint(rp.kind, budget=B, multiple=rp.multiple)
+        crossed = c.tier == "primary" and plan.statistics.crossed_bootstrap
+        try:
+            pr = rd.paired_readings(curves, c.treatment, c.control, point, problem_acc=pa if crossed else None,
+                                    allow_unpaired=adm.allow_missing_seeds)
+        except rd.ReadingError as e:
+            raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
+        if len(pr.exclusions):
+            exclusions.append(pr.exclusions.assign(eval_set=eval_set, verifier=verifier))
+        d = pr.table["difference"].to_numpy()
+        if len(d) < 2:
+            raise PreregError(f"contrast {c.id}: {len(d)} paired seed(s); at least 2 are needed")
+        mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr.treatment_matrix is not None else None
+        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "family": (f.name if (f := plan.family_of(c.id)) else ""),
+               "treatment": c.treatment, "control": c.control, "at": str(rp), "metric": metric, "verifier": verifier,
+               "eval_set": eval_set, "alternative": c.alternative, "prediction": c.prediction}
+        row.update(contrast_statistics(d, c, plan, matrices=mats, n_resamples=nres))
+        rows.append(row)
+        ps = pr.table[["seed", "treatment", "control", "difference", "at"]].rename(
+            columns={"treatment": "treatment_value", "control": "control_value", "at": "read_at"})
+        ps.insert(0, "contrast", c.id)
+        per_seed.append(ps)
+
+    contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
+    curves, _, _ = curves_for(plan.evaluation.primary, plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default")
+    ex = pd.concat(exclusions, ignore_index=True) if exclusions else pd.DataFrame()
+    ex = _tidy_exclusions(ex)
+    return Analysis(
+        plan=plan, plan_path=plan_path, plan_hash=pf.content_sha256, exploratory=exploratory,
+        lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
+        per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
+        configurations=configuration_summary(curves, st.iterations, B), exclusions=ex, curves=curves, notes=notes)
+
+
+def _tidy_exclusions(ex: pd.DataFrame) -> pd.DataFrame:
+    cols = ["configuration", "seed", "what", "reason"]
+    if not len(ex):
+        return pd.DataFrame(columns=cols)
+    what = ex["rule"].astype(str) + np.where(ex["eval_index"].isna(), "", " (evaluation " + ex["eval_index"].astype(str) + ")")
+    out = pd.DataFrame({"configuration": ex["configuration"], "seed": ex["seed"], "what": what, "reason": ex["reason"]})
+    return out.drop_duplicates().reset_index(drop=True)
+
+
+def _progress(items, progress: bool | None, label: str):
+    import sys
+
+    show = progress if progress is not None else sys.stderr.isatty()
+    if not show:
+        yield from items
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=len(items))
+        for it in items:
+            yield it
+            bar.advance(task)
+
+
+def read_hypotheses(plan: Plan, contrasts: pd.DataFrame) -> pd.DataFrame:
+    """Each hypothesis's outcome from the verdicts of its contrasts, and the plan's reading of it.
+
+    One contrast: its verdict is the outcome. Several: their common verdict, else ``mixed``.
+    The reading is the plan's text for that outcome, or a note that the plan gave none.
+    """
+    out = []
+    by_id = contrasts.set_index("contrast")
+    for h in plan.hypotheses:
+        ids = [cid for cid in h.contrasts if cid in by_id.index]
+        verdicts = [by_id.loc[cid, "verdict"] for cid in ids]
+        outcome = verdicts[0] if verdicts and len(set(verdicts)) == 1 else ("mixed" if verdicts else "no contrast")
+        reading = h.readings.get(outcome) or h.readings.get(outcome.replace(" ", "-")) or h.readings.get(
+            outcome.replace(" ", "_"))
+        evidence = "; ".join(f"{cid}: {by_id.loc[cid, 'verdict']}" for cid in ids) or "no contrast named"
+        out.append({"id": h.id, "statement": h.statement, "prediction": h.prediction, "outcome": outcome,
+                    "evidence": evidence,
+                    "reading": reading if reading else f"(the plan gave no reading for outcome '{outcome}')"})
+    return pd.DataFrame(out, columns=["id", "statement", "prediction", "outcome", "evidence", "reading"])
+
+
+def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: float) -> pd.DataFrame:
+    """Per configuration at B: seeds, accuracy, tokens, updates, training hours, continuation
+    share of generated tokens, and the share of training time per stage (up to the reading)."""
+    at_b = rd.read_at_tokens(curves, budget)
+    at_b = at_b[at_b["reached"]]
+    stages = ["selection", "generation", "credit", "update", "weight_sync"]
+    rows = []
+    for name, g in at_b.groupby("configuration", sort=True):
+        its = iterations[iterations["configuration"] == name]
+        share_tok, shares = [], []
+        for r in g.itertuples():
+            run = its[(its["seed"] == r.seed) & (its["cum_tokens"] <= r.tokens + 1e-9)]
+            tot = run["tokens_total"].sum()
+            share_tok.append(run["tokens_continuation"].sum() / tot if tot else np.nan)
+            secs = np.array([run[f"seconds_{s}"].sum() for s in stages])
+            shares.append(secs / secs.sum() if secs.sum() else np.full(len(stages), np.nan))
+        sh = np.nanmean(np.array(shares), axis=0)
+        rows.append({"configuration": name, "n_seeds": len(g), "accuracy_at_B": g["accuracy"].mean(),
+                     "tokens_at_B": g["tokens"].mean(), "updates_at_B": g["updates"].mean(),
+                     "hours_at_B": g["train_seconds"].mean() / 3600, "continuation_share": float(np.nanmean(share_tok)),
+                     "stage_shares": " / ".join(f"{x:.0%}" for x in sh),
+                     **{f"share_{s}": float(x) for s, x in zip(stages, sh)}})
+    return pd.DataFrame(rows)

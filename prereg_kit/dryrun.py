@@ -1,0 +1,157 @@
+"""``prereg dry-run``: what would this plan conclude, and how often, before a single real run?
+
+Writes synthetic run logs for the plan (its configurations × main seeds, its budget and
+evaluation schedule, its evaluation sets, chosen true effects, realistic seed and problem
+variance; :mod:`prereg_kit.synth`), locks a copy of the plan beside them, and analyzes them with
+the same code as ``prereg analyze``. With ``repeat = N`` it does this N more times on fresh
+synthetic data and reports, per contrast, how often each verdict came out: the power of each
+primary contrast by simulation (or its false-positive rate when the true effect is zero).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pandas as pd
+
+from .analyze import Analysis, analyze_study
+from .errors import PreregError
+from .lock import lock_plan, utc_now
+from .plan import Plan, PLAN_FILE, load_plan
+from .report import write_report
+from .synth import generate_study
+
+MARKER = ".prereg-dry-run"
+
+
+def configuration_effects(plan: Plan, effects: dict[str, float]) -> dict[str, float]:
+    """True accuracy effect at B of each configuration, from effects given per contrast.
+
+    The comparator is 0; a contrast ``C = Δ`` sets treatment = control + Δ. Effects propagate
+    through chains of contrasts; configurations no contrast reaches get 0. Contradictory
+    effects are an error.
+    """
+    ids = {c.id: c for c in plan.contrasts}
+    for cid in effects:
+        if cid not in ids:
+            raise PreregError(f"--effect {cid}: no such contrast (have: {', '.join(ids)})")
+    known = {plan.study.comparator: 0.0}
+    pending = dict(effects)
+    while pending:
+        progressed = False
+        for cid, delta in list(pending.items()):
+            c = ids[cid]
+            if c.control in known or c.treatment in known:
+                if c.control in known:
+                    val, name = known[c.control] + delta, c.treatment
+                else:
+                    val, name = known[c.treatment] - delta, c.control
+                if name in known and abs(known[name] - val) > 1e-12:
+                    raise PreregError(f"--effect {cid}={delta:g} contradicts the other effects ({name} would be both "
+                                      f"{known[name]:+g} and {val:+g})")
+                known[name] = val
+                del pending[cid]
+                progressed = True
+        if not progressed:  # contrasts not connected to the comparator: anchor at 0
+            c = ids[next(iter(pending))]
+            known[c.control] = 0.0
+    return {name: known.get(name, 0.0) for name in plan.configurations}
+
+
+@dataclass
+class DryRun:
+    folder: Path
+    analysis: Analysis
+    effects: dict[str, float]
+    power: pd.DataFrame | None
+
+
+def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
+              time_ratio: dict[str, float] | None = None, update_ratio: dict[str, float] | None = None) -> None:
+    plan = plan_file.plan
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MARKER).write_text("synthetic study written by `prereg dry-run`; safe to delete\n")
+    shutil.copyfile(plan_file.path, folder / PLAN_FILE)
+    now = utc_now()
+    lock_plan(folder / PLAN_FILE, now=now)
+    B = plan.budget.tokens
+    # relative costs: seconds per generated token and updates per token (64 updates to B = 1)
+    tpt = {c: 1e-4 * (time_ratio or {}).get(c, 1.0) for c in plan.configurations}
+    upt = {c: 64 / B * (update_ratio or {}).get(c, 1.0) for c in plan.configurations}
+    generate_study(
+        folder, study=plan.study.id, plan_hash=plan_file.content_sha256, configurations=effects,
+        seeds=plan.seeds_for("main"), budget_tokens=plan.budget.tokens,
+        eval_every=plan.budget.eval_interval_tokens(),
+        eval_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets},
+        samples=plan.evaluation.samples, extend_to={c: plan.train_to(c) for c in plan.configurations},
+        greedy=plan.evaluation.greedy or plan.evaluation.metric == "greedy_accuracy",
+        time_per_token=tpt, updates_per_token=upt, rng=rng, started_at=now + timedelta(seconds=1))
+
+
+def _fresh_folder(folder: Path) -> None:
+    if folder.exists():
+        if not (folder / MARKER).exists():
+            raise PreregError(f"{folder}: exists and was not written by `prereg dry-run`; choose another --out")
+        shutil.rmtree(folder)
+
+
+def dry_run(plan_path: str | Path, effects: dict[str, float], *, out: str | Path | None = None, repeat: int = 0,
+            seed: int = 0, n_resamples: int | None = None, progress: bool | None = None,
+            time_ratio: dict[str, float] | None = None, update_ratio: dict[str, float] | None = None) -> DryRun:
+    """Generate, lock, analyze and report one synthetic study; with ``repeat`` estimate power.
+
+    ``time_ratio`` / ``update_ratio``: per configuration, training seconds and optimizer updates
+    per generated token relative to the others (e.g. a Monte-Carlo reward: fewer updates per
+    token, so its time and update readings differ from its token reading).
+    """
+    pf = load_plan(plan_path)
+    for name in {**(time_ratio or {}), **(update_ratio or {})}:
+        if name not in pf.plan.configurations:
+            raise PreregError(f"no configuration {name!r} (have: {', '.join(pf.plan.configurations)})")
+    ratios = {"time_ratio": time_ratio, "update_ratio": update_ratio}
+    folder = Path(out) if out is not None else pf.path.parent / "dry-run"
+    _fresh_folder(folder)
+    eff = configuration_effects(pf.plan, effects)
+    _generate(pf, folder, eff, seed, **ratios)
+    analysis = analyze_study(folder, n_resamples=n_resamples, progress=progress)
+    analysis.notes.insert(0, "SYNTHETIC DATA from `prereg dry-run` with true effects at B: "
+                          + ", ".join(f"{k} {v:+.3f}" for k, v in eff.items()))
+    write_report(analysis, folder / "report")
+    power = simulate_power(pf, eff, repeat, seed=seed, progress=progress, **ratios) if repeat else None
+    if power is not None:
+        power.to_csv(folder / "report" / "power.csv", index=False)
+    return DryRun(folder, analysis, eff, power)
+
+
+def simulate_power(pf, effects: dict[str, float], repeat: int, *, seed: int = 0, progress: bool | None = None,
+                   n_resamples: int = 200, **ratios) -> pd.DataFrame:
+    """Share of ``repeat`` synthetic studies in which each contrast reached each verdict.
+
+    Bootstraps are cut to ``n_resamples`` (they do not enter the verdicts); ``shown`` is the
+    share with a gain, a deficit, equivalence or non-inferiority shown — for a primary
+    contrast with a true effect, its power.
+    """
+    from .analyze import _progress
+
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="prereg-power-") as tmp:
+        for i in _progress(list(range(repeat)), progress, "simulating studies"):
+            folder = Path(tmp) / f"rep-{i}"
+            _generate(pf, folder, effects, seed + 1 + i, **ratios)
+            a = analyze_study(folder, n_resamples=n_resamples, progress=False)
+            verdicts.append(a.contrasts[["contrast", "tier", "kind", "verdict"]].assign(rep=i))
+            shutil.rmtree(folder)
+    v = pd.concat(verdicts, ignore_index=True)
+    v["shown"] = v["verdict"].isin(["gain", "deficit", "equivalent", "non-inferior"])
+    counts = v.pivot_table(index=["contrast", "tier", "kind"], columns="verdict", values="rep", aggfunc="count",
+                           fill_value=0)
+    shares = (counts / repeat).add_prefix("share_").reset_index()
+    shown = v.groupby("contrast")["shown"].mean().rename("shown").reset_index()
+    out = shares.merge(shown, on="contrast")
+    out.insert(3, "repeats", repeat)
+    order = {c.id: i for i, c in enumerate(pf.plan.contrasts)}
+    return out.sort_values("contrast", key=lambda s: s.map(order)).reset_index(drop=True)

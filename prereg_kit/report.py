@@ -1,0 +1,177 @@
+"""The study report: ``report.md``, ``results.json``, ``contrasts.csv``, ``per_seed.csv`` and figures.
+
+The contrast table follows the layout of paper 1's Tables 3–4: method, configuration pair, n,
+Δ [95% CI], and the test (Holm p for primary contrasts, p for secondary ones, † for exploratory
+ones, TOST p beside them). The columns of ``contrasts.csv`` are documented in
+``docs/analysis.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from . import plots
+
+if TYPE_CHECKING:
+    from .analyze import Analysis
+
+
+def format_p(p: float) -> str:
+    """Paper style: ``.016``, ``2e-04``; ``<1e-10`` below that; ``n/a`` for NaN."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "n/a"
+    if p < 1e-10:
+        return "<1e-10"
+    if p < 0.001:
+        return f"{p:.0e}"
+    return f"{p:.3f}".lstrip("0") if p < 1 else "1.00"
+
+
+def _signed(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:+.3f}"
+
+
+def test_cell(row: pd.Series) -> str:
+    """The 'test' column: what the paper prints beside each contrast."""
+    parts = []
+    if row["kind"] == "superiority":
+        label = "Holm p" if row["tier"] == "primary" and not row.get("exploratory_label", False) else "p"
+        parts.append(f"{label} = {format_p(row['p_holm'] if label == 'Holm p' else row['p'])}")
+        parts.append(f"TOST p = {format_p(row['tost_p'])}")
+    elif row["kind"] == "equivalence":
+        label = "Holm TOST p" if row["tier"] == "primary" else "TOST p"
+        parts.append(f"{label} = {format_p(row['p_holm'] if row['tier'] == 'primary' else row['tost_p'])}")
+    else:
+        label = "Holm NI p" if row["tier"] == "primary" else "NI p"
+        parts.append(f"{label} = {format_p(row['p_holm'] if row['tier'] == 'primary' else row['ni_p'])}")
+        parts.append(f"90% lower bound {_signed(row['ni_lower'])} vs −{row['margin_high']:g}")
+    return "; ".join(parts)
+
+
+def contrast_table(df: pd.DataFrame) -> str:
+    """Markdown table of every contrast, in the paper's Table 3–4 layout."""
+    head = ("| contrast | tier | configuration pair | read at | n | Δ [95% CI] | crossed bootstrap 95% CI "
+            "| test | lower / higher seeds | verdict |")
+    lines = [head, "|" + "---|" * 10]
+    for _, r in df.iterrows():
+        dagger = " †" if r["tier"] == "exploratory" else ""
+        crossed = ("—" if pd.isna(r.get("crossed_ci_low")) else
+                   f"[{_signed(r['crossed_ci_low'])}, {_signed(r['crossed_ci_high'])}]")
+        lines.append(
+            f"| {r['contrast']}{dagger} | {r['tier']} | {r['treatment']} − {r['control']} | {r['at']} | {r['n']} "
+            f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
+            f"| {test_cell(r)} | {r['n_lower']} / {r['n_higher']} | **{r['verdict']}** |")
+    return "\n".join(lines)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return None if math.isnan(x) else float(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if isinstance(x, pd.Timestamp):
+        return x.isoformat()
+    return x
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [_jsonable(r) for r in df.to_dict(orient="records")]
+
+
+def write_report(a: Analysis, out_dir: Path) -> list[Path]:
+    """Write every report file into ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan = a.plan
+    written = []
+    # tables first: they are what a reader checks the figures and verdicts against
+    a.contrasts.to_csv(out_dir / "contrasts.csv", index=False)
+    a.per_seed.to_csv(out_dir / "per_seed.csv", index=False)
+    a.configurations.to_csv(out_dir / "configurations.csv", index=False)
+    written += [out_dir / "contrasts.csv", out_dir / "per_seed.csv", out_dir / "configurations.csv"]
+
+    results = {
+        "format": "prereg-results/1",
+        "study": plan.study.id,
+        "title": plan.study.title,
+        "plan": str(a.plan_path),
+        "plan_hash": a.plan_hash,
+        "lock": a.lock_summary,
+        "exploratory": a.exploratory,
+        "contrasts": _records(a.contrasts),
+        "per_seed": _records(a.per_seed),
+        "hypotheses": _records(a.hypotheses),
+        "configurations": _records(a.configurations),
+        "exclusions": _records(a.exclusions),
+        "notes": a.notes,
+    }
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    written.append(out_dir / "results.json")
+
+    margin = float(a.contrasts["margin_high"].max()) if len(a.contrasts) else plan.statistics.margin
+    figs = [
+        plots.forest_plot(a.contrasts, a.per_seed, out_dir / "forest.png",
+                          title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin),
+        plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens,
+                              title=f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}"),
+        plots.difference_over_time(
+            a.curves, [(c.id, c.treatment, c.control) for c in plan.contrasts if c.tier == "primary"] or
+            [(c.id, c.treatment, c.control) for c in plan.contrasts[:1]],
+            out_dir / "difference_vs_hours.png", margin=margin,
+            title=f"{plan.study.id}: primary differences over training time"),
+    ]
+    written += figs
+    (out_dir / "report.md").write_text(render_markdown(a))
+    written.append(out_dir / "report.md")
+    return written
+
+
+def render_markdown(a: Analysis) -> str:
+    plan = a.plan
+    s = plan.study
+    out = [f"# {s.id}: {s.title}", "", f"**Question.** {s.question}", ""]
+    if a.exploratory:
+        out += ["> **EXPLORATORY.** The preregistration checks failed (see below); every result in this "
+                "report is exploratory and carries no confirmatory weight.", ""]
+    out += ["## Preregistration", "", f"- plan: `{a.plan_path}` (content {a.plan_hash[:23]}…)"]
+    out += [f"- {line}" for line in a.lock_lines]
+    out += ["", "## Exclusions and admission", ""]
+    if len(a.exclusions):
+        out += ["| configuration | seed | what | reason |", "|---|---|---|---|"]
+        out += [f"| {r.configuration} | {r.seed} | {r.what} | {r.reason} |" for r in a.exclusions.itertuples()]
+    else:
+        out.append("No run or evaluation was excluded.")
+    out += [f"- rule: {rule}" for rule in plan.admission.rules]
+    out += ["", "## Contrasts", "",
+            "Δ is treatment − control in accuracy (fraction; 0.01 = one point), paired by seed; 95% paired-t "
+            "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
+            f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
+            "", contrast_table(a.contrasts), "", "![forest plot](forest.png)", ""]
+    out += ["## Hypotheses", ""]
+    for h in a.hypotheses.itertuples():
+        out += [f"**{h.id}.** {h.statement} *Prediction:* {h.prediction}", "",
+                f"- outcome: **{h.outcome}** ({h.evidence})", f"- reading (fixed in the plan): {h.reading}", ""]
+    out += ["## Compute per configuration", "",
+            "| configuration | seeds | accuracy at B (mean) | tokens at B (M) | updates at B | training hours to B | "
+            "continuation share | time share: selection / generation / credit / update / sync |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in a.configurations.itertuples():
+        out.append(f"| {r.configuration} | {r.n_seeds} | {r.accuracy_at_B:.3f} | {r.tokens_at_B / 1e6:.3f} | "
+                   f"{r.updates_at_B:.0f} | {r.hours_at_B:.3f} | {r.continuation_share:.0%} | {r.stage_shares} |")
+    out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
+    if a.notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]
+    out += ["Files: `contrasts.csv` (one row per contrast), `per_seed.csv` (the paired values behind every "
+            "row), `configurations.csv`, `results.json`.", ""]
+    return "\n".join(out)
