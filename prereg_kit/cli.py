@@ -26,8 +26,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _console(stderr: bool = False) -> Console:
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not c.is_terminal:
+        c.width = 160  # tables in logs and pipes: don't squeeze them to 80 columns
+    return c
+
+
+out = out_console = _console()
+err = _console(stderr=True)
 
 
 def handles_errors(fn):
@@ -131,6 +140,94 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     verdict = {0: "[green]OK[/green]", 1: "[red]VIOLATIONS[/red]", 2: "[red]UNUSABLE INPUT[/red]"}[code]
     out.print(f"{rep.plan_path}: {verdict}")
     raise typer.Exit(code)
+
+
+@app.command()
+@handles_errors
+def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.toml, plan.lock, runs/).")],
+            exploratory: Annotated[bool, typer.Option(
+                "--exploratory", help="Analyze despite failed preregistration checks; label every result exploratory.")] = False,
+            resamples: Annotated[int, typer.Option(help="Bootstrap resamples (default: the plan's).")] = 0,
+            out: Annotated[Path, typer.Option(help="Report folder (default STUDY_DIR/report).")] = None) -> None:
+    """Verify the lock, read the run logs, compute every contrast at matched compute, write the report.
+
+    Exit 1 if the preregistration checks fail (plan changed, runs before the lock); 2 for
+    unusable input (no lock, unpaired runs, corrupt logs).
+    """
+    from .analyze import analyze_study
+    from .report import write_report
+
+    a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None)
+    target = out or Path(study_dir) / "report"
+    files = write_report(a, target)
+    _print_contrasts(a)
+    for h in a.hypotheses.itertuples():
+        out_console.print(f"{h.id}: {h.outcome} → {h.reading}", soft_wrap=True)
+    for n in a.notes:
+        err.print(f"[yellow]note:[/yellow] {n}", soft_wrap=True)
+    out_console.print(f"report: {target / 'report.md'} ({len(files)} files)")
+
+
+def _print_contrasts(a) -> None:
+    from rich.table import Table
+
+    from .report import format_p
+
+    t = Table(title=f"{a.plan.study.id}: contrasts" + (" (EXPLORATORY)" if a.exploratory else ""))
+    for col in ("contrast", "tier", "pair", "at", "n", "Δ [95% CI]", "tested p (Holm if primary)", "TOST p", "verdict"):
+        t.add_column(col)
+    for r in a.contrasts.itertuples():
+        t.add_row(r.contrast, r.tier, f"{r.treatment} − {r.control}", r.at, str(r.n),
+                  f"{r.mean:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
+                  format_p(r.p_holm if r.tier == "primary" else r.tested_p), format_p(r.tost_p), r.verdict)
+    out_console.print(t)
+
+
+def _pairs(items: list[str], option: str, example: str) -> dict[str, float]:
+    """``["A=0.1", ...]`` → ``{"A": 0.1}``; a malformed item is a one-line error."""
+    out = {}
+    for item in items:
+        name, sep, val = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = float(val)
+        except ValueError:
+            raise PreregError(f"{option} {item!r}: expected NAME=NUMBER, e.g. {example}") from None
+    return out
+
+
+@app.command("dry-run")
+@handles_errors
+def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder (need not be locked).")],
+                effect: Annotated[list[str], typer.Option(
+                    "--effect", "-e", help="CONTRAST=DELTA: true treatment − control at B (fraction). Repeatable.")] = [],
+                repeat: Annotated[int, typer.Option(help="Further synthetic studies, for power by simulation.")] = 0,
+                out: Annotated[Path, typer.Option(help="Folder for the synthetic study (default PLAN_DIR/dry-run).")] = None,
+                seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
+                resamples: Annotated[int, typer.Option(help="Bootstrap resamples (default: the plan's).")] = 0,
+                time_ratio: Annotated[list[str], typer.Option(
+                    "--time-ratio", help="CONFIG=X: training seconds per token relative to the others.")] = [],
+                update_ratio: Annotated[list[str], typer.Option(
+                    "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = []) -> None:
+    """Simulate the plan on synthetic run logs with chosen effects; report what it would conclude."""
+    from .dryrun import dry_run
+
+    res = dry_run(plan, _pairs(effect, "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
+                  n_resamples=resamples or None, time_ratio=_pairs(time_ratio, "--time-ratio", "mc_k4=0.3"),
+                  update_ratio=_pairs(update_ratio, "--update-ratio", "mc_k4=0.1"))
+    out_console.print("true effects at B: " + ", ".join(f"{k} {v:+.3f}" for k, v in res.effects.items()))
+    _print_contrasts(res.analysis)
+    if res.power is not None:
+        from rich.table import Table
+
+        t = Table(title=f"verdicts over {repeat} simulated studies")
+        for col in res.power.columns:
+            t.add_column(str(col))
+        for row in res.power.itertuples(index=False):
+            t.add_row(*[f"{x:.2f}" if isinstance(x, float) else str(x) for x in row])
+        out_console.print(t)
+    out_console.print(f"synthetic study: {res.folder}; report: {res.folder / 'report' / 'report.md'}")
 
 
 def main() -> None:  # console-script entry point
