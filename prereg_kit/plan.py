@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from .canonical import content_hash, sha256_hex
 from .errors import PlanError
@@ -87,7 +87,13 @@ def _check_seeds(value: list[int]) -> list[int]:
     return value
 
 
+def _check_multiple(v: str) -> str:
+    parse_multiple(v)
+    return v
+
+
 Seeds = Annotated[list[int], BeforeValidator(_seeds)]
+Multiple = Annotated[str, AfterValidator(_check_multiple)]
 Tokens = Annotated[int, BeforeValidator(parse_tokens)]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=80)]
 
@@ -158,7 +164,7 @@ class Hypothesis(_Model):
 class Budget(_Model):
     tokens: Tokens = Field(description="the token budget B: generated tokens of every kind")
     eval_every: str | int = "B/16"
-    train_to: str = "B"
+    train_to: Multiple = "B"
     time_hours: float | None = Field(default=None, gt=0)
 
     @field_validator("eval_every")
@@ -170,11 +176,6 @@ class Budget(_Model):
             raise ValueError("the evaluation interval must be positive")
         return v
 
-    @field_validator("train_to")
-    @classmethod
-    def _train_to(cls, v: str) -> str:
-        parse_multiple(v)
-        return v
 
     def eval_interval_tokens(self) -> int:
         """The evaluation interval in generated tokens (``B/16`` → B // 16)."""
@@ -216,14 +217,7 @@ class Evaluation(_Model):
 class Configuration(_Model):
     description: str = ""
     overrides: dict[str, Any] = {}
-    train_to: str | None = None
-
-    @field_validator("train_to")
-    @classmethod
-    def _train_to(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_multiple(v)
-        return v
+    train_to: Multiple | None = None
 
 
 Margin = float | list[float]
@@ -308,16 +302,9 @@ class Stage(_Model):
     description: str = ""
     seeds: Seeds | None = None
     configurations: list[str] | None = None
-    train_to: str | None = None
+    train_to: Multiple | None = None
 
     _seeds_ok = field_validator("seeds")(classmethod(lambda cls, v: v if v is None else _check_seeds(v)))
-
-    @field_validator("train_to")
-    @classmethod
-    def _train_to(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_multiple(v)
-        return v
 
 
 class Plan(_Model):
