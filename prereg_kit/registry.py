@@ -1,0 +1,575 @@
+"""The study registry: the papers' studies as plans, their reported results as records, and the recheck.
+
+``registry/<study>/plan.toml`` is a preregistration (``docs/plan-format.md``); beside it,
+``reported.toml`` (optional) is the record of what the paper printed for the study: per contrast
+the number of seeds, the mean, the 95% interval and the printed tests, each with its source
+(table, figure, line). ``prereg registry`` lists the studies with their state;
+``prereg recheck`` recomputes every printed p-value from its printed mean, interval and n
+(:func:`prereg_kit.stats.from_summary`) and lists the ones that do not match given their rounding.
+A mismatch that is a real inconsistency of the paper carries its ``explanation`` in the record.
+See ``docs/registry.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import PreregError
+from .plan import PLAN_FILE, Plan, load_plan
+
+REPORTED_FILE = "reported.toml"
+TEST_KEYS = ("p", "holm_p", "tost_p", "tost_holm_p", "noninferiority_p", "noninferiority_holm_p")
+STATUSES = ("consistent", "explained", "inconsistent", "no test", "not checkable")
+
+
+# --------------------------------------------------------------------------- the record's schema
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Amendment(_Strict):
+    """A dated amendment the paper mentions (the date is kept as printed, or ``not stated``)."""
+
+    date: str = "not stated"
+    description: str
+    changes: list[str] = []
+    source: str = ""
+
+
+class Endpoint(_Strict):
+    """A reported endpoint without an interval (single runs, e.g. the multi-reward grids)."""
+
+    id: str
+    label: str
+    model: str = ""
+    configuration: str | None = None
+    metric: str
+    value: str
+    reference: str = ""
+    source: str
+    note: str = ""
+
+
+class ReportedRow(_Strict):
+    """One printed contrast: n, mean and 95% interval as printed, the printed test(s), the source."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+    contrast: str | None = None
+    label: str
+    model: str = ""
+    at: str = "B"
+    n: int | None = Field(default=None, ge=2)
+    mean: str | None = None
+    ci_low: str | None = None
+    ci_high: str | None = None
+    values: str = ""  # several printed means without an interval, e.g. "+0.014 / +0.018 / +0.010"
+    unit: Literal["fraction", "points", "ratio"] = "fraction"
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    ci_kind: Literal["paired-t", "welch", "bootstrap", "none"] = "paired-t"
+    df: int | None = Field(default=None, ge=1)
+    tier: Literal["primary", "secondary", "exploratory", "estimate", "descriptive"] | None = None
+    test: str = ""
+    p: str | None = None
+    holm_p: str | None = None
+    tost_p: str | None = None
+    tost_holm_p: str | None = None
+    noninferiority_p: str | None = None
+    noninferiority_holm_p: str | None = None
+    noninferior: bool | None = None
+    margin: float | None = Field(default=None, gt=0)
+    family_size: int | None = Field(default=None, ge=1)
+    family_inferred: bool = False
+    source: str
+    line: int | None = None
+    figure: int | None = None
+    table: str | None = None
+    block: str = ""
+    rebuilt: bool = False
+    explanation: str = ""
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ReportedRow":
+        have = [x is not None for x in (self.mean, self.ci_low, self.ci_high)]
+        if any(have[1:]) and not all(have):
+            raise ValueError("an interval needs mean, ci_low and ci_high")
+        if self.tests() and (not all(have) or self.n is None):
+            raise ValueError("a printed test needs n, mean, ci_low and ci_high to be rechecked")
+        return self
+
+    def tests(self) -> dict[str, str]:
+        """The printed p-values of the row, by from_summary's names."""
+        return {k: getattr(self, k) for k in TEST_KEYS if getattr(self, k) is not None}
+
+    @property
+    def printed(self) -> str:
+        if self.mean is None:
+            return ""
+        ci = f" [{self.ci_low}, {self.ci_high}]" if self.ci_low is not None else ""
+        return f"{self.mean}{ci}"
+
+
+class Reported(_Strict):
+    """``reported.toml``: what the paper printed for one study."""
+
+    study: str
+    paper: Literal["dense-rewards", "multi-reward"]
+    source: str = ""
+    notes: list[str] = []
+    amendments: list[Amendment] = []
+    rows: list[ReportedRow] = []
+    endpoints: list[Endpoint] = []
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Reported":
+        ids = [r.id for r in self.rows] + [e.id for e in self.endpoints]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"duplicate row ids: {', '.join(dup)}")
+        return self
+
+
+def load_reported(path: str | Path) -> Reported:
+    """Read and validate a ``reported.toml`` (a path to the file or its study folder)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / REPORTED_FILE
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PreregError(f"{p}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PreregError(f"{p}: TOML syntax error: {e}") from None
+    try:
+        return Reported.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            lines.append(f"{p}: {loc}: {msg}")
+        raise PreregError(*lines) from None
+
+
+# --------------------------------------------------------------------------- finding studies
+
+
+def default_root() -> Path:
+    """``./registry`` if the current folder has one, else the repository's ``registry/``."""
+    here = Path.cwd() / "registry"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[1] / "registry"
+
+
+def study_dirs(root: str | Path) -> list[Path]:
+    """Every folder under ``root`` that holds a ``plan.toml``, sorted by name."""
+    r = Path(root)
+    if not r.is_dir():
+        raise PreregError(f"{r}: no such registry folder")
+    return sorted((p.parent for p in r.glob(f"*/{PLAN_FILE}")), key=lambda p: p.name)
+
+
+def find_study(root: str | Path, name: str) -> Path:
+    """A study folder by folder name or plan id (case-insensitive; ``S1`` finds ``S01``)."""
+    want = name.strip().lower()
+    dirs = study_dirs(root)
+    for d in dirs:
+        if d.name.lower() == want:
+            return d
+    for d in dirs:
+        try:
+            sid = tomllib.loads((d / PLAN_FILE).read_text(encoding="utf-8")).get("study", {}).get("id", "")
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(sid, str) and sid.lower() == want:
+            return d
+    raise PreregError(f"no study {name!r} in {root} (have: {', '.join(d.name for d in dirs)})")
+
+
+@dataclass
+class StudyState:
+    """What ``prereg registry`` shows for one study folder."""
+
+    folder: str
+    path: Path
+    study_id: str = ""
+    title: str = ""
+    plan_valid: bool = False
+    plan_error: str = ""
+    locked: str = "no"  # no | yes | changed | comments changed | broken
+    runs: int = 0
+    report: bool = False
+    reported_rows: int | None = None  # None: no reported.toml
+    reported_error: str = ""
+    endpoints: int = 0
+
+
+def study_state(d: Path) -> StudyState:
+    from .lock import check_plan, lock_path, read_chain
+
+    st = StudyState(folder=d.name, path=d)
+    try:
+        pf = load_plan(d / PLAN_FILE)
+        st.plan_valid = True
+        st.study_id, st.title = pf.plan.study.id, pf.plan.study.title
+    except PreregError as e:
+        st.plan_error = e.lines[0] if e.lines else str(e)
+        try:
+            study = tomllib.loads((d / PLAN_FILE).read_text(encoding="utf-8")).get("study", {})
+            st.study_id, st.title = str(study.get("id", "")), str(study.get("title", ""))
+        except Exception:  # noqa: BLE001 - an unparseable plan: its error is already recorded
+            pass
+    if lock_path(d / PLAN_FILE).exists():
+        try:
+            chain = read_chain(d / PLAN_FILE)
+            state = check_plan(d / PLAN_FILE, chain).state
+            st.locked = {"clean": "yes", "comment-only": "comments changed", "changed": "changed"}[state]
+        except PreregError:
+            st.locked = "broken"
+    st.runs = sum(1 for p in (d / "runs").glob("*/seed-*") if p.is_dir()) if (d / "runs").is_dir() else 0
+    st.report = (d / "report" / "report.md").is_file()
+    if (d / REPORTED_FILE).exists():
+        try:
+            rep = load_reported(d)
+            st.reported_rows, st.endpoints = len(rep.rows), len(rep.endpoints)
+        except PreregError as e:
+            st.reported_rows = 0
+            st.reported_error = e.lines[0] if e.lines else str(e)
+    return st
+
+
+def registry_states(root: str | Path) -> list[StudyState]:
+    return [study_state(d) for d in study_dirs(root)]
+
+
+# --------------------------------------------------------------------------- recheck
+
+
+@dataclass
+class CheckedRow:
+    """The recheck of one reported row."""
+
+    study: str
+    row: str
+    label: str
+    source: str
+    n: int | None
+    printed: str
+    test: str
+    status: str
+    checks: list[str] = field(default_factory=list)  # "holm_p .016 ∈ [.0155, .0165] vs [.0071, .0143]: ok"
+    basis: str = ""  # family size and margin used, with "inferred" where the paper does not state it
+    explanation: str = ""
+    mean_matches_ci: bool | None = None
+
+    @property
+    def mismatch(self) -> bool:
+        return self.status in ("inconsistent", "explained")
+
+
+def _fmt(x: float) -> str:
+    if x == 0:
+        return "0"
+    if x >= 0.001:
+        return f"{x:.4f}".rstrip("0").rstrip(".")
+    return f"{x:.2g}"
+
+
+def _family_size(row: ReportedRow, plan: Plan | None) -> tuple[int | None, str]:
+    if row.family_size is not None:
+        return row.family_size, "inferred" if row.family_inferred else "stated"
+    if plan is not None and row.contrast:
+        fam = plan.family_of(row.contrast)
+        if fam is not None:
+            return len(fam.members), "plan"
+    return None, ""
+
+
+def _margin(row: ReportedRow, plan: Plan | None) -> float | list[float]:
+    if row.margin is not None:
+        m: float | list[float] = row.margin
+    elif plan is not None and row.contrast:
+        try:
+            m = plan.margin_of(plan.contrast(row.contrast))
+        except KeyError:
+            m = plan.statistics.margin
+    elif plan is not None:
+        m = plan.statistics.margin
+    else:
+        m = 0.02
+    if row.unit == "points":
+        m = [100 * x for x in m] if isinstance(m, list) else 100 * m
+    return m
+
+
+_KIND_KEY = {"superiority": ("p", "holm_p"), "equivalence": ("tost_p", "tost_holm_p"),
+             "non-inferiority": ("noninferiority_p", "noninferiority_holm_p")}
+
+
+def recheck_row(study: str, row: ReportedRow, plan: Plan | None = None,
+                holm_exact: dict[str, tuple[float, float]] | None = None) -> CheckedRow:
+    """Recompute the row's printed tests from its printed mean, interval and n.
+
+    ``holm_exact`` maps a Holm key (``holm_p``, ``tost_holm_p``, ``noninferiority_holm_p``) to the
+    range of the exact Holm value when every member of the row's family has a printed row
+    (:func:`family_holm_ranges`); otherwise a Holm value is checked against ``[p, min(1, m·p)]``.
+    """
+    from .stats import from_summary
+    from .stats.summary import parse_p
+
+    out = CheckedRow(study=study, row=row.id, label=row.label, source=row.source, n=row.n,
+                     printed=row.printed, test=row.test, status="not checkable", explanation=row.explanation)
+    tests = row.tests()
+    if row.noninferior is not None:
+        tests["noninferior"] = "yes" if row.noninferior else "no"
+    if row.mean is None or row.ci_low is None or row.n is None:
+        out.checks.append("no interval or n printed")
+        return out
+    if row.ci_kind in ("bootstrap", "none"):
+        out.checks.append(f"{row.ci_kind} interval: the paired-t recomputation does not apply")
+        return out
+    n_eff = row.df + 1 if row.df is not None else row.n
+    m, m_basis = _family_size(row, plan)
+    margin = _margin(row, plan)
+    need_margin = any(k in tests for k in ("tost_p", "tost_holm_p", "noninferiority_p", "noninferiority_holm_p", "noninferior"))
+    need_family = any(k in tests for k in ("holm_p", "tost_holm_p", "noninferiority_holm_p"))
+    basis = []
+    if row.df is not None:
+        basis.append(f"df={row.df} ({'Welch' if row.ci_kind == 'welch' else 'stated'})")
+    if need_family:
+        if m is None:
+            out.checks.append("a Holm p without a known family size")
+            return out
+        basis.append(f"m={m}" + (" (inferred)" if m_basis == "inferred" else ""))
+    if need_margin:
+        basis.append(f"margin ±{margin:g}" if not isinstance(margin, list) else f"margin {margin}")
+    out.basis = ", ".join(basis)
+    holm_exact = holm_exact or {}
+    if any(k in holm_exact for k in tests):
+        out.basis += ", exact Holm over the printed family"
+    reported = {k: v for k, v in tests.items()
+                if k in ("p", "holm_p", "tost_p", "tost_holm_p", "noninferiority_p") and k not in holm_exact}
+    try:
+        r = from_summary(row.mean, row.ci_low, row.ci_high, n_eff, confidence=row.confidence,
+                         margin=margin if need_margin else None, family_size=m if need_family else None,
+                         reported=reported)
+    except ValueError as e:
+        out.status = "inconsistent"
+        out.checks.append(f"cannot recompute: {e}")
+        return out if not row.explanation else _explained(out)
+    ok = True
+    out.mean_matches_ci = r.mean_matches_ci
+    if not r.mean_matches_ci:
+        ok = False
+        out.checks.append("printed mean is not the centre of any interval that rounds to the printed one")
+    for c in r.checks:
+        ok &= c.consistent
+        out.checks.append(f"{c.name} {c.reported}: recomputed [{_fmt(c.recomputed_low)}, {_fmt(c.recomputed_high)}]"
+                          + ("" if c.consistent else " MISMATCH"))
+    holm_ranges = dict(holm_exact)
+    if "noninferiority_holm_p" in tests and "noninferiority_holm_p" not in holm_ranges:
+        holm_ranges["noninferiority_holm_p"] = (r.noninferiority_p_low, min(1.0, m * r.noninferiority_p_high))
+    for key, (lo, hi) in holm_ranges.items():
+        if key not in tests:
+            continue
+        p_lo, p_hi, text = parse_p(tests[key])
+        good = p_lo <= hi * (1 + 1e-9) and lo * (1 - 1e-9) <= p_hi
+        ok &= good
+        how = " (exact Holm)" if key in holm_exact else ""
+        out.checks.append(f"{key} {text}: recomputed{how} [{_fmt(lo)}, {_fmt(hi)}]" + ("" if good else " MISMATCH"))
+    if "noninferior" in tests:
+        alpha = 0.05  # one-sided, the lower bound of the 90% interval above -margin (paper C.1)
+        shown = r.noninferiority_p_low < alpha
+        not_shown = r.noninferiority_p_high >= alpha
+        good = shown if row.noninferior else not_shown
+        ok &= good
+        out.checks.append(f"non-inferior={'yes' if row.noninferior else 'no'}: NI p in "
+                          f"[{_fmt(r.noninferiority_p_low)}, {_fmt(r.noninferiority_p_high)}]" + ("" if good else " MISMATCH"))
+    if not tests:
+        out.status = "no test" if ok else "inconsistent"
+        if ok:
+            out.checks.append(f"no printed test; paired-t p would be {_fmt(r.p)}")
+    else:
+        out.status = "consistent" if ok else "inconsistent"
+    if out.status == "inconsistent" and row.explanation:
+        return _explained(out)
+    return out
+
+
+def _explained(out: CheckedRow) -> CheckedRow:
+    out.status = "explained"
+    return out
+
+
+@dataclass
+class RecheckResult:
+    rows: list[CheckedRow]
+    skipped: list[str]  # study folders without a reported record
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(r.status == s for r in self.rows) for s in STATUSES}
+
+    @property
+    def unexplained(self) -> list[CheckedRow]:
+        return [r for r in self.rows if r.status == "inconsistent"]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.unexplained else 0
+
+
+def _raw_range(row: ReportedRow, kind: str, plan: Plan) -> tuple[float, float] | None:
+    """The range of a row's raw p for its contrast's kind (p, TOST p or non-inferiority p)."""
+    from .stats import from_summary
+
+    if row.mean is None or row.ci_low is None or row.n is None or row.ci_kind != "paired-t" or row.unit != "fraction":
+        return None
+    n_eff = row.df + 1 if row.df is not None else row.n
+    try:
+        r = from_summary(row.mean, row.ci_low, row.ci_high, n_eff, confidence=row.confidence,
+                         margin=_margin(row, plan) if kind != "superiority" else None)
+    except ValueError:
+        return None
+    if kind == "superiority":
+        return r.p_low, r.p_high
+    if kind == "equivalence":
+        return r.tost_p_low, r.tost_p_high
+    return r.noninferiority_p_low, r.noninferiority_p_high
+
+
+def family_holm_ranges(rows: list[ReportedRow], plan: Plan) -> dict[str, tuple[float, float]]:
+    """Exact Holm ranges per contrast, for families whose every member has a printed interval.
+
+    Holm-adjusted values are non-decreasing in each raw p, so over the box of raw p ranges the
+    adjusted value of each member runs from Holm(lower ends) to Holm(upper ends). Each member's
+    raw p range comes from its narrowest printed row at the plan's margin (text rows usually have
+    more decimals than figure rows).
+    """
+    from .stats import holm
+
+    out: dict[str, tuple[float, float]] = {}
+    for fam in plan.families:
+        ranges = []
+        for cid in fam.members:
+            kind = plan.contrast(cid).kind
+            cands = [_raw_range(r, kind, plan) for r in rows if r.contrast == cid and r.margin is None]
+            cands = [c for c in cands if c is not None]
+            if not cands:
+                break
+            ranges.append(min(cands, key=lambda c: (c[1] - c[0]) / max(c[1], 1e-300)))
+        else:
+            if len(fam.members) < 2:
+                continue
+            lows = holm([a for a, _ in ranges])
+            highs = holm([b for _, b in ranges])
+            for cid, lo, hi in zip(fam.members, lows, highs):
+                out[cid] = (float(lo), float(hi))
+    return out
+
+
+def recheck_study(d: Path) -> list[CheckedRow]:
+    """Recheck every row of one study folder's ``reported.toml`` against its plan."""
+    rep = load_reported(d)
+    try:
+        plan = load_plan(d / PLAN_FILE).plan
+    except PreregError:
+        plan = None
+    if plan is not None:
+        ids = {c.id for c in plan.contrasts}
+        bad = [r.id for r in rep.rows if r.contrast and r.contrast not in ids]
+        if bad:
+            raise PreregError(f"{d / REPORTED_FILE}: rows name contrasts that the plan lacks: {', '.join(bad)}")
+    exact = family_holm_ranges(rep.rows, plan) if plan is not None else {}
+    out = []
+    for row in rep.rows:
+        he = {}
+        if plan is not None and row.contrast in exact and row.family_size is None:
+            key = _KIND_KEY[plan.contrast(row.contrast).kind][1]
+            he = {key: exact[row.contrast]}
+        out.append(recheck_row(rep.study, row, plan, he))
+    return out
+
+
+def recheck(root: str | Path, studies: list[str] | None = None) -> RecheckResult:
+    """Recheck the named studies (folder names or plan ids), or every study with a record."""
+    dirs = [find_study(root, s) for s in studies] if studies else study_dirs(root)
+    rows: list[CheckedRow] = []
+    skipped = []
+    for d in dirs:
+        if not (d / REPORTED_FILE).exists():
+            if studies:
+                raise PreregError(f"{d}: no {REPORTED_FILE} (nothing reported to recheck)")
+            skipped.append(d.name)
+            continue
+        rows.extend(recheck_study(d))
+    return RecheckResult(rows, skipped)
+
+
+def load_all_reported(root: str | Path) -> list[tuple[Path, Reported]]:
+    """Every ``reported.toml`` under ``root`` with its folder (for the figure builders)."""
+    return [(d, load_reported(d)) for d in study_dirs(root) if (d / REPORTED_FILE).exists()]
+
+
+def value(text: str | None) -> float:
+    """A printed number as a float (``"−0.143"`` → −0.143); NaN for None."""
+    from .stats.summary import parse_number
+
+    return math.nan if text is None else parse_number(text)[0]
+
+
+__all__ = ["Reported", "ReportedRow", "Endpoint", "Amendment", "load_reported", "default_root", "study_dirs",
+           "find_study", "StudyState", "study_state", "registry_states", "CheckedRow", "RecheckResult",
+           "recheck_row", "recheck_study", "recheck", "load_all_reported", "value", "REPORTED_FILE"]
+
+
+# --------------------------------------------------------------------------- rows for the figure builders
+
+TABLE_BLOCKS = {
+    "3": ["Dense rewards within a completion",
+          "At outcome-only GRPO's training time at B (768 tokens, strict reward, A100)",
+          "Critic filter on Qwen3-0.6B and Qwen2.5-1.5B"],
+    "4": ["Critic filter at the other four models", "Random choice of the filter's candidates", "Other selection rules",
+          "Learning rate 2e-6, or decaying from it to 0 at B, minus 1e-6, same configuration and seeds",
+          "Reward verification"],
+}
+
+
+@dataclass(frozen=True)
+class PrintedRow:
+    """A reported row with its study, for the table and figure builders."""
+
+    study: str
+    folder: str
+    row: ReportedRow
+
+
+def printed_rows(root: str | Path) -> list[PrintedRow]:
+    """Every reported row of the registry (dense-rewards paper), in folder order."""
+    out = []
+    for d, rep in load_all_reported(root):
+        out.extend(PrintedRow(rep.study, d.name, r) for r in rep.rows)
+    return out
+
+
+def figure_rows(root: str | Path, figure: int) -> list[PrintedRow]:
+    """The rows of Figure 7 or 8, in the paper's order (by source line)."""
+    rows = [r for r in printed_rows(root) if r.row.figure == figure and r.row.mean is not None and r.row.ci_low is not None]
+    return sorted(rows, key=lambda r: (r.row.line or 0, r.study))
+
+
+def table_blocks(root: str | Path, table: str) -> list[tuple[str, list[PrintedRow]]]:
+    """The rows of Table 3 or 4 by block, in the paper's block order and by source line within a block."""
+    rows = [r for r in printed_rows(root) if r.row.table == table]
+    names = list(TABLE_BLOCKS.get(table, []))
+    names += sorted({r.row.block for r in rows} - set(names))
+    return [(b, sorted([r for r in rows if r.row.block == b], key=lambda r: (r.row.line or 0, r.study)))
+            for b in names if any(r.row.block == b for r in rows)]

@@ -1,0 +1,283 @@
+"""The registry: the papers' studies as plans that validate and lock, their reported results as
+records that parse, the recheck of every printed p-value, the CLI, and the figure builders."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from prereg_kit.cli import app
+from prereg_kit.lock import amend_plan, lock_plan, read_chain
+from prereg_kit.plan import load_plan
+from prereg_kit.registry import (
+    ReportedRow, family_holm_ranges, find_study, load_reported, recheck, recheck_row, registry_states, study_dirs,
+)
+from prereg_kit.verify import verify_study
+
+REGISTRY = Path(__file__).resolve().parents[1] / "registry"
+PAPER_STUDIES = ["equal-iteration"] + [f"S{i:02d}" for i in range(1, 36)]
+MR_GRIDS = ["mr-correct-brief", "mr-correct-negative", "mr-three-channel", "mr-code-fast", "mr-code-noop"]
+ALL_PLANS = sorted(REGISTRY.glob("*/plan.toml"))
+runner = CliRunner()
+
+
+def _run(*args):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert "Traceback" not in res.output
+    return res
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def test_every_paper_study_and_grid_is_in_the_registry():
+    have = {d.name for d in study_dirs(REGISTRY)}
+    assert set(PAPER_STUDIES + MR_GRIDS) <= have
+    ids = {load_plan(REGISTRY / s).plan.study.id for s in PAPER_STUDIES}
+    assert ids == {"equal-iteration"} | {f"S{i}" for i in range(1, 36)}
+
+
+@pytest.mark.parametrize("plan", ALL_PLANS, ids=[p.parent.name for p in ALL_PLANS])
+def test_every_registry_plan_validates_and_locks(plan, tmp_path):
+    load_plan(plan)
+    d = tmp_path / plan.parent.name
+    d.mkdir()
+    shutil.copyfile(plan, d / "plan.toml")
+    assert lock_plan(d / "plan.toml").status == "locked"
+    assert verify_study(d).exit_code == 0
+
+
+def test_no_lock_files_in_the_paper_studies():
+    assert not [s for s in PAPER_STUDIES + MR_GRIDS if (REGISTRY / s / "plan.lock").exists()]
+
+
+def test_plans_record_what_the_paper_fixes():
+    s25 = load_plan(REGISTRY / "S25").plan
+    assert s25.study.seeds == list(range(5, 17)) and s25.budget.tokens == 12_250_000
+    assert [f.members for f in s25.families] == [["P1", "P2"]]
+    s35 = load_plan(REGISTRY / "S35").plan
+    assert s35.families[0].members == ["T1", "T2", "T3", "T4"] and s35.train_to("mc_k4") == 4.0
+    assert s35.contrast("T1").reading_point.kind == "control_time"
+    for sid, margin in (("S28", 0.01), ("S31", 0.01), ("S32", 0.01), ("S33", 0.01), ("S34", 0.02)):
+        assert load_plan(REGISTRY / sid).plan.statistics.margin == margin
+    s26 = load_plan(REGISTRY / "S26").plan
+    assert {f.name for f in s26.families} == {"equivalence", "superiority"}
+    # values the paper does not state are said to be not stated
+    assert "not stated" in (REGISTRY / "S02" / "plan.toml").read_text()
+    assert "not stated" in (REGISTRY / "S14" / "plan.toml").read_text()
+
+
+def _with(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def test_s1_learning_rate_amendment_replays(tmp_path):
+    """S1's dated amendment: lock the pre-pilot plan, then amend the learning rate to 1e-6."""
+    text = (REGISTRY / "S01" / "plan.toml").read_text()
+    d = tmp_path / "S01"
+    d.mkdir()
+    (d / "plan.toml").write_text(_with(text, "learning_rate = 1e-6 ", "learning_rate = 1e-5 "))
+    lock_plan(d / "plan.toml")
+    (d / "plan.toml").write_text(text)
+    e = amend_plan(d / "plan.toml", "pilot: 1e-5 degraded every configuration; the stability probe selected 1e-6").entry
+    assert [(c["key"], c["old"], c["new"]) for c in e["changes"]] == [("recipe.learning_rate", 1e-5, 1e-6)]
+    assert verify_study(d).exit_code == 0
+    rep = load_reported(REGISTRY / "S01")
+    assert "learning rate" in rep.amendments[0].description.lower()
+
+
+def test_s2_two_amendments_replay(tmp_path):
+    """S2's two dated amendments added rules before the parts they govern ran."""
+    text = (REGISTRY / "S02" / "plan.toml").read_text()
+    plan = load_plan(REGISTRY / "S02").plan
+    rules = [r for r in plan.admission.rules if r.startswith("Amendment")]
+    assert len(rules) == 2
+    d = tmp_path / "S02"
+    d.mkdir()
+    line = next(ln for ln in text.splitlines() if ln.startswith("rules = ") and "Amendment 1" in ln)
+    drop = lambda keep: text.replace(line, "rules = " + json.dumps(rules[:keep], ensure_ascii=False))  # noqa: E731
+    (d / "plan.toml").write_text(drop(0))
+    lock_plan(d / "plan.toml")
+    (d / "plan.toml").write_text(drop(1))
+    amend_plan(d / "plan.toml", "amendment 1: rules for a part of the study before it ran")
+    (d / "plan.toml").write_text(text)
+    amend_plan(d / "plan.toml", "amendment 2: rules for a further part before it ran")
+    chain = read_chain(d / "plan.toml")
+    assert [e["kind"] for e in chain.entries] == ["lock", "amendment", "amendment"]
+    assert verify_study(d).exit_code == 0
+    assert len(load_reported(REGISTRY / "S02").amendments) == 2
+
+
+# --------------------------------------------------------------------------- reported records
+
+
+@pytest.mark.parametrize("study", PAPER_STUDIES + MR_GRIDS)
+def test_every_reported_record_parses_and_names_plan_contrasts(study):
+    rep = load_reported(REGISTRY / study)
+    plan = load_plan(REGISTRY / study).plan
+    assert rep.study == plan.study.id
+    ids = {c.id for c in plan.contrasts}
+    assert all(r.contrast in ids for r in rep.rows if r.contrast)
+    assert rep.rows or rep.endpoints
+    assert all(r.source for r in rep.rows)
+
+
+def test_extract_rows_are_all_recorded():
+    rows = [r for s in PAPER_STUDIES for r in load_reported(REGISTRY / s).rows]
+    assert sum(r.figure == 7 for r in rows) == 31 and sum(r.figure == 8 for r in rows) == 28
+    assert sum(r.table == "3" and not r.rebuilt for r in rows) == 14  # every surviving Table 3 row
+    assert sum(r.table == "15" or (r.source.startswith("Table 15")) for r in rows) == 12
+    assert len(rows) >= 200
+
+
+def test_recheck_of_the_registry_has_no_unexplained_mismatch():
+    res = recheck(REGISTRY, PAPER_STUDIES)
+    assert res.exit_code == 0, [(r.study, r.row, r.checks) for r in res.unexplained]
+    c = res.counts()
+    assert c["consistent"] >= 140 and c["inconsistent"] == 0
+    explained = {(r.study, r.row) for r in res.rows if r.status == "explained"}
+    assert explained == {("S3", "E-reuse")}
+    inferred = {r.study for r in res.rows if "inferred" in r.basis}
+    assert {"S1", "S8", "S9"} <= inferred
+
+
+def test_recheck_details_match_the_statistics_notes():
+    rows = {(r.study, r.row): r for r in recheck(REGISTRY, ["S1", "S8", "S26", "S17"]).rows}
+    # S1: the printed Holm p fits a family of three, not two (docs/statistics.md)
+    assert rows["S1", "T3-mc-k4"].status == "consistent" and "m=3 (inferred)" in rows["S1", "T3-mc-k4"].basis
+    assert rows["S8", "F7-filter"].status == "consistent"
+    # S26's TD TOST Holm value: exact Holm over its printed family, at the edge of rounding
+    td = rows["S26", "L3115-td"]
+    assert td.status == "consistent" and "exact Holm" in td.checks[0]
+    # S17's non-inferiority Holm value
+    assert rows["S17", "L4345-P2"].status == "consistent"
+
+
+def test_recheck_row_flags_and_explains():
+    bad = ReportedRow(id="x", label="x", n=24, mean="+0.007", ci_low="+0.002", ci_high="+0.012", p=".08", source="t")
+    assert recheck_row("T", bad).status == "inconsistent"
+    explained = bad.model_copy(update={"explanation": "a typo in the paper"})
+    assert recheck_row("T", explained).status == "explained"
+    off = ReportedRow(id="y", label="y", n=24, mean="+0.010", ci_low="+0.002", ci_high="+0.012", source="t")
+    assert recheck_row("T", off).status == "inconsistent"  # mean off the interval's centre
+    boot = ReportedRow(id="z", label="z", n=5, mean="-0.1", ci_low="-0.2", ci_high="-0.05", ci_kind="bootstrap", source="t")
+    assert recheck_row("T", boot).status == "not checkable"
+    with pytest.raises(ValueError):
+        ReportedRow(id="w", label="w", p=".05", source="t")  # a printed test without an interval
+
+
+def test_exact_holm_ranges_are_monotone_bounds():
+    plan = load_plan(REGISTRY / "S15").plan
+    rows = load_reported(REGISTRY / "S15").rows
+    ex = family_holm_ranges(rows, plan)
+    assert set(ex) == {"P1", "P2"}
+    assert ex["P2"][0] <= 0.011 <= ex["P2"][1] and ex["P1"][0] <= 0.039 <= ex["P1"][1]
+
+
+# --------------------------------------------------------------------------- a small registry for the CLI and builders
+
+SMALL_REPORTED = '''
+study = "S25"
+paper = "dense-rewards"
+[[rows]]
+id = "a"
+contrast = "P1"
+label = "Monte-Carlo reward, k=1"
+model = "Qwen2.5"
+n = 12
+mean = "-0.068"
+ci_low = "-0.076"
+ci_high = "-0.060"
+tier = "primary"
+test = "Holm p=1.5x10^-9"
+holm_p = "1.5x10^-9"
+source = "Figure 7"
+line = 1
+figure = 7
+table = "3"
+block = "Dense rewards within a completion"
+[[rows]]
+id = "b"
+label = "Random choice"
+model = "Qwen2.5"
+n = 12
+mean = "-0.001"
+ci_low = "-0.008"
+ci_high = "+0.005"
+test = "TOST p<.001"
+tost_p = "<.001"
+source = "Figure 8"
+line = 2
+figure = 8
+table = "4"
+block = "Random choice of the filter's candidates"
+rebuilt = true
+'''
+
+
+@pytest.fixture
+def small_registry(tmp_path) -> Path:
+    root = tmp_path / "registry"
+    (root / "S25").mkdir(parents=True)
+    shutil.copyfile(REGISTRY / "S25" / "plan.toml", root / "S25" / "plan.toml")
+    (root / "S25" / "reported.toml").write_text(SMALL_REPORTED)
+    (root / "cpu-x").mkdir()  # a plan without a reported record (the CPU studies)
+    shutil.copyfile(REGISTRY / "S16" / "plan.toml", root / "cpu-x" / "plan.toml")
+    return root
+
+
+def test_registry_states_and_cli(small_registry):
+    states = {s.folder: s for s in registry_states(small_registry)}
+    assert states["S25"].plan_valid and states["S25"].reported_rows == 2 and states["cpu-x"].reported_rows is None
+    lock_plan(small_registry / "S25" / "plan.toml")
+    (small_registry / "S25" / "runs" / "outcome" / "seed-5").mkdir(parents=True)
+    (small_registry / "S25" / "report").mkdir()
+    (small_registry / "S25" / "report" / "report.md").write_text("# report\n")
+    s = {s.folder: s for s in registry_states(small_registry)}["S25"]
+    assert (s.locked, s.runs, s.report) == ("yes", 1, True)
+    res = _run("registry", "--root", small_registry)
+    assert res.exit_code == 0 and "S25" in res.output and "cpu-x" in res.output and "2 rows" in res.output
+    (small_registry / "cpu-x" / "plan.toml").write_text("[study]\nid = 1\n")
+    res = _run("registry", "--root", small_registry)
+    assert res.exit_code == 2 and "✗" in res.output
+
+
+def test_recheck_cli(small_registry):
+    res = _run("recheck", "--all", "--root", small_registry)
+    assert res.exit_code == 0 and "consistent" in res.output and "cpu-x" in res.output
+    assert _run("recheck", "s25", "--root", small_registry).exit_code == 0  # by plan id, any case
+    assert find_study(small_registry, "S25").name == "S25"
+    assert _run("recheck", "--root", small_registry).exit_code == 2  # neither a study nor --all
+    assert _run("recheck", "S99", "--root", small_registry).exit_code == 2
+    assert _run("recheck", "cpu-x", "--root", small_registry).exit_code == 2  # no reported record
+    rep = small_registry / "S25" / "reported.toml"
+    rep.write_text(rep.read_text().replace('tost_p = "<.001"', 'tost_p = ".30"'))
+    res = _run("recheck", "--all", "--root", small_registry)
+    assert res.exit_code == 1 and "unexplained mismatch" in res.output
+    rep.write_text(rep.read_text().replace('rebuilt = true', 'rebuilt = true\nexplanation = "printed as .30 in the paper"'))
+    assert _run("recheck", "--all", "--root", small_registry).exit_code == 0
+    rep.write_text(rep.read_text() + "\nbogus = 1\n")
+    res = _run("recheck", "--all", "--root", small_registry)
+    assert res.exit_code == 2 and "bogus" in res.output
+
+
+def test_builders_run_on_small_inputs_and_reproduce(small_registry, tmp_path):
+    from figures import build_forest_reported, build_recheck_table, build_table3_4
+
+    for mod in (build_table3_4, build_forest_reported, build_recheck_table):
+        assert mod.OUTPUT and mod.DESCRIPTION and mod.INPUTS
+        first = mod.build(tmp_path / "a", root=small_registry)
+        second = mod.build(tmp_path / "b", root=small_registry)
+        assert first.name == mod.OUTPUT and first.exists()
+        if first.suffix in (".md", ".csv"):
+            assert first.read_text() == second.read_text()
+    md = (tmp_path / "a" / "table3_4.md").read_text()
+    assert "rebuilt from reported summaries" in md and "Random choice †" in md
+    assert (tmp_path / "a" / "figure8_forest.png").stat().st_size > 1000
+    assert "2 consistent" in (tmp_path / "a" / "recheck_table.md").read_text()
+    assert (tmp_path / "a" / "table3.csv").read_text() == (tmp_path / "b" / "table3.csv").read_text()
