@@ -230,6 +230,108 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
     out_console.print(f"synthetic study: {res.folder}; report: {res.folder / 'report' / 'report.md'}")
 
 
+@app.command()
+@handles_errors
+def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding plan.toml).")],
+        stage: Annotated[str, typer.Option(help="Stage to run: main (needs a locked plan), smoke, pilot, calibration.")] = "main",
+        configs: Annotated[list[str] | None, typer.Option("--configs", help="Configurations to run (comma-separated or repeated); default all.")] = None,
+        seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds to run: 0,1 or 0-3 (repeatable); default all.")] = None,
+        jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Runs at once (default: one per GPU; 1 on CPU).")] = None) -> None:
+    """Train every configuration x seed of the plan's stage; skip complete runs, resume incomplete ones."""
+    try:
+        from trainer.launch import run_study
+    except ImportError as e:  # torch / transformers are the 'train' extra
+        raise PreregError(f"prereg run needs the trainer's dependencies (pip install prereg-kit[train]): {e}") from None
+
+    def split(values: list[str] | None) -> list[str] | None:
+        return None if not values else [x.strip() for v in values for x in v.split(",") if x.strip()]
+
+    seed_list = None
+    if seeds:
+        seed_list = []
+        for item in split(seeds) or []:
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
+            seed_list += list(range(int(lo), int(hi or lo) + 1))
+    results = run_study(study_dir, stage=stage, configs=split(configs), seeds=seed_list, n_jobs=jobs, console=err)
+    if any(j.result.startswith("failed") for j in results):
+        raise typer.Exit(1)
+
+
+@app.command("registry")
+@handles_errors
+def registry_cmd(root: Annotated[Path, typer.Option(
+        help="Registry folder (default: ./registry, else the repository's registry/).")] = None) -> None:
+    """List the registry's studies: plan valid, locked, runs, report, reported record."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .registry import default_root, registry_states
+
+    base = root or default_root()
+    states = registry_states(base)
+    t = Table(title=f"registry: {base} ({len(states)} studies)")
+    for col in ("study", "id", "title", "plan", "locked", "runs", "report", "reported"):
+        t.add_column(col, overflow="fold")
+    for s in states:
+        plan = "[green]✓[/green]" if s.plan_valid else f"[red]✗[/red] {escape(s.plan_error)}"
+        rep = ("—" if s.reported_rows is None else f"[red]✗[/red] {escape(s.reported_error)}" if s.reported_error
+               else f"{s.reported_rows} rows" + (f", {s.endpoints} endpoints" if s.endpoints else ""))
+        t.add_row(escape(s.folder), escape(s.study_id), escape(s.title), plan, s.locked, str(s.runs) if s.runs else "—",
+                  "✓" if s.report else "—", rep)
+    out_console.print(t)
+    bad = sum(not s.plan_valid or bool(s.reported_error) for s in states)
+    out_console.print(f"{len(states)} studies, {sum(s.plan_valid for s in states)} valid plans, "
+                      f"{sum(s.reported_rows is not None for s in states)} reported records" + (f", {bad} with errors" if bad else ""))
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command("recheck")
+@handles_errors
+def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders or ids (S1, S01, S26).")] = None,
+                all_: Annotated[bool, typer.Option("--all", help="Recheck every study with a reported record.")] = False,
+                root: Annotated[Path, typer.Option(help="Registry folder (default: ./registry, else the repository's).")] = None,
+                mismatches: Annotated[bool, typer.Option("--mismatches", help="Show only inconsistent and explained rows.")] = False) -> None:
+    """Recompute every printed p-value from its printed mean, 95% CI and n; list those that do not match.
+
+    Exit 0 when every mismatch is explained in its record, 1 otherwise.
+    """
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .registry import default_root, recheck
+
+    if not studies and not all_:
+        raise PreregError("name one or more studies, or use --all")
+    base = root or default_root()
+    res = recheck(base, None if all_ else list(studies))
+    style = {"consistent": "green", "explained": "yellow", "inconsistent": "red", "no test": "dim", "not checkable": "dim"}
+    t = Table(title="recheck of reported p-values (from printed mean, 95% CI and n; rounding allowed)")
+    for col in ("study", "row", "source", "n", "printed Δ [95% CI]", "printed test", "recomputed", "status"):
+        t.add_column(col, overflow="fold")
+    for r in res.rows:
+        if mismatches and not r.mismatch:
+            continue
+        status = r.status + ("*" if "inferred" in r.basis and r.status == "consistent" else "")
+        detail = "; ".join(r.checks) + (f" [{r.basis}]" if r.basis else "")
+        if r.explanation:
+            detail += f" — explained: {r.explanation}"
+        t.add_row(*map(escape, (r.study, r.row, r.source, str(r.n or ""), r.printed, r.test, detail)),
+                  f"[{style[r.status]}]{status}[/{style[r.status]}]")
+    out_console.print(t)
+    c = res.counts()
+    out_console.print(", ".join(f"{v} {k}" for k, v in c.items()) + f" ({len(res.rows)} rows)"
+                      + (f"; no reported record: {', '.join(res.skipped)}" if res.skipped else ""))
+    if any("inferred" in r.basis for r in res.rows):
+        out_console.print("* consistent only with a Holm family size inferred from the printed value (the paper does not state the family)")
+    for r in res.unexplained:
+        err.print(f"[red]unexplained mismatch:[/red] {escape(r.study)} {escape(r.row)} ({escape(r.source)}): "
+                  f"{escape('; '.join(r.checks))}", soft_wrap=True)
+    raise typer.Exit(res.exit_code)
+
+
 def main() -> None:  # console-script entry point
     app()
 

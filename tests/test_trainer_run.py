@@ -1,0 +1,205 @@
+"""Real runs of the tiny model: a valid run log, resume after SIGKILL, and `prereg run`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from prereg_kit.cli import app  # noqa: E402
+from prereg_kit.lock import lock_plan  # noqa: E402
+from prereg_kit.runlog import read_meta, read_run  # noqa: E402
+from trainer.launch import plan_jobs, stage_run_dir  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A study small enough for tests: a 1-layer hidden-32 model, a 30-step warm start, 2 prompts × 4.
+PLAN = """
+[study]
+id = "tiny"
+title = "Tiny trainer test"
+question = "Does the trainer run?"
+comparator = "frozen"
+seeds = [0, 1]
+
+[recipe]
+task = "synthetic"
+task_levels = [1]
+task_train_problems = 200
+model = "tiny"
+tiny = {{ hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }}
+warm_start = {{ steps = 30, batch_size = 16, learning_rate = 3e-3 }}
+prompts_per_iteration = 2
+group_size = 4
+completion_limit = 24
+learning_rate = 1e-3
+threads = 1
+
+[configurations.grpo]
+[configurations.frozen]
+overrides = {{ learning_rate = 0.0 }}
+
+[budget]
+tokens = {tokens}
+eval_every = "B/4"
+
+[evaluation]
+samples = 2
+greedy = true
+sets = [{{ name = "heldout", source = "synthetic:eval", n_problems = 6 }}]
+
+[[contrasts]]
+id = "C1"
+treatment = "grpo"
+control = "frozen"
+tier = "primary"
+
+[[families]]
+name = "primary"
+members = ["C1"]
+
+[[stages]]
+name = "smoke"
+seeds = [0]
+configurations = ["grpo"]
+train_to = "0.5B"
+
+[[stages]]
+name = "main"
+"""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _study(tmp_path: Path, cache: Path, tokens: int = 600) -> Path:
+    d = tmp_path / "study"
+    d.mkdir()
+    (d / "plan.toml").write_text(PLAN.format(tokens=tokens))
+    (d / ".cache").symlink_to(cache, target_is_directory=True)  # share the warm start between tests
+    return d
+
+
+def _spec(study: Path, config: str = "grpo", seed: int = 0, stage: str = "smoke", run_dir: Path | None = None):
+    _, jobs = plan_jobs(study, stage, [config], [seed])
+    spec = jobs[0].spec
+    if run_dir is not None:
+        spec = spec.model_copy(update={"run_dir": str(run_dir)})
+    return spec
+
+
+def _train(spec):
+    from trainer.loop import train
+
+    threads = torch.get_num_threads()
+    try:
+        return train(spec)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_short_real_run_writes_a_valid_run_log(tmp_path, cache):
+    study = _study(tmp_path, cache)
+    spec = _spec(study, stage="smoke")
+    c = _train(spec)
+    run = read_run(spec.run_dir, strict=True)
+    assert run.meta.status == "complete" and run.meta.plan_hash == spec.plan_hash and run.meta.stage == "smoke"
+    assert not run.problems
+    it, ev = run.iterations, run.evals
+    assert it["iteration"].tolist() == list(range(len(it)))
+    assert (it["tokens_rollout"] > 0).all() and (it["tokens_rollout"] <= 8 * 24).all()
+    assert it["updates"].tolist() == list(range(1, len(it) + 1))
+    assert set(ev["eval_set"]) == {"heldout"} and (ev["samples"] == 2).all()
+    per_eval = ev.groupby("eval_index")
+    assert (per_eval.size() == 6).all() and per_eval["eval_seed"].nunique().eq(1).all()
+    tokens = per_eval["tokens"].first().tolist()
+    stop = spec.stop_tokens
+    assert tokens[0] == 0 and tokens[-1] >= stop and tokens[-2] < stop  # stops after the eval at or after 0.5B
+    assert tokens[-1] == it["tokens_total"].sum() == c.total_tokens
+    assert ev["greedy_correct"].notna().all()
+    assert (ev["correct_strict"] <= ev["samples"]).all()
+    assert set(run.meta.model_extra["excluded_seconds"]) == {"evaluation", "logging", "checkpoint"}
+    assert not (Path(spec.run_dir) / "checkpoint").exists()  # deleted once complete
+
+
+def _rows(folder):
+    run = read_run(folder)
+    it = run.iterations.drop(columns=[c for c in run.iterations.columns if "seconds" in c])
+    ev = run.evals.drop(columns=["train_seconds"])
+    return it, ev, run
+
+
+@pytest.mark.parametrize("kill_after_rows", [1, 12])
+def test_resume_after_sigkill_gives_identical_rows(tmp_path, cache, kill_after_rows):
+    study = _study(tmp_path, cache, tokens=4000)
+    ref = _spec(study, run_dir=tmp_path / "ref")
+    _train(ref)
+    spec = _spec(study, run_dir=tmp_path / "killed")
+    Path(spec.run_dir).mkdir(parents=True)
+    spec_path = Path(spec.run_dir) / "spec.json"
+    spec.save(spec_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", str(spec_path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = Path(spec.run_dir) / "iterations.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if rows.exists() and rows.read_bytes().count(b"\n") >= kill_after_rows:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert read_meta(spec.run_dir).status == "running"  # killed mid-run
+    _train(spec)  # resume in-process from the last checkpoint
+    it_ref, ev_ref, _ = _rows(ref.run_dir)
+    it, ev, run = _rows(spec.run_dir)
+    resumes = run.meta.model_extra["resumes"]
+    assert run.meta.status == "complete" and len(resumes) == 1
+    if kill_after_rows > 10:  # past the first in-run evaluation: resumed from a mid-run checkpoint
+        assert resumes[0]["at_iteration"] > 0 and resumes[0]["at_eval"] > 1
+    assert it.equals(it_ref) and ev.equals(ev_ref)
+    assert not run.problems
+
+
+def _cli(*args):
+    return CliRunner().invoke(app, [*map(str, args)])
+
+
+def test_prereg_run_refuses_unlocked_or_changed_plan_for_main_stage(tmp_path, cache):
+    study = _study(tmp_path, cache)
+    res = _cli("run", study)
+    assert res.exit_code == 1 and "locked" in res.output
+    lock_plan(study / "plan.toml")
+    plan = study / "plan.toml"
+    plan.write_text(plan.read_text().replace("learning_rate = 1e-3", "learning_rate = 2e-3"))
+    res = _cli("run", study)
+    assert res.exit_code == 1 and "amend" in res.output
+    assert not (study / "runs").exists()
+    res = _cli("run", study, "--stage", "smoke", "--configs", "nope")
+    assert res.exit_code == 2 and "nope" in res.output
+
+
+def test_prereg_run_smoke_then_skips_completed_runs(tmp_path, cache):
+    study = _study(tmp_path, cache)
+    res = _cli("run", study, "--stage", "smoke")  # an unlocked plan may run its smoke stage
+    assert res.exit_code == 0, res.output
+    folder = stage_run_dir(study, "grpo", 0, "smoke")
+    meta = read_meta(folder)
+    assert meta.status == "complete" and meta.stage == "smoke"
+    assert (folder / "spec.json").is_file() and not (study / "runs").exists()
+    res = _cli("run", study, "--stage", "smoke")
+    assert res.exit_code == 0 and "1 complete (skipped)" in res.output
+    assert read_meta(folder).ended_at == meta.ended_at

@@ -1,0 +1,46 @@
+"""One run process: ``python -m trainer RUN_DIR/spec.json`` (what ``prereg run`` launches).
+
+Prints one JSON progress line per iteration on stdout; user errors go to stderr as one line and
+exit with code 2. SIGTERM stops the run cleanly (status ``stopped``; resumable from its last
+checkpoint); SIGKILL leaves it ``running`` and equally resumable.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print("usage: python -m trainer RUN_DIR/spec.json", file=sys.stderr)
+        return 2
+    from prereg_kit.errors import PreregError
+    from prereg_kit.runlog import RunLogError
+    from trainer.config import RunSpec
+
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        spec = RunSpec.load(args[0])
+        from trainer.loop import train
+
+        def progress(info: dict) -> None:
+            print(json.dumps(info), flush=True)
+
+        train(spec, progress=progress)
+    except (PreregError, RunLogError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

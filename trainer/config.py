@@ -1,0 +1,176 @@
+"""Trainer settings: the recipe a plan's ``[recipe]`` table (plus a configuration's overrides)
+resolves to, and the run spec a launcher hands to one run process.
+
+Defaults are the dense-rewards paper's matched-compute recipe (§2.3 "Implementation", C.1;
+extract §1.0, §3.1-3.2): 8 prompts × G = 8 completions, temperature 1, top-p 1, 380 tokens,
+Adam (0.9, 0.999, 1e-8) without weight decay, clip 1, constant lr 1e-6, no KL, no ratio clipping.
+Every field is documented in ``docs/trainer.md``. No torch here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from prereg_kit.errors import PreregError
+
+
+class ConfigError(PreregError):
+    """A recipe or run spec the trainer cannot use (exit code 2)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TinyModel(_Strict):
+    """A tiny transformers causal LM built from its config (no hub), for CPU studies."""
+
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    hidden_size: int = Field(96, gt=0)
+    layers: int = Field(2, gt=0)
+    heads: int = Field(4, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    init_seed: int = Field(0, ge=0)
+
+
+class WarmStart(_Strict):
+    """Supervised warm start of the tiny model on worked solutions (cached by a hash of these)."""
+
+    steps: int = Field(300, ge=0)
+    batch_size: int = Field(32, gt=0)
+    learning_rate: float = Field(3e-3, gt=0)
+    seed: int = Field(0, ge=0)
+    answer_noise: float = Field(0.0, ge=0, lt=1)  # share of examples boxing a wrong answer (N ± 1, 2)
+
+
+class TrainerConfig(_Strict):
+    """One configuration's resolved recipe (paper defaults; see docs/trainer.md)."""
+
+    # --- task and model
+    task: Literal["synthetic", "file"] = "synthetic"
+    train_file: str = ""  # task="file": MATH/GSM8K-layout JSONL or Parquet, relative to the study
+    task_levels: list[int] = [1, 2, 3]  # synthetic task: difficulty levels of pool and eval set
+    task_train_problems: int = Field(2000, gt=0)
+    task_seed: int = Field(0, ge=0)
+    model: str = "tiny"  # "tiny" or a local transformers model folder
+    tiny: TinyModel = TinyModel()
+    warm_start: WarmStart = WarmStart()
+    enable_thinking: bool = False  # Qwen3 chat templates: non-thinking mode (paper §2.3)
+    template_date: str = "26 Jul 2024"  # Llama-3 chat templates insert a date: fix it (C.1)
+    # --- one iteration (§2.3; extract §3.1)
+    prompts_per_iteration: int = Field(8, gt=0)
+    group_size: int = Field(8, gt=0)
+    completion_limit: int = Field(380, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    reward_verifier: Literal["default", "strict", "math_verify"] = "default"
+    credit: Literal["outcome"] = "outcome"
+    advantage_eps: float = Field(1e-6, gt=0)
+    # --- the update (§2.3; extract §3.2)
+    learning_rate: float = Field(1e-6, ge=0)
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.999, ge=0, lt=1)
+    adam_eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(0, ge=0)  # completions per forward/backward; 0 = all at once
+    # --- machinery
+    engine: Literal["hf", "vllm"] = "hf"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "float32", "bf16-autocast"] = "auto"
+    threads: int = Field(0, ge=0)  # torch CPU threads in the run process; 0 = torch's default
+    eval_batch_size: int = Field(512, gt=0)  # sequences per generation call during evaluation
+    checkpoint_every: int = Field(0, ge=0)  # extra checkpoints every N iterations (0: at evaluations only)
+    keep_checkpoint: bool = False  # keep the last checkpoint once the run is complete
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainerConfig":
+        if self.task == "file" and not self.train_file:
+            raise ValueError("task = 'file' needs train_file")
+        if self.task == "synthetic" and not set(self.task_levels) <= {1, 2, 3}:
+            raise ValueError("task_levels: synthetic levels are 1, 2, 3")
+        return self
+
+
+def parse_config(data: dict[str, Any], *, where: str = "recipe") -> TrainerConfig:
+    """Validate a resolved recipe; unknown keys and bad values become one-line ConfigErrors."""
+    try:
+        return TrainerConfig.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            key = ".".join(str(x) for x in err["loc"]) or "(recipe)"
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {key}: {msg}")
+        raise ConfigError(*lines) from None
+
+
+class EvalSetSpec(_Strict):
+    name: str
+    source: str = ""
+    n_problems: int | None = None
+    levels: list[int] = []
+
+
+class RunSpec(_Strict):
+    """Everything one run process needs, written by the launcher as ``<run_dir>/spec.json``."""
+
+    study: str
+    configuration: str
+    seed: int
+    stage: Literal["calibration", "pilot", "smoke", "main"] = "main"
+    plan_hash: str
+    study_dir: str
+    run_dir: str
+    cache_dir: str
+    budget_tokens: int = Field(gt=0)  # B
+    eval_interval: int = Field(gt=0)  # B/16 by default, in generated tokens
+    train_to: float = Field(1.0, gt=0)  # run length as a multiple of B
+    eval_sets: list[EvalSetSpec]
+    eval_samples: int = Field(8, gt=0)
+    eval_temperature: float = Field(1.0, ge=0)
+    eval_top_p: float = Field(1.0, gt=0, le=1)
+    eval_greedy: bool = False
+    config: TrainerConfig
+    tool_version: str = ""
+
+    @property
+    def stop_tokens(self) -> int:
+        """The run ends after the evaluation at or after this many generated tokens (k·B)."""
+        return int(round(self.train_to * self.budget_tokens))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunSpec":
+        try:
+            return cls.model_validate_json(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no run spec") from None
+        except ValidationError as e:
+            raise ConfigError(f"{path}: invalid run spec: {e.errors()[0]['msg']}") from None
+
+
+def derive_seed(run_seed: int, index: int, purpose: str) -> int:
+    """A sampling seed from (run seed, iteration or evaluation index, purpose).
+
+    A pure function, so every configuration of a seed draws the same random numbers for the
+    same purpose and index: evaluation uses common random numbers across configurations
+    (paper §2.3, evaluation paragraph), and a resumed run redraws what it drew before.
+    """
+    h = hashlib.sha256(f"prereg-kit/{int(run_seed)}/{int(index)}/{purpose}".encode()).digest()
+    return int.from_bytes(h[:8], "little") >> 1  # 63 bits: fits torch and numpy seeds
+
+
+def settings_hash(obj: Any) -> str:
+    """A short stable hash of JSON-able settings (cache keys of the warm start and the task)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,81 @@
+"""Credit assignment: group advantages, per-token credit and the policy-gradient loss.
+
+Paper 1 §2.1 eq. (1)-(2) and §2.3 "Implementation" (extract §3.1):
+
+* Eq. (1): A_g = (R_g − R̄) / (σ + ε), R̄ the group mean and σ the group's **population**
+  standard deviation (divide by G). ε = ``advantage_eps`` (default 1e-6; the paper does not state
+  its value). With 0/1 rewards a mixed group has σ ≥ √((G−1))/G, so ε changes A by < 1e-5
+  relative; a uniform group has R_g − R̄ = 0 and so A_g = 0 exactly, whatever ε.
+* Eq. (2): the update is Σ_g Σ_h c_{g,h} ∇ log π(a_{g,h}); outcome-only GRPO uses
+  c_{g,h} = A_g on every token of completion g; a dense reward adds a per-token term,
+  c_{g,h} = A_g + w_{g,h} (the extension point: :func:`token_credit` takes ``dense``, and
+  :data:`CREDIT_RULES` maps a recipe's ``credit`` name to the function that computes it).
+* Loss: −Σ_g Σ_h c_{g,h} log π(a_{g,h}) divided by the number of completions in the iteration,
+  no per-token length normalization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
+    """Eq. (1) per group: ``rewards`` [N] laid out group by group (G consecutive completions)."""
+    r = rewards.double().view(-1, group_size)
+    mean = r.mean(dim=1, keepdim=True)
+    sd = r.std(dim=1, keepdim=True, correction=0)  # population SD (paper: divide by G)
+    return ((r - mean) / (sd + eps)).view(-1).float()
+
+
+def token_credit(advantages: torch.Tensor, completion_mask: torch.Tensor,
+                 dense: torch.Tensor | None = None) -> torch.Tensor:
+    """c_{g,h} = A_g (+ w_{g,h} when a dense reward gives one) on generated tokens, 0 elsewhere."""
+    c = advantages[:, None].to(completion_mask) * completion_mask
+    if dense is not None:
+        c = c + dense.to(c) * completion_mask
+    return c
+
+
+def policy_loss(logp: torch.Tensor, credit: torch.Tensor, completion_mask: torch.Tensor,
+                n_completions: int) -> torch.Tensor:
+    """−Σ c_{g,h} log π(a_{g,h}) / N over the given completions (a micro-batch or all of them).
+
+    Its gradient is −(1/N) Σ_g Σ_h c_{g,h} ∇ log π(a_{g,h}): the credit-weighted sum of token
+    score functions of eq. (2), scaled by 1/N; micro-batch losses add up to the full loss.
+    """
+    return -(credit * logp * completion_mask).sum() / n_completions
+
+
+@dataclass
+class Credit:
+    """What a credit rule returns: per-token credit [N, T] and the group advantages [N]."""
+
+    tokens: torch.Tensor
+    advantages: torch.Tensor
+    continuation_tokens: int = 0  # tokens generated for credit (e.g. Monte-Carlo continuations)
+
+
+def outcome_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int,
+                   eps: float, **_: object) -> Credit:
+    """Outcome-only GRPO: every token of completion g gets A_g (paper eq. 2 with w = 0)."""
+    adv = group_advantages(rewards, group_size, eps)
+    return Credit(token_credit(adv, completion_mask), adv)
+
+
+# The extension point for dense rewards: name → rule(rewards, completion_mask, group_size=, eps=,
+# **context) → Credit. A dense rule computes w_{g,h} (generating continuations through the
+# context's engine if it needs them, counting them in ``continuation_tokens``) and returns
+# token_credit(A, mask, dense=w).
+CREDIT_RULES: dict[str, Callable[..., Credit]] = {"outcome": outcome_credit}
+
+
+def compute_credit(rule: str, rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int,
+                   eps: float, **context: object) -> Credit:
+    try:
+        fn = CREDIT_RULES[rule]
+    except KeyError:
+        raise ValueError(f"unknown credit rule {rule!r} (have: {', '.join(CREDIT_RULES)})") from None
+    return fn(rewards, completion_mask, group_size=group_size, eps=eps, **context)

@@ -1,0 +1,105 @@
+"""Held-out evaluation: per-problem correct counts under the default and the strict verifier.
+
+Paper 1 §2.3 evaluation paragraph (extract §3.4, §3.11): at the start and every B/16 generated
+tokens, 8 samples per problem at temperature 1 and top-p 1 on each evaluation set, with common
+random numbers across the configurations of a seed; accuracy is the mean over problems of the
+fraction correct under the default verifier; the strict verifier (boxed answers only) and
+greedy accuracy are secondary. The sampling seed of evaluation ``e`` on set ``S`` is
+``derive_seed(run seed, e, "eval:S")`` and request ``i·samples + k`` (problem i, sample k) has its
+own random numbers, so the draws do not depend on the batch layout or on the configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from trainer.budget import Counters
+from trainer.config import ConfigError, EvalSetSpec, RunSpec, derive_seed
+from trainer.data import Problem, load_problems
+from trainer.verify import get_verifier, has_boxed
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    name: str
+    problems: tuple[Problem, ...]
+
+
+def load_eval_sets(spec: RunSpec, synthetic_eval: Path | None) -> list[EvalSet]:
+    """The plan's evaluation sets. ``source`` is ``synthetic:eval`` (the task's held-out set) or
+    a MATH/GSM8K-layout file relative to the study folder; ``levels`` and ``n_problems`` keep the
+    listed levels, then the first n problems (a fixed set, the same for every run)."""
+    out = []
+    for s in spec.eval_sets:
+        out.append(EvalSet(s.name, tuple(_problems(s, spec, synthetic_eval))))
+    return out
+
+
+def _problems(s: EvalSetSpec, spec: RunSpec, synthetic_eval: Path | None) -> list[Problem]:
+    src = s.source or "synthetic:eval"
+    if src.startswith("synthetic"):
+        if synthetic_eval is None:
+            raise ConfigError(f"evaluation set {s.name!r}: source {src!r} needs task = 'synthetic'")
+        path = synthetic_eval
+    else:
+        path = Path(src) if Path(src).is_absolute() else Path(spec.study_dir) / src
+        if not path.exists():
+            raise ConfigError(f"evaluation set {s.name!r}: no such file {path}")
+    pool = load_problems(path, source=s.name)
+    if s.levels:
+        pool = pool.with_levels(s.levels)
+    probs = list(pool)
+    if s.n_problems is not None:
+        if len(probs) < s.n_problems:
+            raise ConfigError(f"evaluation set {s.name!r}: {path} has {len(probs)} problems, the plan asks for {s.n_problems}")
+        probs = probs[: s.n_problems]
+    return probs
+
+
+def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: RunSpec) -> list[dict]:
+    """One evaluation of the current policy on every set: one row per problem (run-log columns)."""
+    cfg = spec.config
+    default, strict = get_verifier("default"), get_verifier("strict")
+    n = spec.eval_samples
+    rows: list[dict] = []
+    for es in sets:
+        seed = derive_seed(spec.seed, counters.eval_index, f"eval:{es.name}")
+        rendered = [policy.render(p.prompt) for p in es.problems]
+        prompts = [r for r in rendered for _ in range(n)]
+        roll = engine.generate(prompts, noise_seed=seed, keys=range(len(prompts)), limit=cfg.completion_limit,
+                               temperature=spec.eval_temperature, top_p=spec.eval_top_p,
+                               batch_size=cfg.eval_batch_size)
+        greedy = None
+        if spec.eval_greedy:
+            greedy = engine.generate(rendered, noise_seed=seed, keys=range(len(rendered)), limit=cfg.completion_limit,
+                                     temperature=0.0, top_p=1.0, batch_size=cfg.eval_batch_size).texts
+        memo: dict[tuple[str, str, str], bool] = {}
+
+        def check(name: str, verifier, text: str, answer: str) -> bool:  # identical samples checked once
+            key = (name, text, answer)
+            if key not in memo:
+                memo[key] = bool(verifier(text, answer))
+            return memo[key]
+
+        for i, p in enumerate(es.problems):
+            texts = roll.texts[i * n:(i + 1) * n]
+            row = {
+                "eval_index": counters.eval_index, "iteration": counters.iteration, "eval_set": es.name,
+                "problem_id": p.id, "eval_seed": seed, "tokens": counters.total_tokens,
+                "train_seconds": counters.train_seconds, "updates": counters.updates, "samples": n,
+                "correct": sum(check("default", default, t, p.answer) for t in texts),
+                "correct_strict": sum(check("strict", strict, t, p.answer) for t in texts),
+                "boxed": sum(has_boxed(t) for t in texts),
+            }
+            if greedy is not None:
+                row["greedy_correct"] = bool(default(greedy[i], p.answer))
+            rows.append(row)
+    return rows
+
+
+def accuracy(rows: Sequence[dict], eval_set: str | None = None) -> float:
+    """Mean over problems of the fraction correct (default verifier)."""
+    sel = [r for r in rows if eval_set is None or r["eval_set"] == eval_set]
+    return sum(r["correct"] / r["samples"] for r in sel) / max(1, len(sel))

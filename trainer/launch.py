@@ -1,0 +1,261 @@
+"""``prereg run``: every configuration × seed of a plan's stage, in local processes.
+
+* Main-stage runs need a locked plan whose content is unchanged since its last lock entry
+  (comment-only edits are allowed); calibration, pilot and smoke runs may run on an unlocked
+  plan. Every run's metadata records the canonical hash of the plan it was launched under.
+* A run whose log says ``complete`` is skipped; an incomplete one is resumed from its last
+  checkpoint (``python -m trainer`` does that by itself when its folder holds a log).
+* Shared assets (synthetic task, tokenizer, warm start) are built once here, before any run
+  process starts, so concurrent runs never race to build them and their time is not a run's.
+* One process per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
+  on CPU one job at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from prereg_kit import __version__
+from prereg_kit.errors import PreregError, ViolationError
+from prereg_kit.lock import check_plan, read_chain
+from prereg_kit.plan import PlanFile, load_plan
+from prereg_kit.runlog import RunLogError, read_meta
+from trainer.config import EvalSetSpec, RunSpec, parse_config
+
+SPEC_FILE = "spec.json"
+LOG_FILE = "train.log"
+
+
+def stage_run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str) -> Path:
+    """``runs/<configuration>/seed-<n>`` for the main stage, ``stages/<stage>/…`` otherwise."""
+    from prereg_kit import runlog  # noqa: PLC0415
+
+    try:
+        return runlog.run_dir(study_dir, configuration, seed, stage=stage)
+    except TypeError:  # an older run_dir without stages
+        if stage == "main":
+            return runlog.run_dir(study_dir, configuration, seed)
+        return Path(study_dir) / "stages" / stage / configuration / f"seed-{seed}"
+
+
+def require_locked(pf: PlanFile) -> None:
+    """Refuse main-stage runs of an unlocked plan or one changed since its last lock entry."""
+    try:
+        chain = read_chain(pf.path)
+    except PreregError as e:
+        raise ViolationError(f"{pf.path}: main-stage runs need a locked plan: {e.lines[0]}") from None
+    pc = check_plan(pf.path, chain)
+    if pc.state == "changed":
+        raise ViolationError(*pc.lines(pf.path), f"{pf.path}: main-stage runs refused until the change is recorded with `prereg amend`")
+
+
+@dataclass
+class Job:
+    configuration: str
+    seed: int
+    folder: Path
+    spec: RunSpec
+    state: str  # "new" | "resume" | "complete"
+    result: str = ""  # after running: "complete" | "failed (…)"
+    progress: dict = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+
+
+def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str] | None = None,
+              seeds: Sequence[int] | None = None) -> tuple[PlanFile, list[Job]]:
+    """The runs of a stage (optionally a subset), each with its spec and whether it is done."""
+    pf = load_plan(study_dir)
+    plan = pf.plan
+    if plan.stage(stage) is None and stage != "main":
+        raise PreregError(f"{pf.path}: the plan has no stage {stage!r} (have: {', '.join(s.name for s in plan.stages)})")
+    if stage == "main":
+        require_locked(pf)
+    study = pf.path.parent
+    names, all_seeds = plan.configurations_for(stage), plan.seeds_for(stage)
+    for bad in [c for c in configs or [] if c not in names]:
+        raise PreregError(f"--configs: {bad!r} is not a configuration of stage {stage!r} (have: {', '.join(names)})")
+    for bad in [s for s in seeds or [] if s not in all_seeds]:
+        raise PreregError(f"--seeds: {bad} is not a seed of stage {stage!r} (have: {', '.join(map(str, all_seeds))})")
+    ev = plan.evaluation
+    sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels) for s in ev.sets]
+    jobs = []
+    for name in [c for c in names if not configs or c in configs]:
+        cfg = parse_config(plan.resolved_config(name), where=f"{pf.path}: configuration {name!r}")
+        for seed in [s for s in all_seeds if seeds is None or s in seeds]:
+            folder = stage_run_dir(study, name, seed, stage)
+            spec = RunSpec(study=plan.study.id, configuration=name, seed=seed, stage=stage,
+                           plan_hash=pf.content_sha256, study_dir=str(study), run_dir=str(folder),
+                           cache_dir=str(study / ".cache"), budget_tokens=plan.budget.tokens,
+                           eval_interval=plan.budget.eval_interval_tokens(), train_to=plan.train_to(name, stage),
+                           eval_sets=sets, eval_samples=ev.samples, eval_temperature=ev.temperature,
+                           eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfg, tool_version=__version__)
+            jobs.append(Job(name, seed, folder, spec, _state(folder, pf.content_sha256)))
+    return pf, jobs
+
+
+def _state(folder: Path, plan_hash: str) -> str:
+    if not (folder / "meta.json").exists():
+        return "new"
+    try:
+        meta = read_meta(folder)
+    except RunLogError as e:
+        raise PreregError(str(e)) from None
+    if meta.status == "complete":
+        return "complete"
+    if meta.plan_hash != plan_hash:
+        raise ViolationError(f"{folder}: an incomplete run launched under another plan hash ({meta.plan_hash[:12]}…); "
+                             "it cannot be resumed under this plan: move it aside to rerun it")
+    return "resume"
+
+
+def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
+    """Build each distinct configuration's assets (task files, warm start) once, in this process."""
+    from trainer.warmstart import prepare_assets  # noqa: PLC0415 — torch only when running
+
+    seen = set()
+    for j in jobs:
+        if j.state == "complete":
+            continue
+        cfg = j.spec.config
+        n_eval = max([s.n_problems or 64 for s in j.spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+        key = cfg.model_dump_json(include={"task", "train_file", "task_levels", "task_train_problems", "task_seed",
+                                           "model", "tiny", "warm_start"}) + str(n_eval)
+        if key in seen:
+            continue
+        seen.add(key)
+        if cfg.threads:
+            import torch  # noqa: PLC0415
+
+            torch.set_num_threads(cfg.threads)
+        prepare_assets(cfg, j.spec.cache_dir, j.spec.study_dir, n_eval, log=log)
+
+
+def default_jobs() -> tuple[int, list[str | None]]:
+    """One job per visible CUDA device, else one CPU job."""
+    try:
+        import torch  # noqa: PLC0415
+
+        n = torch.cuda.device_count()
+    except ImportError:
+        n = 0
+    return (n, [str(i) for i in range(n)]) if n else (1, [None])
+
+
+def _env(device: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])  # run the same code as this launcher
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    return env
+
+
+def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = lambda j: None) -> str:
+    """Run one job in its own process (``python -m trainer spec.json``); return its result."""
+    job.folder.mkdir(parents=True, exist_ok=True)
+    spec_path = job.folder / SPEC_FILE
+    job.spec.save(spec_path)
+    with open(job.folder / LOG_FILE, "ab") as errlog:
+        proc = subprocess.Popen([sys.executable, "-m", "trainer", str(spec_path)], stdout=subprocess.PIPE,
+                                stderr=errlog, env=_env(device), text=True)
+        job.process = proc
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                job.progress.update(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+            on_progress(job)
+        rc = proc.wait()
+    if rc == 0:
+        return "complete"
+    tail = (job.folder / LOG_FILE).read_text(errors="replace").strip().splitlines()[-1:] or [""]
+    return f"failed (exit {rc}: {tail[0][:200]})"
+
+
+def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callable[[Job], None] = lambda j: None,
+             on_done: Callable[[Job], None] = lambda j: None) -> list[Job]:
+    """Run the jobs that are not complete, ``n_jobs`` at a time (threads that each wait on a process)."""
+    todo = [j for j in jobs if j.state != "complete"]
+    n_default, devices = default_jobs()
+    n = max(1, n_jobs or n_default)
+    queue = list(todo)
+    lock = threading.Lock()
+
+    def worker(slot: int) -> None:
+        device = devices[slot % len(devices)]
+        while True:
+            with lock:
+                if not queue:
+                    return
+                job = queue.pop(0)
+            job.result = run_one(job, device, on_progress)
+            on_done(job)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(min(n, len(todo)))]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except KeyboardInterrupt:
+        with lock:
+            queue.clear()
+        for j in todo:  # SIGTERM: each run marks itself 'stopped' and can be resumed
+            if j.process is not None and j.process.poll() is None:
+                j.process.terminate()
+        for j in todo:
+            if j.process is not None:
+                j.process.wait()
+        raise PreregError("interrupted: running runs were stopped; `prereg run` again resumes them", exit_code=130) from None
+    return list(jobs)
+
+
+def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[str] | None = None,
+              seeds: Sequence[int] | None = None, n_jobs: int | None = None, console=None) -> list[Job]:
+    """Plan, prepare and run a stage with a rich progress display; returns the jobs with results."""
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+    con = console or Console(stderr=True)
+    pf, jobs = plan_jobs(study_dir, stage, configs, seeds)
+    done = [j for j in jobs if j.state == "complete"]
+    con.print(f"{pf.path}: stage {stage}, {len(jobs)} run(s): {len(done)} complete (skipped), "
+              f"{sum(j.state == 'resume' for j in jobs)} to resume, {sum(j.state == 'new' for j in jobs)} new; "
+              f"plan {pf.content_sha256[:12]}…")
+    if len(done) == len(jobs):
+        return jobs
+    t0 = time.perf_counter()
+    prepare(jobs, log=lambda m: con.print(m))
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                  TimeElapsedColumn(), console=con, transient=False) as bar:
+        tasks = {id(j): bar.add_task(f"{j.configuration} seed {j.seed}", total=j.spec.stop_tokens, info=j.state)
+                 for j in jobs if j.state != "complete"}
+
+        def on_progress(j: Job) -> None:
+            p = j.progress
+            info = f"it {p.get('iteration', 0)}" + (f"  acc {p['accuracy']:.3f}" if "accuracy" in p else "")
+            j.progress.setdefault("_info", "")
+            if "accuracy" in p:
+                j.progress["_info"] = info
+            bar.update(tasks[id(j)], completed=min(p.get("tokens", 0), j.spec.stop_tokens), info=j.progress["_info"] or info)
+
+        def on_done(j: Job) -> None:
+            bar.update(tasks[id(j)], info=f"{j.progress.get('_info', '')}  {j.result}")
+
+        run_jobs(jobs, n_jobs, on_progress, on_done)
+    failed = [j for j in jobs if j.result.startswith("failed")]
+    con.print(f"{len(jobs) - len(done) - len(failed)} run(s) finished, {len(failed)} failed, "
+              f"{len(done)} skipped, in {time.perf_counter() - t0:.0f} s")
+    for j in failed:
+        con.print(f"  {j.configuration} seed {j.seed}: {j.result} (log: {j.folder / LOG_FILE})")
+    return jobs

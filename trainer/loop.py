@@ -1,0 +1,178 @@
+"""One GRPO run at matched compute: the loop of paper 1 §2.3 (extract §3.1-3.4), one screen per
+iteration — select prompts → generate → reward → credit → update → account → evaluate / log /
+checkpoint. ``setup`` builds (or resumes) everything the loop needs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from prereg_kit.runlog import RunLogWriter, RunMeta, read_meta, utc_now
+from trainer.budget import Counters, Schedule, StageClock
+from trainer.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
+from trainer.config import RunSpec, derive_seed
+from trainer.credit import compute_credit
+from trainer.data import ProblemPool, load_problems, prompt_stream_batch
+from trainer.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
+from trainer.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
+                            set_determinism, synchronize, update_step)
+from trainer.verify import get_verifier
+from trainer.warmstart import prepare_assets
+
+
+def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -> Counters:
+    """Train one (configuration, seed) to its budget, logging every iteration and evaluation."""
+    r = setup(spec)
+    cfg, c, G = spec.config, r.counters, spec.config.group_size
+    with r.writer:
+        if c.eval_index == 0:  # the evaluation at the start, before any update
+            _evaluate_log_checkpoint(r, spec, row=None, progress=progress)
+        while not c.done:
+            it = c.iteration
+            r.clock.reset()
+            with r.clock.stage("selection"):  # the stream depends only on (seed, iteration)
+                problems = [r.pool[i] for i in prompt_stream_batch(len(r.pool), spec.seed, it, cfg.prompts_per_iteration)]
+                prompts = [r.render(p) for p in problems for _ in range(G)]
+            with r.clock.stage("generation"):
+                roll = r.engine.generate(prompts, noise_seed=derive_seed(spec.seed, it, "rollout"), keys=range(len(prompts)),
+                                         limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
+            with r.clock.stage("credit"):
+                rewards = verify_rewards(r.reward, roll.texts, [p.answer for p in problems for _ in range(G)])
+                credit = compute_credit(cfg.credit, rewards, roll.completion_mask, group_size=G, eps=cfg.advantage_eps)
+            with r.clock.stage("update"):
+                lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
+                stats = update_step(r.policy, r.optimizer, roll, credit.tokens, lr)
+            with r.clock.stage("weight_sync"):
+                r.engine.sync_weights()
+            before = c.total_tokens
+            row = c.add_iteration({"rollout": roll.tokens, "continuation": credit.continuation_tokens},
+                                  r.clock.seconds, updates=1)
+            row.update(group_stats(rewards, roll, G), **stats)
+            if r.schedule.eval_due(before, c.total_tokens):
+                c.done = r.schedule.finished(c.total_tokens)
+                _evaluate_log_checkpoint(r, spec, row=row, progress=progress)
+            else:
+                _log(r, row, [], checkpoint=bool(cfg.checkpoint_every) and c.iteration % cfg.checkpoint_every == 0)
+                progress({"tokens": c.total_tokens, "stop": r.schedule.stop_tokens, "iteration": c.iteration})
+        r.writer.meta = r.writer.meta.model_copy(update={"excluded_seconds": dict(c.excluded_seconds)})
+        r.writer.finish("complete")
+    if not cfg.keep_checkpoint:
+        remove_checkpoint(spec.run_dir)
+    return c
+
+
+def _evaluate_log_checkpoint(r: "Run", spec: RunSpec, row: dict | None, progress) -> None:
+    """Evaluate (timed apart from training), log the iteration row and the eval rows, checkpoint."""
+    c = r.counters
+    t0 = time.perf_counter()
+    rows = evaluate(r.engine, r.policy, r.eval_sets, c, spec)
+    synchronize(r.policy.device)
+    secs = time.perf_counter() - t0
+    c.excluded_seconds["evaluation"] += secs
+    c.eval_index += 1
+    if row is not None:
+        row["seconds_evaluation"] = secs
+    _log(r, row, rows, checkpoint=True)
+    progress({"tokens": c.total_tokens, "stop": r.schedule.stop_tokens, "iteration": c.iteration,
+              "eval_index": c.eval_index - 1, "accuracy": accuracy(rows, r.eval_sets[0].name)})
+
+
+def _log(r: "Run", row: dict | None, eval_rows: list[dict], checkpoint: bool) -> None:
+    c = r.counters
+    t0 = time.perf_counter()
+    if row is not None:
+        r.writer.log_iteration(row)
+    if eval_rows:
+        r.writer.log_eval_rows(eval_rows)
+    t1 = time.perf_counter()
+    c.excluded_seconds["logging"] += t1 - t0
+    if checkpoint:  # after the rows, so a checkpoint never describes rows that are not on disk
+        save_checkpoint(r.spec.run_dir, r.policy.model, r.optimizer, c)
+        c.excluded_seconds["checkpoint"] += time.perf_counter() - t1
+
+
+def verify_rewards(verifier, texts: list[str], answers: list[str]) -> torch.Tensor:
+    """R_g ∈ {0, 1}: the verifier on each completion (identical completions checked once)."""
+    seen: dict[tuple[str, str], float] = {}
+    out = []
+    for t, a in zip(texts, answers):
+        if (t, a) not in seen:
+            seen[(t, a)] = float(verifier(t, a))
+        out.append(seen[(t, a)])
+    return torch.tensor(out)
+
+
+def group_stats(rewards: torch.Tensor, roll, group_size: int) -> dict:
+    """Reward and group statistics of the iteration's rollouts (run-log optional columns)."""
+    g = rewards.view(-1, group_size)
+    mixed = ((g.max(1).values > 0) & (g.min(1).values < 1)).float().mean()
+    return {"reward_mean": float(rewards.mean()), "mixed_share": float(mixed),
+            "length_mean": float(roll.lengths.float().mean()), "truncation_rate": float(roll.truncated.float().mean())}
+
+
+@dataclass
+class Run:
+    spec: RunSpec
+    policy: Policy
+    engine: Engine
+    optimizer: torch.optim.Optimizer
+    pool: ProblemPool
+    eval_sets: list[EvalSet]
+    reward: Callable[[str, str], bool]
+    writer: RunLogWriter
+    counters: Counters
+    schedule: Schedule
+    clock: StageClock
+    render: Callable
+
+
+def setup(spec: RunSpec) -> Run:
+    """Load the policy, data and evaluation sets; open the run log (new, or resumed from the last
+    checkpoint, dropping rows logged after it)."""
+    cfg = spec.config
+    n_eval = max([s.n_problems or 64 for s in spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+    assets = prepare_assets(cfg, spec.cache_dir, spec.study_dir, n_eval)
+    policy = load_policy(cfg, assets.model_path)
+    set_determinism(cfg, policy.device)
+    optimizer = make_optimizer(policy)
+    pool = load_problems(assets.train_file, source="train").numeric_only()
+    eval_sets = load_eval_sets(spec, assets.synthetic_eval)
+    pool = pool.without_near_duplicates(*[es.problems for es in eval_sets])
+    cache: dict[str, str] = {}
+
+    def render(p) -> str:  # the chat template, rendered once per problem
+        if p.id not in cache:
+            cache[p.id] = policy.render(p.prompt)
+        return cache[p.id]
+
+    meta = RunMeta(study=spec.study, configuration=spec.configuration, seed=spec.seed, stage=spec.stage,
+                   plan_hash=spec.plan_hash, config=cfg.model_dump(mode="json"), started_at=utc_now(),
+                   device=_device_name(policy.device), tool_version=spec.tool_version,
+                   engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
+                   model_path=str(assets.model_path), train_pool=len(pool))
+    folder = spec.run_dir
+    if _has_meta(folder):
+        counters = load_checkpoint(folder, policy.model, optimizer) or Counters()
+        writer = RunLogWriter(folder, meta, resume=True, at_iteration=counters.iteration, at_eval=counters.eval_index)
+    else:
+        counters = Counters()
+        writer = RunLogWriter(folder, meta)
+    return Run(spec, policy, make_engine(policy), optimizer, pool, eval_sets, get_verifier(cfg.reward_verifier),
+               writer, counters, Schedule(spec.eval_interval, spec.stop_tokens),
+               StageClock(sync=lambda: synchronize(policy.device)), render)
+
+
+def _has_meta(folder: str) -> bool:
+    try:
+        read_meta(folder)
+        return True
+    except Exception:  # noqa: BLE001 — no (readable) metadata: a new run
+        return False
+
+
+def _device_name(device: torch.device) -> str:
+    return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else "cpu"

@@ -1,0 +1,191 @@
+"""Study assets built once and cached: the synthetic task files, the local tokenizer, and the
+tiny model's supervised warm start.
+
+Real LM training has to be demonstrable where no model hub is reachable, so the CPU study uses a
+tiny transformers model (a 2-layer Qwen2 or Llama config) built from its config with a fixed
+init seed, then trained briefly on worked solutions (prompt → ``… \\boxed{N}`` + EOS) so that it
+starts with non-zero accuracy, as an instruction-tuned model would. The result is saved with
+``save_pretrained`` under ``<cache>/warmstart-<hash>/``, keyed by a hash of every setting that
+changes it; a second call with the same settings loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from trainer.config import ConfigError, TrainerConfig, settings_hash
+
+WARMSTART_VERSION = 3
+
+
+@dataclass(frozen=True)
+class Assets:
+    """Where a run finds its model, its training pool and the synthetic held-out set."""
+
+    model_path: Path
+    train_file: Path
+    synthetic_eval: Path | None
+
+
+def task_files(cfg: TrainerConfig, cache_dir: Path, n_eval: int) -> tuple[Path, Path]:
+    """The synthetic task's ``train.jsonl`` and ``eval.jsonl`` (disjoint), cached by settings."""
+    from trainer.synthetic import write_task  # noqa: PLC0415
+
+    key = settings_hash({"levels": cfg.task_levels, "n_train": cfg.task_train_problems, "n_eval": n_eval,
+                         "seed": cfg.task_seed})
+    folder = cache_dir / f"task-{key}"
+    if not (folder / "eval.jsonl").is_file():
+        tmp = cache_dir / f".task-{key}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        write_task(tmp, n_train=cfg.task_train_problems, n_eval=n_eval, seed=cfg.task_seed, levels=cfg.task_levels)
+        _publish(tmp, folder)
+    return folder / "train.jsonl", folder / "eval.jsonl"
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename a finished folder into place; if a concurrent builder got there first, keep theirs."""
+    try:
+        tmp.rename(final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare_assets(cfg: TrainerConfig, cache_dir: str | Path, study_dir: str | Path, n_eval: int,
+                   log=lambda msg: None) -> Assets:
+    """Build (or find in the cache) what a run of this configuration needs."""
+    cache = Path(cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    synthetic_eval = None
+    if cfg.task == "synthetic":
+        train, synthetic_eval = task_files(cfg, cache, n_eval)
+    else:
+        train = _resolve(cfg.train_file, study_dir)
+    if cfg.model == "tiny":
+        model_path = warm_start(cfg, cache, train, log=log)
+    else:
+        model_path = _resolve(cfg.model, study_dir)
+    return Assets(model_path, train, synthetic_eval)
+
+
+def _resolve(p: str, study_dir: str | Path) -> Path:
+    path = Path(p).expanduser()
+    path = path if path.is_absolute() else Path(study_dir) / path
+    if not path.exists():
+        raise ConfigError(f"{path}: not found (the trainer reads local files only)")
+    return path
+
+
+def build_tiny_model(cfg: TrainerConfig, tokenizer):
+    """The tiny causal LM from its config, initialised under the fixed ``tiny.init_seed``."""
+    import torch  # noqa: PLC0415
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: PLC0415
+
+    t = cfg.tiny
+    if t.hidden_size % t.heads:
+        raise ConfigError(f"tiny.hidden_size {t.hidden_size} is not a multiple of tiny.heads {t.heads}")
+    conf_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if t.arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+    conf = conf_cls(
+        vocab_size=len(tokenizer), hidden_size=t.hidden_size, num_hidden_layers=t.layers,
+        num_attention_heads=t.heads, num_key_value_heads=t.heads, intermediate_size=t.intermediate_size,
+        max_position_embeddings=512, tie_word_embeddings=True, attention_dropout=0.0,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):  # a fixed init without disturbing the caller's RNG
+        torch.manual_seed(t.init_seed)
+        return model_cls(conf)
+
+
+def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda msg: None) -> Path:
+    """Supervised warm start of the tiny model; returns its cached ``save_pretrained`` folder.
+
+    ``warm_start.steps`` AdamW steps of ``batch_size`` examples drawn (with a fixed seed) from the
+    training pool, loss = mean token cross-entropy on the completion (prompt tokens masked).
+    """
+    import torch  # noqa: PLC0415
+
+    from trainer.data import load_problems  # noqa: PLC0415
+    from trainer.synthetic import TOKENIZER_VERSION, build_tokenizer, sft_examples  # noqa: PLC0415
+
+    key = settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.tiny.model_dump(), "sft": cfg.warm_start.model_dump(),
+                         "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION})
+    folder = cache_dir / f"warmstart-{key}"
+    if (folder / "warmstart.json").is_file():
+        return folder
+    from trainer.policy import quiet_transformers  # noqa: PLC0415
+
+    quiet_transformers()
+    t0 = time.perf_counter()
+    tok = build_tokenizer(cache_dir / "tokenizer")
+    model = build_tiny_model(cfg, tok)
+    ws = cfg.warm_start
+    examples = sft_examples(_with_answer_noise(list(load_problems(train_file)), ws.answer_noise, ws.seed), tok)
+    rng = np.random.default_rng([ws.seed, 7])
+    opt = torch.optim.AdamW(model.parameters(), lr=ws.learning_rate, weight_decay=0.0)
+    model.train()
+    losses = []
+    for step in range(ws.steps):
+        batch = [examples[i] for i in rng.integers(len(examples), size=ws.batch_size)]
+        ids, mask, labels = _sft_batch(batch, tok.pad_token_id)
+        # Linear decay to 10% of the rate: a short run that ends calm rather than mid-step.
+        for g in opt.param_groups:
+            g["lr"] = ws.learning_rate * (1 - 0.9 * step / max(1, ws.steps))
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    tmp = cache_dir / f".warmstart-{key}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.copyfile(cache_dir / "tokenizer" / "synthetic_tokenizer.json", tmp / "synthetic_tokenizer.json")
+    info = {"settings": {"tiny": cfg.tiny.model_dump(), "warm_start": ws.model_dump(), "train_file": str(train_file)},
+            "final_loss": float(np.mean(losses[-20:])) if losses else None, "seconds": time.perf_counter() - t0,
+            "parameters": sum(p.numel() for p in model.parameters())}
+    (tmp / "warmstart.json").write_text(json.dumps(info, indent=2) + "\n")
+    _publish(tmp, folder)
+    log(f"warm start: {ws.steps} steps in {info['seconds']:.1f} s, final loss {info['final_loss']}, saved {folder}")
+    return folder
+
+
+def _with_answer_noise(problems: list, share: float, seed: int) -> list:
+    """Worked solutions whose boxed answer is wrong (N ± 1 or 2) in a ``share`` of the examples.
+
+    An imperfect warm start on purpose: the model learns to box a number other than the one it
+    just computed some of the time, a habit that a verifier reward on the boxed answer can train
+    away within a CPU-sized budget (so a study can see GRPO raise held-out accuracy).
+    """
+    if share <= 0:
+        return problems
+    rng = np.random.default_rng([seed, 11])
+    out = []
+    for p in problems:
+        if p.solution and rng.random() < share:
+            wrong = int(p.answer) + int(rng.choice([-2, -1, 1, 2]))
+            cut = p.solution.rfind("\\boxed{")
+            p = replace(p, solution=p.solution[:cut] + "\\boxed{" + str(wrong) + "}")
+        out.append(p)
+    return out
+
+
+def _sft_batch(batch, pad_id: int):
+    """Right-padded prompt+completion ids, attention mask, and labels (-100 outside completions)."""
+    import torch  # noqa: PLC0415
+
+    width = max(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, e in enumerate(batch):
+        p, c = len(e.prompt_ids), len(e.completion_ids)
+        ids[i, :p + c] = torch.tensor(e.prompt_ids + e.completion_ids)
+        mask[i, :p + c] = 1
+        labels[i, p:p + c] = torch.tensor(e.completion_ids)
+    return ids, mask, labels
