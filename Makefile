@@ -15,13 +15,17 @@ PREREG = $(PYTHON) -m prereg_kit
 
 install: .make-installed
 
+# The built-in example: the CPU study registry/cpu-grpo (tiny model, synthetic task), copied to
+# $(DEMO_DIR): lock, simulate (dry run), train every configuration x seed, analyze, report.
 demo: .make-installed
-	rm -rf $(DEMO_DIR)
-	$(PREREG) new $(DEMO_DIR)
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	cp registry/cpu-grpo/plan.toml $(DEMO_DIR)/plan.toml
 	$(PREREG) lock $(DEMO_DIR)/plan.toml
 	$(PREREG) verify $(DEMO_DIR)
-	$(PREREG) dry-run $(DEMO_DIR) --effect C1=0.02 --repeat 20
-	$(PREREG) analyze $(DEMO_DIR)/dry-run
+	$(PREREG) dry-run $(DEMO_DIR) --effect C1=0.04 --repeat 20
+	$(PREREG) run $(DEMO_DIR)
+	$(PREREG) analyze $(DEMO_DIR)
+	@echo "report: $(DEMO_DIR)/report/report.md"
 
 test: .make-installed
 	$(PYTHON) -m pytest

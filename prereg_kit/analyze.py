@@ -126,15 +126,22 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
 
 
 def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
+    """The contrast's metric and the verifier its value is read under: ``accuracy`` and
+    ``pass@K`` (K ≤ the plan's samples) under the default or strict verifier, ``greedy_accuracy``,
+    ``<channel>_rate`` (the eval rows' ``ch_<channel>`` counts; verifier ``default``)."""
     metric = c.metric or plan.evaluation.metric
-    if metric == "accuracy":
+    if metric == "accuracy" or metric.startswith("pass@"):
         verifier = c.verifier or plan.evaluation.verifier
         if verifier == "math_verify":
             raise PreregError(f"contrast {c.id}: math_verify correctness is not logged in run logs yet; use default or strict")
+        if metric.startswith("pass@") and int(metric[5:]) > plan.evaluation.samples:
+            raise PreregError(f"contrast {c.id}: metric {metric} needs at least {metric[5:]} samples per problem; the plan evaluates {plan.evaluation.samples}")
         return metric, verifier
     if metric == "greedy_accuracy":
         return metric, "greedy"
-    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` yet (accuracy, greedy_accuracy)")
+    if metric.endswith("_rate"):
+        return metric, "default"
+    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate)")
 
 
 def _check_verified(study_dir: Path, exploratory: bool) -> tuple[list[str], dict, list[str]]:
@@ -179,34 +186,36 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     nres = n_resamples or plan.statistics.bootstrap_resamples
     adm = plan.admission
 
-    cache: dict[tuple[str, str], tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = {}
+    cache: dict[tuple[str, str, str], tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = {}
     exclusions = []
 
-    def curves_for(eval_set: str, verifier: str):
-        if (eval_set, verifier) not in cache:
+    def curves_for(eval_set: str, verifier: str, metric: str = "accuracy"):
+        if metric == "greedy_accuracy":
+            metric = "accuracy"  # the greedy verifier already reads greedy correctness
+        if (eval_set, verifier, metric) not in cache:
             try:
-                curves = rd.accuracy_curve(keep, eval_set=eval_set, verifier=verifier)
+                curves = rd.accuracy_curve(keep, eval_set=eval_set, verifier=verifier, metric=metric)
                 flags = rd.drift_flags(keep, eval_set=eval_set, threshold=adm.drift_threshold)
                 a = rd.apply_admission(curves, iterations=st.iterations, min_iteration=adm.min_iterations,
                                        meta=st.meta, statuses=("complete",) if adm.require_complete else None,
                                        flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
-                pa = rd.problem_accuracy(keep, eval_set=eval_set, verifier=verifier)
+                pa = rd.problem_accuracy(keep, eval_set=eval_set, verifier=verifier, metric=metric)
             except rd.ReadingError as e:
                 raise PreregError(f"{study_dir}: {e}") from None
             n_drift = int(flags["drifted"].sum())
-            if n_drift:
+            if n_drift and metric == "accuracy":
                 notes.append(f"{eval_set}: {n_drift} evaluation(s) drifted (default − strict > {adm.drift_threshold:g}); "
                              + ("excluded" if adm.drifted == "exclude" else "flagged, kept"))
             ex = a.exclusions.assign(eval_set=eval_set, verifier=verifier)
             exclusions.append(ex)
-            cache[(eval_set, verifier)] = (a.kept, pa, flags)
-        return cache[(eval_set, verifier)]
+            cache[(eval_set, verifier, metric)] = (a.kept, pa, flags)
+        return cache[(eval_set, verifier, metric)]
 
     rows, per_seed = [], []
     for c in _progress(plan.contrasts, progress, "contrasts"):
         metric, verifier = _metric_verifier(plan, c)
         eval_set = c.eval_set or plan.evaluation.primary
-        curves, pa, _ = curves_for(eval_set, verifier)
+        curves, pa, _ = curves_for(eval_set, verifier, metric)
         rp = c.reading_point
         point = rd.ReadingPoint(rp.kind, budget=B, multiple=rp.multiple)
         crossed = c.tier == "primary" and plan.statistics.crossed_bootstrap

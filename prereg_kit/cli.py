@@ -332,6 +332,37 @@ def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders
     raise typer.Exit(res.exit_code)
 
 
+@app.command()
+@handles_errors
+def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding plan.toml).")],
+          configuration: Annotated[str | None, typer.Option(help="Configuration whose channels are candidates (default: the one with anchor = \"elected\").")] = None,
+          seeds: Annotated[str | None, typer.Option(help="Probe seeds: 0,1 or 0-3 (default: the plan's first seed).")] = None,
+          tokens: Annotated[str | None, typer.Option(help="Probe budget in generated tokens: 15K, or B/2 (default B/2).")] = None,
+          prompts: Annotated[int, typer.Option(min=1, help="Held-out prompts for the KLs (the primary evaluation set's first N).")] = 64,
+          samples: Annotated[int, typer.Option(min=1, help="Samples per prompt for each KL.")] = 4,
+          jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Probe runs at once (default: one per GPU; 1 on CPU).")] = None) -> None:
+    """Anchor election: a probe per channel, reverse/forward KL from the base; writes election.json."""
+    from rich.markup import escape
+
+    try:
+        from trainer.elect import elect as run_election
+    except ImportError as e:  # torch / transformers are the 'train' extra
+        raise PreregError(f"prereg elect needs the trainer's dependencies (pip install prereg-kit[train]): {e}") from None
+    seed_list = None
+    if seeds:
+        seed_list = []
+        for item in [x.strip() for x in seeds.split(",") if x.strip()]:
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
+            seed_list += list(range(int(lo), int(hi or lo) + 1))
+    rec = run_election(study_dir, configuration=configuration, seeds=seed_list, tokens=tokens, prompts=prompts,
+                       samples=samples, n_jobs=jobs, log=lambda m: err.print(escape(m), soft_wrap=True))
+    import json
+
+    print(json.dumps({"elected": rec["elected"], "kl_rev": rec["kl_rev"], "kl_fwd": rec["kl_fwd"]}))
+
+
 def main() -> None:  # console-script entry point
     app()
 

@@ -49,32 +49,73 @@ class PairingError(ReadingError):
 # --------------------------------------------------------------------------------------------
 
 
-def _select(evals: pd.DataFrame, eval_set: str, verifier: str) -> pd.DataFrame:
+_PASS_AT = "pass@"
+_RATE = "_rate"
+
+
+def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -> np.ndarray:
+    """Per-row value of ``metric``: accuracy (correct/samples), ``pass@K`` (the unbiased
+    estimator from samples and correct) or ``<channel>_rate`` (ch_<channel>/samples)."""
+    samples = ev["samples"].to_numpy(dtype="float64")
+    if metric == "accuracy":
+        num = ev["correct"] if verifier == "default" else ev["correct_strict"]
+        return num.to_numpy(dtype="float64") / samples
+    if metric.startswith(_PASS_AT):
+        try:
+            k = int(metric[len(_PASS_AT):])
+        except ValueError:
+            raise ReadingError(f"metric {metric!r}: pass@K needs an integer K") from None
+        if k < 1:
+            raise ReadingError(f"metric {metric!r}: K must be at least 1")
+        if len(samples) and samples.min() < k:
+            raise ReadingError(f"metric {metric}: set {eval_set!r} has evaluations with {int(samples.min())} samples per problem (< {k})")
+        from prereg_kit.stats import pass_at_k  # noqa: PLC0415
+
+        num = ev["correct"] if verifier == "default" else ev["correct_strict"]
+        return np.asarray(pass_at_k(samples.astype(int), num.to_numpy(dtype="int64"), k), dtype="float64")
+    if metric.endswith(_RATE) and len(metric) > len(_RATE):
+        channel = metric[: -len(_RATE)]
+        col = f"ch_{channel}"
+        if col not in ev.columns and channel == "correct":
+            col = "correct"  # the primary channel is the default verifier's count
+        if col not in ev.columns or ev[col].isna().any():
+            raise ReadingError(f"metric {metric}: column {col!r} not logged for set {eval_set!r} (a run without channel {channel!r} counts)")
+        return ev[col].to_numpy(dtype="float64") / samples
+    raise ReadingError(f"unknown metric {metric!r} (accuracy, greedy_accuracy, pass@K, <channel>_rate)")
+
+
+def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "accuracy") -> pd.DataFrame:
     if verifier not in VERIFIERS:
         raise ReadingError(f"unknown verifier {verifier!r} (one of {', '.join(VERIFIERS)})")
     ev = evals[evals["eval_set"] == eval_set]
     if not len(ev):
         sets = ", ".join(sorted(map(str, evals["eval_set"].unique()))) or "none"
         raise ReadingError(f"no evaluation rows for set {eval_set!r} (sets logged: {sets})")
+    if metric == "greedy_accuracy":
+        verifier = "greedy"
     if verifier == "greedy":
+        if metric not in ("accuracy", "greedy_accuracy"):
+            raise ReadingError(f"metric {metric!r} is not defined for greedy decoding")
         g = ev["greedy_correct"] if "greedy_correct" in ev else pd.Series(pd.NA, index=ev.index)
         ev = ev[g.notna()]
         if not len(ev):
             raise ReadingError(f"greedy correctness not logged for set {eval_set!r}")
         acc = ev["greedy_correct"].astype("float64")
     else:
-        num = ev["correct"] if verifier == "default" else ev["correct_strict"]
-        acc = num.to_numpy(dtype="float64") / ev["samples"].to_numpy(dtype="float64")
+        acc = _metric_value(ev, eval_set, verifier, metric)
     out = ev.assign(accuracy=np.asarray(acc, dtype="float64"))
     return out
 
 
-def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default") -> pd.DataFrame:
+def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
+                     metric: str = "accuracy") -> pd.DataFrame:
     """Per-problem accuracy: correct / samples under ``verifier`` (greedy: 0 or 1, where logged).
 
+    ``metric``: ``accuracy`` (default), ``pass@K`` (unbiased pass@k from samples and correct) or
+    ``<channel>_rate`` (ch_<channel>/samples); the value is in the ``accuracy`` column.
     Columns: configuration, seed, eval_index, eval_set, verifier, problem_id, accuracy.
     """
-    ev = _select(evals, eval_set, verifier)
+    ev = _select(evals, eval_set, verifier, metric)
     out = ev[RUN + ["eval_index", "problem_id", "accuracy"]].copy()
     out.insert(3, "eval_set", eval_set)
     out.insert(4, "verifier", verifier)
@@ -85,16 +126,19 @@ def _set_hash(ids: pd.Series) -> str:
     return hashlib.sha1("\n".join(sorted(map(str, ids))).encode()).hexdigest()[:12]
 
 
-def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default") -> pd.DataFrame:
+def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
+                   metric: str = "accuracy") -> pd.DataFrame:
     """Accuracy per evaluation: the mean over problems of correct/samples (pass@1; §3.4).
 
     One row per (configuration, seed, eval_index) with: iteration, tokens, train_seconds,
     updates (cumulative at the evaluation), eval_seed, n_problems, problem_set (a hash of the
     problem ids, for pairing), eval_set, verifier, accuracy. ``verifier``: ``default``,
     ``strict`` (boxed only) or ``greedy`` (evaluations where greedy correctness was logged).
-    Raises :class:`ReadingError` if one evaluation carries two sampling seeds.
+    Raises :class:`ReadingError` if one evaluation carries two sampling seeds. ``metric``:
+    ``pass@K`` or ``<channel>_rate`` put that metric's per-problem mean in ``accuracy``
+    (see :func:`problem_accuracy`).
     """
-    ev = _select(evals, eval_set, verifier)
+    ev = _select(evals, eval_set, verifier, metric)
     keys = RUN + ["eval_index"]
     g = ev.groupby(keys, sort=True)
     out = g.agg(

@@ -244,3 +244,52 @@ def test_admission_rules_report_every_exclusion():
     with pytest.raises(ReadingError, match="needs the iteration rows"):
         apply_admission(c, min_iteration=28)
     assert apply_admission(c).exclusions.empty
+
+
+# ------------------------------------------------------------------ multi-reward metrics (issue 7)
+
+
+def test_pass_at_k_and_channel_rate_metrics():
+    from prereg_kit.stats import pass_at_k
+
+    ev = frame(run_rows("trt", 0, **TRT))
+    ev["ch_negative"] = (ev["eval_index"] * 2).clip(upper=SAMPLES)
+    pa = problem_accuracy(ev, eval_set="math", metric="pass@4")
+    want = [float(pass_at_k(SAMPLES, int(round(a * SAMPLES)), 4)) for a in TRT["acc"]]
+    assert pa[pa["problem_id"] == "a"]["accuracy"].tolist() == pytest.approx(want)
+    c = accuracy_curve(ev, eval_set="math", metric="pass@4")
+    assert c["accuracy"].tolist() == pytest.approx(want)
+    assert c["accuracy"].iloc[-1] > TRT["acc"][-1]  # pass@4 ≥ pass@1
+    assert accuracy_curve(ev, eval_set="math", metric="pass@1")["accuracy"].tolist() == pytest.approx(TRT["acc"])
+    rate = accuracy_curve(ev, eval_set="math", metric="negative_rate")
+    assert rate["accuracy"].tolist() == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
+    # correct_rate falls back to the default verifier's count
+    assert accuracy_curve(ev, eval_set="math", metric="correct_rate")["accuracy"].tolist() == pytest.approx(TRT["acc"])
+    # the default metric is unchanged
+    assert accuracy_curve(ev, eval_set="math")["accuracy"].tolist() == pytest.approx(TRT["acc"])
+    with pytest.raises(ReadingError, match="ch_brief"):
+        accuracy_curve(ev, eval_set="math", metric="brief_rate")
+    with pytest.raises(ReadingError, match="samples"):
+        accuracy_curve(ev, eval_set="math", metric="pass@11")
+    with pytest.raises(ReadingError, match="unknown metric"):
+        accuracy_curve(ev, eval_set="math", metric="bleu")
+
+
+def test_analyze_metric_verifier_accepts_pass_at_k_and_rates():
+    from types import SimpleNamespace
+
+    from prereg_kit.analyze import _metric_verifier
+    from prereg_kit.errors import PreregError
+
+    plan = SimpleNamespace(evaluation=SimpleNamespace(metric="accuracy", verifier="default", samples=8))
+
+    def c(metric, verifier=None):
+        return SimpleNamespace(id="C1", metric=metric, verifier=verifier)
+
+    assert _metric_verifier(plan, c(None)) == ("accuracy", "default")
+    assert _metric_verifier(plan, c("pass@4")) == ("pass@4", "default")
+    assert _metric_verifier(plan, c("pass@4", "strict")) == ("pass@4", "strict")
+    assert _metric_verifier(plan, c("negative_rate")) == ("negative_rate", "default")
+    assert _metric_verifier(plan, c("greedy_accuracy")) == ("greedy_accuracy", "greedy")
+    with pytest.raises(PreregError, match="at least 16 samples"):
+        _metric_verifier(plan, c("pass@16"))

@@ -26,8 +26,10 @@ def checkpoint_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoint" / CHECKPOINT
 
 
-def save_checkpoint(run_dir: str | Path, model, optimizer, counters: Counters) -> Path:
-    """Write the checkpoint to a temp file, fsync it, then rename it over the previous one."""
+def save_checkpoint(run_dir: str | Path, model, optimizer, counters: Counters, extra: dict | None = None) -> Path:
+    """Write the checkpoint to a temp file, fsync it, then rename it over the previous one.
+
+    ``extra``: further JSON-able run state (e.g. the Lagrangian ν under ``reward_state``)."""
     path = checkpoint_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {
@@ -38,6 +40,8 @@ def save_checkpoint(run_dir: str | Path, model, optimizer, counters: Counters) -
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
     }
+    if extra:
+        state["extra"] = dict(extra)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         torch.save(state, fh)
@@ -56,8 +60,10 @@ def remove_checkpoint(run_dir: str | Path) -> None:
         folder.rmdir()
 
 
-def load_checkpoint(run_dir: str | Path, model, optimizer) -> Counters | None:
-    """Restore weights, optimizer and RNG states; return the counters (None: no checkpoint)."""
+def load_checkpoint(run_dir: str | Path, model, optimizer, extra: dict | None = None) -> Counters | None:
+    """Restore weights, optimizer and RNG states; return the counters (None: no checkpoint).
+
+    ``extra``: a dict updated in place with the ``extra`` state saved with the checkpoint."""
     path = checkpoint_path(run_dir)
     if not path.is_file():
         return None
@@ -70,4 +76,6 @@ def load_checkpoint(run_dir: str | Path, model, optimizer) -> Counters | None:
     random.setstate(rng["python"])
     if rng.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
+    if extra is not None:
+        extra.update(state.get("extra") or {})
     return Counters.from_dict(state["counters"])

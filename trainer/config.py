@@ -69,7 +69,8 @@ class TrainerConfig(_Strict):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     reward_verifier: Literal["default", "strict", "math_verify"] = "default"
-    credit: Literal["outcome"] = "outcome"
+    credit: Literal["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td",
+                    "critic_baseline"] = "outcome"  # dense rules: docs/interventions.md
     advantage_eps: float = Field(1e-6, gt=0)
     # --- the update (§2.3; extract §3.2)
     learning_rate: float = Field(1e-6, ge=0)
@@ -89,6 +90,59 @@ class TrainerConfig(_Strict):
     checkpoint_every: int = Field(0, ge=0)  # extra checkpoints every N iterations (0: at evaluations only)
     keep_checkpoint: bool = False  # keep the last checkpoint once the run is complete
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    # --- multi-reward (issue 7; docs/multi-reward.md "Wiring in the trainer")
+    channels: list[str | dict[str, Any]] = []  # [] = the verifier reward; else "name" or {name = ..., params}
+    aggregation: dict[str, Any] = {}  # trainer.aggregate.parse_aggregation table (rule, lam, beta, ...)
+    anchor: str = ""  # "": aggregation.anchor (index); a channel name; "elected": <study>/election.json
+
+    # --- dense rewards (issue 6; paper 1 §3.6-3.9, extract §1.E; docs/interventions.md "Dense rewards")
+    mc_k: int = Field(4, gt=0)  # continuations per interior cut (S1: 4; S25: 1, 2)
+    mc_segments: int = Field(6, ge=2)  # segments per completion: mc_segments − 1 interior cuts
+    mc_cuts: list[int] = []  # explicit interior cut offsets in tokens; [] = round(i·limit/mc_segments)
+    mc_continuation_limit: int = Field(0, ge=0)  # cap per continuation; 0 = rest of the completion limit
+    mc_prompt_value: float = Field(0.5, ge=0, le=1)  # p̂_0, the value before the first token (L5411)
+    mc_end_value: Literal["outcome", "none"] = "outcome"  # V at the end: R, or no credit on the last segment
+    eq_alpha: float = Field(1.0, ge=0)  # α of c = A + α·w (equal_iteration, shuffled, implicit)
+    eq_norm: Literal["max", "coequal"] = "max"  # batch max |w|, or co-equal standardization of A and w
+    eq_gate: Literal["none", "opposition", "disagreement"] = "none"  # §G gates, before centering
+    critic_start_iteration: int = Field(4, ge=1)  # first iteration index (0-based) scored by the critic
+    critic_ridge: float = Field(1.0, gt=0)  # ridge penalty on standardized features
+    critic_layer: int = -1  # hidden-state layer of the features (-1: last, after the final norm)
+    critic_window: int = Field(32, ge=1)  # earlier iterations the critic is fit on (the latest ones)
+    length_lambda: float = Field(0.0, ge=0)  # λ of the group-relative length reward (0: off)
+
+    # --- prompt selection (issue 6; paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md "Prompt selection")
+    selection: Literal["none", "critic", "history", "level", "random_choice", "dynamic"] = "none"
+    candidates: int = Field(24, gt=0)  # candidates per iteration: prompt_stream_batch(pool, seed, it, candidates)
+    target: float = Field(0.5, ge=0, le=1)  # predicted success the filters aim at
+    keep_nearest: int = Field(6, ge=0)  # candidates kept by nearness of p̂ to the target
+    keep_random: int = Field(2, ge=0)  # others kept, drawn uniformly from the remaining candidates
+    warmup_prompts: int = Field(32, ge=0)  # until this many prompts are trained: the first candidates
+    prompt_critic_window: int = Field(32, ge=1)  # iterations of (feature, group mean) pairs the prompt critic is fit on
+    prompt_critic_ridge: float = Field(1.0, gt=0)  # ridge λ of the prompt critic (raw features, free intercept)
+    prompt_critic_layer: int = -1  # hidden-state layer at the last prompt token (-1: last, after the final norm)
+    recent_window: int = Field(32, ge=1)  # iterations behind the history/level filters' "recent mean reward"
+    dynamic_max_groups: int = Field(96, gt=0)  # dynamic sampling: groups generated per iteration at most
+
+    @model_validator(mode="after")
+    def _check_selection(self) -> "TrainerConfig":
+        n = self.prompts_per_iteration
+        if self.selection in ("critic", "history", "level", "random_choice") and self.candidates < n:
+            raise ValueError(f"candidates: {self.candidates} < prompts_per_iteration ({n})")
+        if self.selection in ("critic", "history", "level") and self.keep_nearest + self.keep_random != n:
+            raise ValueError(f"keep_nearest + keep_random must equal prompts_per_iteration ({n})")
+        if self.selection == "dynamic" and self.dynamic_max_groups < n:
+            raise ValueError(f"dynamic_max_groups: {self.dynamic_max_groups} < prompts_per_iteration ({n})")
+        return self
+
+    @model_validator(mode="after")
+    def _check_dense(self) -> "TrainerConfig":
+        if self.mc_cuts and (sorted(set(self.mc_cuts)) != self.mc_cuts or self.mc_cuts[0] < 1
+                             or self.mc_cuts[-1] >= self.completion_limit):
+            raise ValueError("mc_cuts: strictly increasing offsets in 1 .. completion_limit − 1")
+        if self.credit == "implicit" and self.eq_gate == "disagreement":
+            raise ValueError("eq_gate = 'disagreement' needs continuations; the implicit reward has none")
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
@@ -96,6 +150,10 @@ class TrainerConfig(_Strict):
             raise ValueError("task = 'file' needs train_file")
         if self.task == "synthetic" and not set(self.task_levels) <= {1, 2, 3}:
             raise ValueError("task_levels: synthetic levels are 1, 2, 3")
+        if self.channels or self.aggregation or self.anchor:
+            from trainer.rewards import check_reward_config  # noqa: PLC0415
+
+            check_reward_config(self)
         return self
 
 

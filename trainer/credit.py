@@ -59,9 +59,13 @@ class Credit:
 
 
 def outcome_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int,
-                   eps: float, **_: object) -> Credit:
-    """Outcome-only GRPO: every token of completion g gets A_g (paper eq. 2 with w = 0)."""
-    adv = group_advantages(rewards, group_size, eps)
+                   eps: float, advantages: torch.Tensor | None = None, **_: object) -> Credit:
+    """Outcome-only GRPO: every token of completion g gets A_g (paper eq. 2 with w = 0).
+
+    ``advantages``: sequence-level advantages computed elsewhere (a multi-reward aggregation
+    rule such as MO-GRPO or Dr.GRPO, paper 2 §5) used instead of eq. (1).
+    """
+    adv = group_advantages(rewards, group_size, eps) if advantages is None else advantages.float()
     return Credit(token_credit(adv, completion_mask), adv)
 
 
@@ -70,6 +74,28 @@ def outcome_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, grou
 # context's engine if it needs them, counting them in ``continuation_tokens``) and returns
 # token_credit(A, mask, dense=w).
 CREDIT_RULES: dict[str, Callable[..., Credit]] = {"outcome": outcome_credit}
+
+
+def _lazy(module: str, name: str) -> Callable[..., Credit]:
+    """A rule defined in a module that imports this one (imported on first use: no cycle)."""
+    def rule(*args: object, **kwargs: object) -> Credit:
+        import importlib  # noqa: PLC0415
+
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+    rule.__name__ = name
+    return rule
+
+
+# Dense rewards (issue 6; docs/interventions.md "Dense rewards"). Their context: cfg, engine,
+# policy, rollouts, prompts, answers, iteration, seed, verifier, state (trainer.dense.DenseState).
+CREDIT_RULES.update({
+    "monte_carlo": _lazy("trainer.dense", "monte_carlo_credit"),  # c = A + (p̂_s − p̂_{s−1}), §3.6
+    "equal_iteration": _lazy("trainer.dense", "equal_iteration_credit"),  # c = A + α·w, MC-within, §1.E
+    "shuffled": _lazy("trainer.dense", "shuffled_credit"),  # MC-within, credit permuted per completion
+    "implicit": _lazy("trainer.dense", "implicit_credit"),  # w = log π_θ − log π_ref, MC-within pipeline
+    "critic_td": _lazy("trainer.critic", "critic_td_credit"),  # ridge critic, V̂(b_s) − V̂(b_{s−1}), §3.7
+    "critic_baseline": _lazy("trainer.critic", "critic_baseline_credit"),  # R − V̂(b_{s−1}), §3.7
+})
 
 
 def compute_credit(rule: str, rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int,

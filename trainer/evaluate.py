@@ -18,6 +18,7 @@ from typing import Sequence
 from trainer.budget import Counters
 from trainer.config import ConfigError, EvalSetSpec, RunSpec, derive_seed
 from trainer.data import Problem, load_problems
+from trainer.rewards import eval_channel_counts, eval_channels
 from trainer.verify import get_verifier, has_boxed
 
 
@@ -63,6 +64,7 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
     cfg = spec.config
     default, strict = get_verifier("default"), get_verifier("strict")
     n = spec.eval_samples
+    aux = eval_channels(cfg)  # multi-reward (issue 7): ch_<name> and ch_correct_<name> counts
     rows: list[dict] = []
     for es in sets:
         seed = derive_seed(spec.seed, counters.eval_index, f"eval:{es.name}")
@@ -95,6 +97,8 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
             }
             if greedy is not None:
                 row["greedy_correct"] = bool(default(greedy[i], p.answer))
+            row.update(eval_channel_counts(aux, texts, roll.lengths[i * n:(i + 1) * n].tolist(), p,
+                                           [check("default", default, t, p.answer) for t in texts]))
             rows.append(row)
     return rows
 

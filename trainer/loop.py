@@ -6,8 +6,10 @@ checkpoint. ``setup`` builds (or resumes) everything the loop needs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
 
 import torch
 
@@ -16,10 +18,13 @@ from trainer.budget import Counters, Schedule, StageClock
 from trainer.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from trainer.config import RunSpec, derive_seed
 from trainer.credit import compute_credit
-from trainer.data import ProblemPool, load_problems, prompt_stream_batch
+from trainer.data import ProblemPool, load_problems
+from trainer.dense import DenseState, dense_context, with_length_reward
 from trainer.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
 from trainer.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
                             set_determinism, synchronize, update_step)
+from trainer.rewards import Rewarder, make_rewarder, state_from_dict, state_to_dict
+from trainer.select import Selector
 from trainer.verify import get_verifier
 from trainer.warmstart import prepare_assets
 
@@ -34,24 +39,30 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
         while not c.done:
             it = c.iteration
             r.clock.reset()
-            with r.clock.stage("selection"):  # the stream depends only on (seed, iteration)
-                problems = [r.pool[i] for i in prompt_stream_batch(len(r.pool), spec.seed, it, cfg.prompts_per_iteration)]
+            with r.clock.stage("selection"):  # (seed, iteration) and the checkpointed selection state (select.py)
+                problems = r.selector.choose(it)  # "none": prompt_stream_batch(pool, seed, it, 8)
                 prompts = [r.render(p) for p in problems for _ in range(G)]
             with r.clock.stage("generation"):
                 roll = r.engine.generate(prompts, noise_seed=derive_seed(spec.seed, it, "rollout"), keys=range(len(prompts)),
                                          limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
+                problems, roll = r.selector.complete(it, problems, roll)  # dynamic sampling: more groups until 8 mixed
             with r.clock.stage("credit"):
-                rewards = verify_rewards(r.reward, roll.texts, [p.answer for p in problems for _ in range(G)])
-                credit = compute_credit(cfg.credit, rewards, roll.completion_mask, group_size=G, eps=cfg.advantage_eps)
+                rewards, advantages = iteration_rewards(r, it, problems, roll)  # multi-reward (issue 7): trainer/rewards.py
+                credit = compute_credit(cfg.credit, rewards, roll.completion_mask, group_size=G, eps=cfg.advantage_eps,
+                                        advantages=advantages, **dense_context(r, it, problems, roll))  # dense rewards (issue 6)
+                credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
                 lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
-                stats = update_step(r.policy, r.optimizer, roll, credit.tokens, lr)
+                stats = update_step(r.policy, r.optimizer, roll, credit.tokens, lr,
+                                    ref=r.ref_policy, kl_beta=r.rewarder.kl_beta if r.rewarder else 0.0)
             with r.clock.stage("weight_sync"):
                 r.engine.sync_weights()
             before = c.total_tokens
-            row = c.add_iteration({"rollout": roll.tokens, "continuation": credit.continuation_tokens},
-                                  r.clock.seconds, updates=1)
+            row = c.add_iteration({"rollout": roll.tokens, "continuation": credit.continuation_tokens,
+                                   "discarded": r.selector.discarded_tokens}, r.clock.seconds, updates=1)
             row.update(group_stats(rewards, roll, G), **stats)
+            row.update(r.reward_log)  # channel/<name> means, shaped_reward, ν (multi-reward runs)
+            row.update(r.selector.record(problems, rewards))  # selection history; sel_* columns (select.py)
             if r.schedule.eval_due(before, c.total_tokens):
                 c.done = r.schedule.finished(c.total_tokens)
                 _evaluate_log_checkpoint(r, spec, row=row, progress=progress)
@@ -91,7 +102,9 @@ def _log(r: "Run", row: dict | None, eval_rows: list[dict], checkpoint: bool) ->
     t1 = time.perf_counter()
     c.excluded_seconds["logging"] += t1 - t0
     if checkpoint:  # after the rows, so a checkpoint never describes rows that are not on disk
-        save_checkpoint(r.spec.run_dir, r.policy.model, r.optimizer, c)
+        save_checkpoint(r.spec.run_dir, r.policy.model, r.optimizer, c,
+                        extra={"reward_state": state_to_dict(r.reward_state), "selection": r.selector.state_dict(),
+                               "dense": r.dense.state_dict()})
         c.excluded_seconds["checkpoint"] += time.perf_counter() - t1
 
 
@@ -104,6 +117,18 @@ def verify_rewards(verifier, texts: list[str], answers: list[str]) -> torch.Tens
             seen[(t, a)] = float(verifier(t, a))
         out.append(seen[(t, a)])
     return torch.tensor(out)
+
+
+def iteration_rewards(r: "Run", it: int, problems: list, roll) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The iteration's rewards [N] and, for multi-reward runs, the aggregation rule's advantages
+    (else None: eq. 1 on the rewards). Carries the rule's state (Lagrangian ν) and the log columns on ``r``."""
+    cfg, G = r.spec.config, r.spec.config.group_size
+    per_completion = [p for p in problems for _ in range(G)]
+    res = r.rewarder(r.reward, roll.texts, roll.lengths.tolist(), per_completion, G, state=r.reward_state,
+                     rng=np.random.default_rng(derive_seed(r.spec.seed, it, "dropout")),
+                     l_max=cfg.completion_limit, eps=cfg.advantage_eps)
+    r.reward_state, r.reward_log = res.state, res.log
+    return res.rewards, res.advantages
 
 
 def group_stats(rewards: torch.Tensor, roll, group_size: int) -> dict:
@@ -128,6 +153,14 @@ class Run:
     schedule: Schedule
     clock: StageClock
     render: Callable
+    # --- multi-reward (issue 7): the reward rule, its carried state (Lagrangian ν), last log columns,
+    # the frozen base policy of the KL penalty (additive_kl only)
+    rewarder: Rewarder | None = None
+    reward_state: Any = None
+    reward_log: dict = field(default_factory=dict)
+    ref_policy: Policy | None = None
+    selector: Selector | None = None  # prompt selection (issue 6): candidates, filters, dynamic sampling
+    dense: DenseState = field(default_factory=DenseState)  # dense rewards (issue 6): the critic's buffer, π_ref
 
 
 def setup(spec: RunSpec) -> Run:
@@ -155,15 +188,28 @@ def setup(spec: RunSpec) -> Run:
                    engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
                    model_path=str(assets.model_path), train_pool=len(pool))
     folder = spec.run_dir
+    extra: dict = {}
     if _has_meta(folder):
-        counters = load_checkpoint(folder, policy.model, optimizer) or Counters()
+        counters = load_checkpoint(folder, policy.model, optimizer, extra=extra) or Counters()
         writer = RunLogWriter(folder, meta, resume=True, at_iteration=counters.iteration, at_eval=counters.eval_index)
     else:
         counters = Counters()
         writer = RunLogWriter(folder, meta)
-    return Run(spec, policy, make_engine(policy), optimizer, pool, eval_sets, get_verifier(cfg.reward_verifier),
+    rewarder = make_rewarder(cfg, spec.study_dir)  # anchor = "elected": reads election.json now
+    ref = None
+    if rewarder.kl_beta > 0:  # additive_kl: KL to the base (initial) policy, frozen
+        ref = load_policy(cfg, assets.model_path)
+        ref.model.eval().requires_grad_(False)
+    engine = make_engine(policy)
+    selector = Selector(cfg, spec.seed, pool, policy, engine, render, get_verifier(cfg.reward_verifier))
+    selector.load_state_dict(extra.get("selection"))
+    dense = DenseState()
+    dense.load_state_dict(extra.get("dense"))  # the learned critic's buffer of earlier iterations
+    return Run(spec, policy, engine, optimizer, pool, eval_sets, get_verifier(cfg.reward_verifier),
                writer, counters, Schedule(spec.eval_interval, spec.stop_tokens),
-               StageClock(sync=lambda: synchronize(policy.device)), render)
+               StageClock(sync=lambda: synchronize(policy.device)), render,
+               rewarder=rewarder, reward_state=state_from_dict(extra.get("reward_state")), ref_policy=ref,
+               selector=selector, dense=dense)
 
 
 def _has_meta(folder: str) -> bool:

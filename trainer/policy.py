@@ -359,11 +359,16 @@ def learning_rate_at(cfg: TrainerConfig, tokens_before: int, budget_tokens: int)
 
 
 def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts, credit: torch.Tensor,
-                lr: float) -> dict[str, float]:
+                lr: float, *, ref: Policy | None = None, kl_beta: float = 0.0) -> dict[str, float]:
     """One on-policy optimizer step on all completions of the iteration (paper eq. 2).
 
     The loss is −Σ_g Σ_h c_{g,h} log π(a_{g,h}) / N, N the iteration's completions, computed in
     micro-batches of ``micro_batch_size`` completions whose gradients add up to the same sum.
+
+    ``ref`` and ``kl_beta`` > 0 (multi-reward rule ``additive_kl``): the loss adds
+    β·Σ_g Σ_h k3_{g,h} / N, k3 = exp(d) − d − 1 with d = log π_ref − log π_θ on the sampled
+    tokens, the non-negative unbiased per-token estimator of KL(π_θ ‖ π_ref) (Schulman's k3, as in
+    GRPO); ``kl`` (per generated token) is logged.
     """
     from trainer.credit import policy_loss  # noqa: PLC0415
 
@@ -377,11 +382,20 @@ def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts
     credit = credit.to(policy.device)
     cmask = roll.completion_mask.to(policy.device)
     total = 0.0
+    use_kl = ref is not None and kl_beta > 0
+    kl_sum = 0.0
     t0 = time.perf_counter()
     for s in range(0, n, mb):
         sl = slice(s, s + mb)
         logp = token_logprobs(policy, roll.sequences[sl], roll.attention_mask[sl], roll.prompt_len)
         loss = policy_loss(logp, credit[sl], cmask[sl], n_completions=n)
+        if use_kl:
+            with torch.no_grad():
+                ref_logp = token_logprobs(ref, roll.sequences[sl], roll.attention_mask[sl], roll.prompt_len)
+            d = ref_logp - logp
+            k3 = (torch.exp(d) - d - 1.0) * cmask[sl]
+            loss = loss + kl_beta * k3.sum() / n
+            kl_sum += float(k3.detach().sum())
         loss.backward()
         total += float(loss.detach())
     synchronize(policy.device)
@@ -389,4 +403,7 @@ def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts
     params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, policy.cfg.grad_clip))
     optimizer.step()
-    return {"loss": total, "grad_norm": grad_norm, "lr": lr, "fwd_bwd_seconds": fwd_bwd}
+    out = {"loss": total, "grad_norm": grad_norm, "lr": lr, "fwd_bwd_seconds": fwd_bwd}
+    if use_kl:
+        out["kl"] = kl_sum / max(1.0, float(cmask.sum()))
+    return out

@@ -1,0 +1,271 @@
+"""Multi-reward wiring (issue 7): recipe fields, per-iteration rewards and advantages, evaluation
+counts, Lagrangian state through checkpoints, the additive_kl penalty, and a tiny real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from trainer.aggregate import LagrangeState  # noqa: E402
+from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
+from trainer.credit import compute_credit  # noqa: E402
+from trainer.credit import group_advantages as eq1  # noqa: E402
+from trainer.data import Problem  # noqa: E402
+from trainer.rewards import (  # noqa: E402
+    eval_channel_counts,
+    eval_channels,
+    make_rewarder,
+    state_from_dict,
+    state_to_dict,
+)
+from trainer.verify import get_verifier  # noqa: E402
+
+
+def _problems(answers):
+    return [Problem(f"p{i}", f"Compute {a}.", str(a)) for i, a in enumerate(answers)]
+
+
+def _box(x):
+    return f"so \\boxed{{{x}}}"
+
+
+# group 0 (gold 5): correct, correct-negative impossible, negative wrong, wrong
+# group 1 (gold -3): correct-and-negative, wrong positive, negative wrong, correct-and-negative
+TEXTS = [_box(5), _box(5), _box(-2), _box(4), _box(-3), _box(7), _box(-9), _box(-3)]
+LENGTHS = [10, 12, 8, 30, 5, 6, 7, 8]
+PROBS = [p for p in _problems([5, -3]) for _ in range(4)]
+
+
+def test_recipe_fields_validate_in_one_line():
+    cfg = parse_config({"channels": ["correct", {"name": "brief", "threshold": 9}], "aggregation": {"rule": "tag"},
+                        "anchor": "brief"})
+    assert cfg.anchor == "brief" and cfg.channels[1] == {"name": "brief", "threshold": 9}
+    assert TrainerConfig().channels == [] and TrainerConfig().aggregation == {} and TrainerConfig().anchor == ""
+    bad = [({"channels": ["nope"]}, "unknown channel"),
+           ({"channels": ["correct"], "anchor": "brief"}, "not one of the channels"),
+           ({"channels": ["correct", "negative"], "aggregation": {"rule": "sum"}}, "aggregation: rule"),
+           ({"channels": ["correct", "negative"], "aggregation": {"rule": "weighted", "weights": [1.0]}}, "2 weights"),
+           ({"aggregation": {"rule": "tag"}}, "need channels"),
+           ({"channels": ["correct", "correct"]}, "twice"),
+           ({"channels": ["program_correct"]}, "code task")]
+    for data, msg in bad:
+        with pytest.raises(ConfigError) as e:
+            parse_config(data)
+        assert len(e.value.lines) == 1 and msg in e.value.lines[0], (data, e.value.lines)
+
+
+def _run(cfg_data, state=None, rng=None):
+    cfg = parse_config(cfg_data)
+    rw = make_rewarder(cfg)
+    return rw, rw(get_verifier("default"), TEXTS, LENGTHS, PROBS, 4, state=state,
+                  rng=rng or np.random.default_rng(0), l_max=40, eps=1e-6)
+
+
+def test_verifier_only_and_primary_give_eq1_advantages():
+    rw, res = _run({})
+    assert not rw.multi and res.advantages is None and res.log == {}
+    assert res.rewards.tolist() == [1, 1, 0, 0, 1, 0, 0, 1]
+    _, prim = _run({"channels": ["correct"], "aggregation": {"rule": "primary"}})
+    torch.testing.assert_close(prim.advantages, eq1(res.rewards, 4, 1e-6), rtol=1e-6, atol=1e-7)
+    assert prim.log["channel/correct"] == 0.5 and prim.log["mixed_share"] == 1.0
+    # the credit rule uses the given advantages
+    mask = torch.ones(8, 3)
+    cr = compute_credit("outcome", prim.rewards, mask, group_size=4, eps=1e-6, advantages=prim.advantages)
+    torch.testing.assert_close(cr.tokens[:, 0], prim.advantages)
+
+
+def test_additive_tag_and_elected_anchor(tmp_path):
+    _, add = _run({"channels": ["correct", "negative"], "aggregation": {"rule": "additive"}})
+    assert add.rewards.tolist() == [0.5, 0.5, 0.5, 0.0, 1.0, 0.0, 0.5, 1.0]
+    assert add.log["channel/negative"] == 0.5 and add.log["shaped_reward"] == pytest.approx(0.5)
+    _, tag = _run({"channels": ["correct", "negative"], "aggregation": {"rule": "tag", "lam": 1.0}})
+    assert tag.rewards.tolist() == [0.5, 0.5, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    # anchor by name: the negative channel as the anchor of TAG
+    _, neg = _run({"channels": ["correct", "negative"], "aggregation": {"rule": "tag"}, "anchor": "negative"})
+    assert neg.rewards.tolist() == [0.0, 0.0, 0.5, 0.0, 1.0, 0.0, 0.5, 1.0]
+    cfg = parse_config({"channels": ["correct", "negative"], "aggregation": {"rule": "tag"}, "anchor": "elected"})
+    with pytest.raises(ConfigError, match="prereg elect"):
+        make_rewarder(cfg, tmp_path)
+    (tmp_path / "election.json").write_text(json.dumps({"elected": "correct"}))
+    rw = make_rewarder(cfg, tmp_path)
+    assert rw.agg.anchor == 0 and rw.anchor_name == "correct"
+    (tmp_path / "election.json").write_text(json.dumps({"elected": "brief"}))
+    with pytest.raises(ConfigError, match="not one of"):
+        make_rewarder(cfg, tmp_path)
+
+
+def test_rules_with_advantages_state_and_rng():
+    data = {"channels": ["correct", "negative"]}
+    _, mo = _run({**data, "aggregation": {"rule": "mo_grpo"}})
+    assert mo.rewards.tolist() == [1, 1, 0, 0, 1, 0, 0, 1]  # no scalar: the anchor channel is logged
+    assert "shaped_reward" not in mo.log
+    _, dr = _run({**data, "aggregation": {"rule": "dr_grpo"}})
+    want = (np.array([0.5, 0.5, 0.5, 0.0]) - 0.375) * np.array(LENGTHS[:4]) / 40
+    assert dr.advantages[:4].tolist() == pytest.approx(want.tolist(), rel=1e-6)
+    _, d1 = _run({**data, "aggregation": {"rule": "dropout"}}, rng=np.random.default_rng(3))
+    _, d2 = _run({**data, "aggregation": {"rule": "dropout"}}, rng=np.random.default_rng(3))
+    assert d1.rewards.tolist() == d2.rewards.tolist()
+    _, lg = _run({**data, "aggregation": {"rule": "lagrangian"}})
+    assert isinstance(lg.state, LagrangeState) and lg.log["lagrange/nu/negative"] == 0.5
+    assert lg.state.nu == (pytest.approx(0.5 + 0.05 * (0.5 - 0.5)),)
+    d = state_to_dict(LagrangeState(nu=(0.3,), steps=4))
+    assert state_from_dict(json.loads(json.dumps(d))) == LagrangeState(nu=(0.3,), steps=4)
+    assert state_to_dict(None) is None and state_from_dict(None) is None
+    _, lg2 = _run({**data, "aggregation": {"rule": "lagrangian"}}, state=LagrangeState(nu=(0.3,), steps=4))
+    assert lg2.log["lagrange/nu/negative"] == 0.3 and lg2.state.steps == 5
+
+
+def test_eval_channel_counts():
+    cfg = parse_config({"channels": ["correct", {"name": "brief", "threshold": 9}]})
+    chans = eval_channels(cfg)
+    assert [c.name for c in chans] == ["brief", "negative"]
+    assert [c.name for c in eval_channels(TrainerConfig())] == ["negative"]
+    p = _problems([-3])[0]
+    texts = [_box(-3), _box(-4), _box(3), "none"]
+    ok = [True, False, False, False]
+    row = eval_channel_counts(chans, texts, [5, 12, 8, 20], p, ok)
+    assert row == {"ch_brief": 2, "ch_correct_brief": 1, "ch_negative": 2, "ch_correct_negative": 1}
+
+
+def test_checkpoint_extra_round_trip(tmp_path):
+    from trainer.budget import Counters
+    from trainer.checkpoint import load_checkpoint, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(model.parameters())
+    save_checkpoint(tmp_path, model, opt, Counters(), extra={"reward_state": state_to_dict(LagrangeState(nu=(0.2,)))})
+    extra: dict = {}
+    assert load_checkpoint(tmp_path, model, opt, extra=extra) is not None
+    assert state_from_dict(extra["reward_state"]).nu == (0.2,)
+    save_checkpoint(tmp_path, model, opt, Counters())  # the old call still works
+    assert load_checkpoint(tmp_path, model, opt) is not None
+
+
+def test_kl_penalty_to_reference():
+    from test_trainer_credit import _rollouts, _tiny_policy
+
+    from trainer.credit import token_credit
+    from trainer.policy import make_optimizer, update_step
+
+    roll = _rollouts()
+    credit = token_credit(torch.tensor([1.0, -1.0, 0.5, -0.5]), roll.completion_mask)
+    grads = []
+    for beta in (0.0, 1.0):
+        pol, ref = _tiny_policy(), _tiny_policy()  # same init: KL 0, and so no gradient from it
+        stats = update_step(pol, make_optimizer(pol), roll, credit, lr=1e-2, ref=ref, kl_beta=beta)
+        grads.append([p.grad.clone() for p in pol.model.parameters()])
+        assert ("kl" in stats) == (beta > 0)
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-7)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    pol, ref = _tiny_policy(), _tiny_policy()
+    with torch.no_grad():
+        for p in ref.model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    stats = update_step(pol, make_optimizer(pol), roll, credit, lr=1e-2, ref=ref, kl_beta=1.0)
+    assert stats["kl"] > 0
+
+
+PLAN = """
+[study]
+id = "tinymr"
+title = "Tiny multi-reward test"
+question = "Does the wiring run?"
+comparator = "additive"
+seeds = [0]
+
+[recipe]
+task = "synthetic"
+task_levels = [1, 2]
+task_train_problems = 200
+model = "tiny"
+tiny = {{ hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }}
+warm_start = {{ steps = 30, batch_size = 16, learning_rate = 3e-3 }}
+prompts_per_iteration = 2
+group_size = 4
+completion_limit = 24
+learning_rate = 1e-3
+threads = 1
+channels = ["correct", "negative"]
+
+[configurations.additive]
+overrides = {{ aggregation = {{ rule = "{rule}" }} }}
+[configurations.tag]
+overrides = {{ aggregation = {{ rule = "tag" }}, anchor = "elected" }}
+
+[budget]
+tokens = {tokens}
+eval_every = "B/2"
+
+[evaluation]
+samples = 4
+sets = [{{ name = "heldout", source = "synthetic:eval", n_problems = 4 }}]
+
+[[contrasts]]
+id = "C1"
+treatment = "tag"
+control = "additive"
+tier = "primary"
+
+[[families]]
+name = "primary"
+members = ["C1"]
+
+[[stages]]
+name = "smoke"
+seeds = [0]
+configurations = ["additive"]
+
+[[stages]]
+name = "main"
+"""
+
+
+@pytest.fixture(scope="module")
+def mr_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("mrcache")
+
+
+def mr_study(tmp_path: Path, cache: Path, rule: str = "lagrangian", tokens: int = 300) -> Path:
+    d = tmp_path / "study"
+    d.mkdir()
+    (d / "plan.toml").write_text(PLAN.format(rule=rule, tokens=tokens))
+    (d / ".cache").symlink_to(cache, target_is_directory=True)
+    return d
+
+
+def test_tiny_multireward_run_logs_channels(tmp_path, mr_cache):
+    from prereg_kit.runlog import read_run
+    from trainer.launch import plan_jobs
+    from trainer.loop import train
+
+    study = mr_study(tmp_path, mr_cache)
+    _, jobs = plan_jobs(study, "smoke", ["additive"], [0])
+    spec = jobs[0].spec.model_copy(update={"config": jobs[0].spec.config.model_copy(update={"keep_checkpoint": True})})
+    threads = torch.get_num_threads()
+    try:
+        train(spec)
+    finally:
+        torch.set_num_threads(threads)
+    run = read_run(spec.run_dir, strict=True)
+    it, ev = run.iterations, run.evals
+    assert not run.problems and run.meta.status == "complete"
+    for col in ("channel/correct", "channel/negative", "shaped_reward", "lagrange/nu/negative", "lagrange/nu_next/negative"):
+        assert col in it.columns and it[col].notna().all(), col
+    nu = it["lagrange/nu/negative"].to_numpy()
+    assert nu[0] == 0.5 and np.allclose(nu[1:], it["lagrange/nu_next/negative"].to_numpy()[:-1])
+    assert {"ch_negative", "ch_correct_negative"} <= set(ev.columns)
+    assert (ev["ch_negative"] <= ev["samples"]).all() and (ev["ch_correct_negative"] <= ev["correct"]).all()
+    # the last checkpoint carries ν for a resume
+    extra: dict = {}
+    from trainer.checkpoint import checkpoint_path
+
+    state = torch.load(checkpoint_path(spec.run_dir), map_location="cpu", weights_only=False)
+    extra = state["extra"]["reward_state"]
+    assert extra["kind"] == "lagrange" and extra["nu"][0] == pytest.approx(it["lagrange/nu_next/negative"].iloc[-1])
