@@ -101,11 +101,11 @@ class ReportedRow(_Strict):
         have = [x is not None for x in (self.mean, self.ci_low, self.ci_high)]
         if any(have[1:]) and not all(have):
             raise ValueError("an interval needs mean, ci_low and ci_high")
-        if self.tests() and (not all(have) or self.n is None):
+        if self.printed_tests() and (not all(have) or self.n is None):
             raise ValueError("a printed test needs n, mean, ci_low and ci_high to be rechecked")
         return self
 
-    def tests(self) -> dict[str, str]:
+    def printed_tests(self) -> dict[str, str]:
         """The printed p-values of the row, by from_summary's names."""
         return {k: getattr(self, k) for k in TEST_KEYS if getattr(self, k) is not None}
 
@@ -328,7 +328,7 @@ def recheck_row(study: str, row: ReportedRow, plan: Plan | None = None,
 
     out = CheckedRow(study=study, row=row.id, label=row.label, source=row.source, n=row.n,
                      printed=row.printed, test=row.test, status="not checkable", explanation=row.explanation)
-    tests = row.tests()
+    tests = row.printed_tests()
     if row.noninferior is not None:
         tests["noninferior"] = "yes" if row.noninferior else "no"
     if row.mean is None or row.ci_low is None or row.n is None:

@@ -37,7 +37,7 @@ def _signed(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:+.3f}"
 
 
-def test_cell(row: pd.Series) -> str:
+def printed_test(row: pd.Series) -> str:
     """The 'test' column: what the paper prints beside each contrast."""
     parts = []
     if row["kind"] == "superiority":
@@ -66,7 +66,7 @@ def contrast_table(df: pd.DataFrame) -> str:
         lines.append(
             f"| {r['contrast']}{dagger} | {r['tier']} | {r['treatment']} − {r['control']} | {r['at']} | {r['n']} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
-            f"| {test_cell(r)} | {r['n_lower']} / {r['n_higher']} | **{r['verdict']}** |")
+            f"| {printed_test(r)} | {r['n_lower']} / {r['n_higher']} | **{r['verdict']}** |")
     return "\n".join(lines)
 
 

@@ -180,7 +180,8 @@ def test_math_verify_backend() -> None:  # pragma: no cover - runs only where th
 
 def test_no_torch_import() -> None:
     code = "import sys, trainer.verify, trainer.data; assert 'torch' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
 
 
 # ---------------------------------------------------------------------------------------------

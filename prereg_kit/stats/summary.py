@@ -235,7 +235,7 @@ def from_summary(
     crit = float(sps.t.ppf(0.5 + confidence / 2, df))
     root_n = math.sqrt(n)
 
-    def tests(center: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
+    def statistics_at(center: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
         se = (hi - lo) / (2 * crit)
         t = center / se
         out = {"t": t, "p": np.minimum(1.0, 2 * sps.t.sf(np.abs(t), df))}
@@ -247,11 +247,11 @@ def from_summary(
         return out
 
     point = {k: float(v[0]) for k, v in
-             tests(np.array([m_val]), np.array([lo_val]), np.array([hi_val])).items()}
+             statistics_at(np.array([m_val]), np.array([lo_val]), np.array([hi_val])).items()}
     a, b, matches = _candidates(lo_val, h_lo, hi_val, h_hi, m_val, h_m)
     # Each true interval is centred on the true mean; without a match fall back on the printed mean.
     centers = (a + b) / 2 if matches else np.clip((a + b) / 2, m_val - h_m, m_val + h_m)
-    grid = tests(centers, a, b)
+    grid = statistics_at(centers, a, b)
     rng_of = {k: (float(np.min(v)), float(np.max(v))) for k, v in grid.items()}
 
     se = (hi_val - lo_val) / (2 * crit)
