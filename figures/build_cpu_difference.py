@@ -1,0 +1,32 @@
+"""Paper 1 Figure 3's form from the CPU studies' run logs: treatment − control against training time.
+
+Every primary contrast of ``registry/cpu-grpo`` and ``registry/cpu-interventions``: per seed both
+runs interpolated linearly in training time on one grid, the mean difference and a 95% t band.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+OUTPUT = "cpu_difference_vs_time.png"
+DESCRIPTION = "CPU studies: primary differences (treatment − control) against training time, mean and 95% band (paper 1 Figure 3's form)"
+INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (trained into build/figure-studies/)"
+STUDIES = ("cpu-grpo", "cpu-interventions")
+
+
+def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
+    import pandas as pd
+
+    from figures.cpu_studies import primary_curves, trained_study
+    from prereg_kit.plots import difference_over_time
+
+    dirs = study_dirs if study_dirs is not None else [trained_study(s) for s in STUDIES]
+    frames, pairs = [], []
+    for d in dirs:
+        plan, _, curves = primary_curves(Path(d))
+        frames.append(curves.assign(configuration=plan.study.id + ":" + curves["configuration"]))
+        pairs += [(c.id, f"{plan.study.id}:{c.treatment}", f"{plan.study.id}:{c.control}")
+                  for c in plan.contrasts if c.tier == "primary" and c.reading_point.kind == "tokens"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return difference_over_time(pd.concat(frames, ignore_index=True), pairs, Path(out_dir) / OUTPUT,
+                                title="CPU studies: primary differences over training time (from run logs)")

@@ -1,0 +1,93 @@
+"""The run-log figure builders on small synthetic studies (no training in the test suite)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prereg_kit.plan import load_plan
+from prereg_kit.synth import generate_study
+
+PLAN = """\
+[study]
+id = "{id}"
+title = "t"
+question = "q"
+comparator = "outcome"
+seeds = [0, 1, 2]
+{configs}
+[budget]
+tokens = 64000
+eval_every = "B/4"
+[evaluation]
+sets = [{{ name = "heldout", n_problems = 20 }}]
+[[contrasts]]
+id = "C1"
+treatment = "critic_filter"
+control = "outcome"
+tier = "primary"
+[[families]]
+name = "primary"
+members = ["C1"]
+"""
+
+
+def _study(tmp: Path, sid: str, effects: dict[str, float]) -> Path:
+    d = tmp / sid
+    d.mkdir()
+    configs = "".join(f"[configurations.{c}]\n" for c in effects)
+    (d / "plan.toml").write_text(PLAN.format(id=sid, configs=configs))
+    pf = load_plan(d)
+    generate_study(d, study=sid, plan_hash=pf.content_sha256, configurations=effects, seeds=[0, 1, 2],
+                   budget_tokens=64000, eval_every=16000, eval_sets={"heldout": 20}, rng=1)
+    return d
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("figs")
+    a = _study(tmp, "a", {"outcome": 0.0, "critic_filter": 0.03})
+    b = _study(tmp, "b", {"outcome": 0.0, "critic_filter": 0.01, "random_choice": 0.0})
+    return a, b
+
+
+def test_curves_and_difference_builders(studies, tmp_path):
+    from figures import build_cpu_curves, build_cpu_difference
+
+    for mod in (build_cpu_curves, build_cpu_difference):
+        path = mod.build(tmp_path, list(studies))
+        assert path.name == mod.OUTPUT and path.stat().st_size > 10_000
+
+
+def test_selection_points_and_panels(studies, tmp_path):
+    from figures.build_cpu_selection import OUTPUT, build, points_from, selection_points
+    from figures.cpu_studies import primary_curves
+
+    pts = selection_points(studies[1])  # synthetic logs carry no selection columns
+    assert set(pts["arm"]) == {"critic_filter", "random_choice"} and len(pts) == 6
+    assert pts["d_mixed"].notna().all() and pts["pred_candidates"].isna().all()
+    plan, st, curves = primary_curves(studies[1])
+    its = st.iterations.assign(sel_warmup=st.iterations["iteration"] < 2,
+                               sel_pred_candidates=0.25 + 0.01 * (st.iterations["seed"] + 1))
+    pts = points_from(curves, its, plan.budget.tokens)
+    at_b = curves[curves["eval_index"] == curves["eval_index"].max()].set_index(["configuration", "seed"])["accuracy"]
+    row = pts[(pts["arm"] == "critic_filter") & (pts["seed"] == 1)].iloc[0]
+    assert row["pred_candidates"] == pytest.approx(0.27)
+    assert row["gain"] == pytest.approx(at_b[("critic_filter", 1)] - at_b[("outcome", 1)])
+    assert build(tmp_path, studies[1]).name == OUTPUT
+
+
+def test_contrasts_builder(studies, tmp_path):
+    from datetime import datetime, timezone
+
+    from figures import build_cpu_contrasts
+    from prereg_kit.lock import lock_plan
+
+    for d in studies:  # analyze needs a lock dated before the runs
+        if not (d / "plan.lock").exists():
+            lock_plan(d / "plan.toml", now=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    path = build_cpu_contrasts.build(tmp_path, list(studies))
+    text = path.read_text()
+    assert "## a: t" in text and "| C1 | primary | critic_filter − outcome | B | 3 |" in text
+    assert (tmp_path / "cpu_forest_a.png").stat().st_size > 5_000
