@@ -226,6 +226,18 @@ def kappa_n(s: float, n: int) -> float:
 
 
 @njit(cache=False)
+def _softmax_into(theta, pi):
+    """pi ← softmax(theta) over the three actions (max-shifted for stability)."""
+    mx = max(theta[0], max(theta[1], theta[2]))
+    z = 0.0
+    for j in range(3):
+        pi[j] = math.exp(theta[j] - mx)
+        z += pi[j]
+    for j in range(3):
+        pi[j] /= z
+
+
+@njit(cache=False)
 def _step(theta, pi, laws, configs, table, alpha, pw, mt):
     """One exact recursion step in place; pi must hold softmax(theta) on entry and on exit."""
     k = configs.shape[0]
@@ -245,13 +257,7 @@ def _step(theta, pi, laws, configs, table, alpha, pw, mt):
     for j in range(3):
         mj = laws[j, 0] * mt[0] + laws[j, 1] * mt[1] + laws[j, 2] * mt[2] + laws[j, 3] * mt[3]
         theta[j] += alpha * pi[j] * mj
-    mx = max(theta[0], max(theta[1], theta[2]))
-    z = 0.0
-    for j in range(3):
-        pi[j] = math.exp(theta[j] - mx)
-        z += pi[j]
-    for j in range(3):
-        pi[j] /= z
+    _softmax_into(theta, pi)
 
 
 @njit(cache=False)
@@ -262,13 +268,7 @@ def _recurse(theta, laws, configs, table, alpha, max_iter, action, threshold, re
     max_iter; writes pi_t into traj[r] for each t == record_at[r] (sorted) that is reached.
     """
     pi = np.empty(3)
-    mx = max(theta[0], max(theta[1], theta[2]))
-    z = 0.0
-    for j in range(3):
-        pi[j] = math.exp(theta[j] - mx)
-        z += pi[j]
-    for j in range(3):
-        pi[j] /= z
+    _softmax_into(theta, pi)
     pw = np.empty((4, configs.max() + 1))
     mt = np.empty(4)
     r = 0

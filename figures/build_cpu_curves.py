@@ -15,13 +15,10 @@ STUDIES = ("cpu-grpo", "cpu-interventions")
 
 
 def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from prereg_kit.plots import save, time_unit
+    import matplotlib.pyplot as plt  # after plots, which selects the Agg backend
 
     from figures.cpu_studies import primary_curves, trained_study
-    from prereg_kit.plots import time_unit
 
     dirs = study_dirs if study_dirs is not None else [trained_study(s) for s in STUDIES]
     fig, axes = plt.subplots(len(dirs), 2, figsize=(12, 4.2 * len(dirs)), squeeze=False)
@@ -43,9 +40,4 @@ def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
             ax.grid(alpha=0.3)
         row[0].legend(fontsize=8)
     fig.suptitle("CPU studies, from their run logs: accuracy at matched tokens and over training time")
-    fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = Path(out_dir) / OUTPUT
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, Path(out_dir) / OUTPUT, dpi=110)

@@ -52,10 +52,8 @@ def points_from(curves, iterations, budget: float, comparator: str = "outcome"):
 
 
 def build(out_dir: Path, study_dir: Path | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from prereg_kit.plots import save
+    import matplotlib.pyplot as plt  # after plots, which selects the Agg backend
 
     from figures.cpu_studies import trained_study
 
@@ -76,9 +74,4 @@ def build(out_dir: Path, study_dir: Path | None = None) -> Path:
     axes[1].set_title("(b) gain against the candidates' predicted success", fontsize=10)
     axes[1].legend(fontsize=8)
     fig.suptitle("CPU intervention study: when does prompt selection help? (per seed, from run logs)")
-    fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = Path(out_dir) / OUTPUT
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, Path(out_dir) / OUTPUT, dpi=110)

@@ -23,6 +23,16 @@ from scipy import stats as sps  # noqa: E402
 TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
 
 
+def save(fig, path: Path, *, dpi: int = 120) -> Path:
+    """Lay out, write and close a figure; return its path (creating the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def time_unit(seconds: float) -> tuple[float, str]:
     """Divisor and name of the unit that shows a span of training time legibly."""
     if seconds >= 2 * 3600:
@@ -56,10 +66,7 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
     ax.legend(handles=[*handles, plt.Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")],
               loc="best", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_tokens: int) -> Path:
@@ -85,10 +92,7 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
     fig.suptitle(title)
     for ax in axes:
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], path: Path, *,
@@ -121,10 +125,7 @@ def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]]
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def _interpolated_differences(curves: pd.DataFrame, tr: str, co: str, k: int):
