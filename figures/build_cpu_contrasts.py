@@ -8,8 +8,8 @@ from pathlib import Path
 
 OUTPUT = "cpu_contrasts.md"
 DESCRIPTION = "CPU studies: every contrast from `prereg analyze` of their run logs, in Tables 3-4's layout, with forest plots (cpu_forest_<study>.png)"
-INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (trained into build/figure-studies/)"
-STUDIES = ("cpu-grpo", "cpu-interventions")
+INPUTS = "run logs of registry/cpu-grpo, registry/cpu-interventions and registry/cpu-multireward (committed in the registry; trained into build/figure-studies/ when absent)"
+STUDIES = ("cpu-grpo", "cpu-interventions", "cpu-multireward")
 
 
 def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 OUTPUT = "cpu_accuracy_curves.png"
 DESCRIPTION = "CPU studies: held-out accuracy against generated tokens and training time, per configuration (run logs)"
-INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (trained into build/figure-studies/)"
+INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (committed in the registry; trained into build/figure-studies/ when absent)"
 STUDIES = ("cpu-grpo", "cpu-interventions")
 
 

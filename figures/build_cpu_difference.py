@@ -10,7 +10,7 @@ from pathlib import Path
 
 OUTPUT = "cpu_difference_vs_time.png"
 DESCRIPTION = "CPU studies: primary differences (treatment − control) against training time, mean and 95% band (paper 1 Figure 3's form)"
-INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (trained into build/figure-studies/)"
+INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (committed in the registry; trained into build/figure-studies/ when absent)"
 STUDIES = ("cpu-grpo", "cpu-interventions")
 
 

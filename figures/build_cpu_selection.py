@@ -15,7 +15,7 @@ import numpy as np
 
 OUTPUT = "cpu_selection_panels.png"
 DESCRIPTION = "CPU intervention study: gain of the critic filter (and its random-choice control) over outcome-only GRPO against the change in mixed groups and against the candidates' mean predicted success (paper 1 Figure 4's form)"
-INPUTS = "run logs of registry/cpu-interventions (trained into build/figure-studies/)"
+INPUTS = "run logs of registry/cpu-interventions (committed in the registry; trained into build/figure-studies/ when absent)"
 STUDY = "cpu-interventions"
 ARMS = {"critic_filter": "#1f4e9c", "random_choice": "#999999"}
 

@@ -121,7 +121,7 @@ class Reported(_Strict):
     """``reported.toml``: what the paper printed for one study."""
 
     study: str
-    paper: Literal["dense-rewards", "multi-reward"]
+    paper: Literal["dense-rewards", "multi-reward", "prereg-kit"]  # prereg-kit: a study run and analyzed here
     source: str = ""
     notes: list[str] = []
     amendments: list[Amendment] = []

@@ -91,3 +91,38 @@ def test_contrasts_builder(studies, tmp_path):
     text = path.read_text()
     assert "## a: t" in text and "| C1 | primary | critic_filter − outcome | B | 3 |" in text
     assert (tmp_path / "cpu_forest_a.png").stat().st_size > 5_000
+
+
+def test_multireward_builder(tmp_path):
+    """Channel curves from evaluation columns ``ch_negative`` and the election bars."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from figures.build_cpu_multireward import OUTPUT, build
+    from figures.cpu_studies import primary_curves
+
+    d = _study(tmp_path, "mr", {"outcome": 0.0, "critic_filter": -0.05, "random_choice": 0.0})
+    for f in d.glob("runs/*/seed-*/evals.parquet"):  # the shortcut rate: high for one arm, else low
+        ev = pq.read_table(f)  # keeps the run log's schema metadata (row count check)
+        share = 0.75 if f.parts[-3] == "critic_filter" else 0.125
+        neg = pa.array([round(s * share) for s in ev.column("samples").to_pylist()], pa.int64())
+        pq.write_table(ev.append_column("ch_negative", neg), f)
+    (d / "election.json").write_text(json.dumps({"elected": "correct", "kl_rev": {"correct": 0.1, "negative": 2.0},
+                                                 "kl_fwd": {"correct": 0.1, "negative": 1.5}}))
+    _, _, rate = primary_curves(d, metric="negative_rate")
+    assert rate.groupby("configuration")["accuracy"].mean().round(3).to_dict() == {"critic_filter": 0.75, "outcome": 0.125, "random_choice": 0.125}
+    path = build(tmp_path / "out", d)
+    assert path.name == OUTPUT and path.stat().st_size > 20_000
+
+
+def test_registry_cpu_studies_are_read_in_place(tmp_path):
+    """The committed CPU studies' runs are complete under their locks: the figures need no training."""
+    from figures.cpu_studies import REGISTRY, complete_runs, trained_study
+
+    for name in ("cpu-grpo", "cpu-interventions"):
+        assert complete_runs(REGISTRY / name), name
+        assert trained_study(name, work=tmp_path) == REGISTRY / name
+    assert not list(tmp_path.iterdir())  # nothing trained
+    assert not complete_runs(tmp_path)  # no lock: train a copy

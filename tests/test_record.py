@@ -1,0 +1,77 @@
+"""The registry record of a study analyzed here (prereg_kit.record): rows from `prereg analyze`,
+rechecked like the papers' rows, and reproduced from the committed CPU studies' run logs."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from prereg_kit.record import record_row, study_record, write_record
+from prereg_kit.registry import load_reported, recheck_study
+
+REGISTRY = Path(__file__).resolve().parents[1] / "registry"
+
+
+def _row(**kw):
+    base = {"contrast": "C1", "treatment": "a", "control": "b", "at": "B", "n": 5, "mean": 0.0123456,
+            "ci_low": -0.001, "ci_high": 0.0257, "tier": "primary", "kind": "superiority", "metric": "accuracy",
+            "family": "primary", "p": 0.0712, "p_holm": 0.1424, "tost_p": 0.2, "ni_p": 0.01, "t": 2.3, "zero_sd": False}
+    return base | kw
+
+
+def test_row_keys_follow_the_contrast_kind():
+    r = record_row(_row(), source="s")
+    assert (r["mean"], r["ci_low"], r["ci_high"]) == ("+0.0123", "-0.0010", "+0.0257")
+    assert r["p"] == ".071" and r["holm_p"] == ".142" and "tost_p" not in r
+    r = record_row(_row(kind="equivalence", family=""), source="s")
+    assert r["tost_p"] == ".200" and "tost_holm_p" not in r and "p" not in r
+    r = record_row(_row(kind="non-inferiority", tier="secondary", family=""), source="s")
+    assert r["noninferiority_p"] == ".010"
+    r = record_row(_row(metric="negative_rate"), source="s")
+    assert r["label"] == "a − b (negative_rate)"
+
+
+def test_identical_runs_keep_the_mean_without_a_test():
+    r = record_row(_row(mean=0.0, ci_low=0.0, ci_high=0.0, t=math.nan, zero_sd=True), source="s")
+    assert r["ci_kind"] == "none" and "p" not in r and "holm_p" not in r
+
+
+@pytest.mark.parametrize("study", ["cpu-grpo", "cpu-interventions"])
+def test_committed_record_is_reproduced_from_the_committed_run_logs(study):
+    """The CPU study's reported.toml equals a fresh analysis of its run logs (up to the date), and
+    every printed p-value rechecks."""
+    from prereg_kit.analyze import analyze_study
+
+    committed = tomllib.loads((REGISTRY / study / "reported.toml").read_text())
+    fresh = study_record(analyze_study(REGISTRY / study, progress=False))
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "source"} for r in rows]
+
+    assert strip(committed["rows"]) == strip(fresh["rows"])
+    rows = recheck_study(REGISTRY / study)
+    assert rows and all(r.status in ("consistent", "no test", "not checkable") for r in rows), \
+        [(r.row, r.status, r.checks) for r in rows if r.status == "inconsistent"]
+
+
+def test_write_record_on_a_synthetic_study(tmp_path):
+    from datetime import datetime, timezone
+
+    from prereg_kit.lock import lock_plan
+    from prereg_kit.plan import load_plan
+    from prereg_kit.synth import generate_study
+
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "plan.toml").write_text((REGISTRY / "cpu-grpo" / "plan.toml").read_text())
+    lock_plan(d / "plan.toml", now=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    pf = load_plan(d)
+    generate_study(d, study="cpu-grpo", plan_hash=pf.content_sha256, configurations={"frozen": 0.0, "grpo": 0.05},
+                   seeds=range(6), budget_tokens=30000, eval_every=3750, eval_sets={"heldout": 64}, rng=3)
+    path = write_record(d)
+    rep = load_reported(path)
+    assert rep.paper == "prereg-kit" and [r.id for r in rep.rows] == ["C1", "C2"]
+    assert all(r.status == "consistent" for r in recheck_study(d))
