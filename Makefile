@@ -5,7 +5,7 @@ PYTHON ?= python3
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= build/demo
 # anchor election of registry/cpu-multireward (figures/cpu_studies.py ELECTION_SETTINGS mirrors it)
-ELECT_ARGS ?= --seeds 0 --prompts 32 --samples 4
+ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
 
 .PHONY: install demo test figures cpu-studies clean

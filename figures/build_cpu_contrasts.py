@@ -22,9 +22,9 @@ def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = ["# CPU studies: every contrast, from their run logs", "",
-          "Computed by `prereg analyze` from the studies' own run logs (locked copies under "
-          "`build/figure-studies/`). Δ is treatment − control in held-out accuracy (fraction; 0.01 = one "
-          "point), paired by seed, 95% paired-t interval; primary contrasts Holm-adjusted in their family; "
+          "Computed by `prereg analyze` from the studies' own run logs (kept with the studies in "
+          "`registry/cpu-*/runs/`). Δ is treatment − control in the contrast's metric (held-out "
+          "accuracy unless a metric column says otherwise; fractions, 0.01 = one point), paired by seed, 95% paired-t interval; primary contrasts Holm-adjusted in their family; "
           "† exploratory.", ""]
     for d in dirs:
         a = analyze_study(Path(d), progress=False)

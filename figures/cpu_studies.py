@@ -82,8 +82,8 @@ def elect_anchor(study_dir: Path) -> None:
     elect(study_dir, **ELECTION_SETTINGS)
 
 
-# `prereg elect registry/cpu-multireward` as `make cpu-studies` runs it (seed 0, default probes).
-ELECTION_SETTINGS: dict = {"seeds": [0]}
+# `prereg elect registry/cpu-multireward` as `make cpu-studies` runs it (the Makefile's ELECT_ARGS).
+ELECTION_SETTINGS: dict = {"seeds": [0], "steps": 12, "prompts": 32, "samples": 4}
 
 
 def primary_curves(study_dir: Path, metric: str = "accuracy"):

@@ -58,8 +58,11 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
         ax.errorbar(row.mean, y, xerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]], fmt="o",
                     color=color, ms=6, capsize=3, lw=1.8, zorder=3)
     ax.set_yticks(range(n))
-    ax.set_yticklabels([f"{r.contrast}: {r.treatment} − {r.control} @ {r.at}" for r in contrasts.itertuples()][::-1])
-    ax.set_xlabel("difference in accuracy (fraction; 0.01 = 1 point), mean and 95% CI; dots: seeds")
+    metrics = contrasts["metric"].fillna("accuracy") if "metric" in contrasts else pd.Series(["accuracy"] * n)
+    ax.set_yticklabels([f"{r.contrast}: {r.treatment} − {r.control} @ {r.at}" + ("" if m == "accuracy" else f" [{m}]")
+                        for r, m in zip(contrasts.itertuples(), metrics)][::-1])
+    what = "accuracy" if set(metrics) == {"accuracy"} else "the contrast's metric ([name]; else accuracy)"
+    ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point), mean and 95% CI; dots: seeds")
     ax.set_title(title)
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items()
                if t in set(contrasts["tier"])]

@@ -121,7 +121,7 @@ def test_registry_cpu_studies_are_read_in_place(tmp_path):
     """The committed CPU studies' runs are complete under their locks: the figures need no training."""
     from figures.cpu_studies import REGISTRY, complete_runs, trained_study
 
-    for name in ("cpu-grpo", "cpu-interventions"):
+    for name in ("cpu-grpo", "cpu-interventions", "cpu-multireward"):
         assert complete_runs(REGISTRY / name), name
         assert trained_study(name, work=tmp_path) == REGISTRY / name
     assert not list(tmp_path.iterdir())  # nothing trained
