@@ -12,6 +12,12 @@ Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
 4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
    TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
 5. each hypothesis read as its plan said; per-configuration compute at B.
+
+Multi-reward metrics (paper 2 §4.7): ``relative_accuracy`` (accuracy over the ``[evaluation]
+reference`` configuration's, same seed, at the same k·B) and ``collapse`` (pass@4 below the run's
+own evaluation 0) are read per seed like accuracy at token reading points; they have no
+per-problem values, so their contrasts take no crossed bootstrap. The configuration table adds
+``relative_accuracy_at_B`` (with a reference) and ``collapse_rate`` (share of seeds collapsed at B).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import pandas as pd
 from . import readings as rd
 from . import stats
 from .errors import PreregError, ViolationError
-from .plan import Contrast, Plan, load_plan, resolve_plan_path
+from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, load_plan, resolve_plan_path
 from .runlog import load_study
 from .verify import verify_study
 
@@ -128,20 +134,22 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
 def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
     """The contrast's metric and the verifier its value is read under: ``accuracy`` and
     ``pass@K`` (K ≤ the plan's samples) under the default or strict verifier, ``greedy_accuracy``,
-    ``<channel>_rate`` (the eval rows' ``ch_<channel>`` counts; verifier ``default``)."""
+    ``<channel>_rate`` (the eval rows' ``ch_<channel>`` counts; verifier ``default``),
+    ``relative_accuracy`` and ``collapse`` (pass@4) under the default or strict verifier."""
     metric = c.metric or plan.evaluation.metric
-    if metric == "accuracy" or metric.startswith("pass@"):
+    if metric in ("accuracy", "relative_accuracy", "collapse") or metric.startswith("pass@"):
         verifier = c.verifier or plan.evaluation.verifier
         if verifier == "math_verify":
             raise PreregError(f"contrast {c.id}: math_verify correctness is not logged in run logs yet; use default or strict")
-        if metric.startswith("pass@") and int(metric[5:]) > plan.evaluation.samples:
-            raise PreregError(f"contrast {c.id}: metric {metric} needs at least {metric[5:]} samples per problem; the plan evaluates {plan.evaluation.samples}")
+        k = int(metric[5:]) if metric.startswith("pass@") else COLLAPSE_K if metric == "collapse" else 1
+        if k > plan.evaluation.samples:
+            raise PreregError(f"contrast {c.id}: metric {metric} needs at least {k} samples per problem; the plan evaluates {plan.evaluation.samples}")
         return metric, verifier
     if metric == "greedy_accuracy":
         return metric, "greedy"
     if metric.endswith("_rate"):
         return metric, "default"
-    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate)")
+    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
 
 
 def _check_verified(study_dir: Path, exploratory: bool) -> tuple[list[str], dict, list[str]]:
@@ -199,7 +207,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 a = rd.apply_admission(curves, iterations=st.iterations, min_iteration=adm.min_iterations,
                                        meta=st.meta, statuses=("complete",) if adm.require_complete else None,
                                        flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
-                pa = rd.problem_accuracy(keep, eval_set=eval_set, verifier=verifier, metric=metric)
+                pa = (None if metric in DERIVED_METRICS
+                      else rd.problem_accuracy(keep, eval_set=eval_set, verifier=verifier, metric=metric))
             except rd.ReadingError as e:
                 raise PreregError(f"{study_dir}: {e}") from None
             n_drift = int(flags["drifted"].sum())
@@ -212,13 +221,24 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         return cache[(eval_set, verifier, metric)]
 
     rows, per_seed = [], []
+    reference = plan.evaluation.reference
     for c in _progress(plan.contrasts, progress, "contrasts"):
         metric, verifier = _metric_verifier(plan, c)
         eval_set = c.eval_set or plan.evaluation.primary
-        curves, pa, _ = curves_for(eval_set, verifier, metric)
+        curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric)
         rp = c.reading_point
         point = rd.ReadingPoint(rp.kind, budget=B, multiple=rp.multiple)
-        crossed = c.tier == "primary" and plan.statistics.crossed_bootstrap
+        if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
+            try:
+                rel = rd.relative_accuracy_curves(curves, reference, point.tokens, allow_missing=adm.allow_missing_seeds)
+            except rd.ReadingError as e:
+                raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
+            curves = rel.kept
+            exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
+        crossed = c.tier == "primary" and plan.statistics.crossed_bootstrap and metric not in DERIVED_METRICS
+        if c.tier == "primary" and plan.statistics.crossed_bootstrap and metric in DERIVED_METRICS:
+            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for metric {metric} "
+                         "(a per-seed ratio or flag has no per-problem values)")
         try:
             pr = rd.paired_readings(curves, c.treatment, c.control, point, problem_acc=pa if crossed else None,
                                     allow_unpaired=adm.allow_missing_seeds)
@@ -232,7 +252,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr.treatment_matrix is not None else None
         row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "family": (f.name if (f := plan.family_of(c.id)) else ""),
                "treatment": c.treatment, "control": c.control, "at": str(rp), "metric": metric, "verifier": verifier,
-               "eval_set": eval_set, "alternative": c.alternative, "prediction": c.prediction}
+               "eval_set": eval_set, "reference": reference if metric == "relative_accuracy" else "",
+               "alternative": c.alternative, "prediction": c.prediction}
         row.update(contrast_statistics(d, c, plan, matrices=mats, n_resamples=nres))
         rows.append(row)
         ps = pr.table[["seed", "treatment", "control", "difference", "at"]].rename(
@@ -241,14 +262,26 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         per_seed.append(ps)
 
     contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
-    curves, _, _ = curves_for(plan.evaluation.primary, plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default")
+    v0 = plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default"
+    curves, _, _ = curves_for(plan.evaluation.primary, v0)
+    extra = {}
+    if reference is not None:
+        try:
+            extra["relative_accuracy"] = rd.relative_accuracy_curves(curves, reference, B, allow_missing=True).kept
+        except rd.ReadingError as e:
+            notes.append(f"configuration table: no relative accuracy ({e})")
+    if plan.evaluation.samples >= COLLAPSE_K:
+        try:
+            extra["collapse"] = curves_for(plan.evaluation.primary, v0, "collapse")[0]
+        except PreregError as e:
+            notes.append(f"configuration table: no collapse rate ({e})")
     ex = pd.concat(exclusions, ignore_index=True) if exclusions else pd.DataFrame()
     ex = _tidy_exclusions(ex)
     return Analysis(
         plan=plan, plan_path=plan_path, plan_hash=pf.content_sha256, exploratory=exploratory,
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
-        configurations=configuration_summary(curves, st.iterations, B), exclusions=ex, curves=curves, notes=notes)
+        configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes)
 
 
 def _tidy_exclusions(ex: pd.DataFrame) -> pd.DataFrame:
@@ -297,11 +330,23 @@ def read_hypotheses(plan: Plan, contrasts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["id", "statement", "prediction", "outcome", "evidence", "reading"])
 
 
-def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: float) -> pd.DataFrame:
+def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: float, *,
+                          relative_accuracy: pd.DataFrame | None = None,
+                          collapse: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per configuration at B: seeds, accuracy, tokens, updates, training hours, continuation
-    share of generated tokens, and the share of training time per stage (up to the reading)."""
+    share of generated tokens, and the share of training time per stage (up to the reading).
+
+    ``relative_accuracy`` (curves from :func:`readings.relative_accuracy_curves`) adds
+    ``relative_accuracy_at_B``, the mean over seeds of the per-seed ratio to the reference;
+    ``collapse`` (curves with ``metric="collapse"``) adds ``n_collapsed`` and ``collapse_rate``,
+    the share of seeds whose pass@4 at B is below their evaluation 0 (multi-reward paper §4.7)."""
     at_b = rd.read_at_tokens(curves, budget)
     at_b = at_b[at_b["reached"]]
+    derived = {}
+    for key, cv in (("relative_accuracy", relative_accuracy), ("collapse", collapse)):
+        if cv is not None:
+            r = rd.read_at_tokens(cv, budget)
+            derived[key] = r[r["reached"]].groupby("configuration")["accuracy"]
     stages = ["selection", "generation", "credit", "update", "weight_sync"]
     rows = []
     for name, g in at_b.groupby("configuration", sort=True):
@@ -319,4 +364,11 @@ def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget
                      "hours_at_B": g["train_seconds"].mean() / 3600, "continuation_share": float(np.nanmean(share_tok)),
                      "stage_shares": " / ".join(f"{x:.0%}" for x in sh),
                      **{f"share_{s}": float(x) for s, x in zip(stages, sh)}})
+        if "relative_accuracy" in derived:
+            g_rel = derived["relative_accuracy"]
+            rows[-1]["relative_accuracy_at_B"] = float(g_rel.mean().get(name, np.nan))
+        if "collapse" in derived:
+            g_col = derived["collapse"]
+            rows[-1]["n_collapsed"] = int(g_col.sum().get(name, 0))
+            rows[-1]["collapse_rate"] = float(g_col.mean().get(name, np.nan))
     return pd.DataFrame(rows)

@@ -12,6 +12,11 @@ start before a plan is final. Rules, applied to each run's ``meta.json`` (main r
   that applies to it: every key except those under ``configurations.<other configuration>``.
   (S2's amendments "added rules for parts of the study before those parts ran": adding or
   changing another configuration does not touch a finished run.)
+- a main run with ``anchor = "elected"`` (multi-reward paper §4.5: the anchor is elected by
+  probes before joint training) recorded the sha256 of the ``election.json`` it read; it is a
+  violation when the study's ``election.json`` is now missing or hashes differently (the election
+  was edited or rerun after the run read it). A run that recorded no hash (an older trainer) is a
+  warning, not a violation.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .lock import Chain
-from .runlog import RunLogError, RunMeta, find_runs, read_meta
+from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta
 
 
 @dataclass
@@ -28,6 +33,7 @@ class AuditReport:
     violations: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # unreadable run metadata
     admitted: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     n_runs: int = 0
 
 
@@ -43,6 +49,7 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
     by_hash: dict[str, int] = {}
     for e in chain.entries:
         by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
+    election_now = election_sha256(study_dir)
     for folder in find_runs(study_dir, all_stages=True):
         try:
             meta = read_meta(folder)
@@ -59,7 +66,27 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
             report.admitted.append(f"{name}: {meta.stage} run started {when} the lock (allowed)")
             continue
         report.violations.extend(_main_run_violations(name, meta, chain, by_hash))
+        _check_election(report, name, meta, election_now, Path(study_dir) / ELECTION_FILE)
     return report
+
+
+def _short(h: str) -> str:
+    return h[:19] + "…" if len(h) > 19 else h
+
+
+def _check_election(report: AuditReport, name: str, meta: RunMeta, now: str, path: Path) -> None:
+    """A main run that read ``election.json`` must find the same file there now."""
+    elected = isinstance(meta.config, dict) and meta.config.get("anchor") == "elected"
+    if not (elected or meta.election_sha256):
+        return
+    if not meta.election_sha256:
+        report.warnings.append(f"{name}: anchor = 'elected' but the run recorded no election hash (an older trainer); "
+                               f"{path.name} not checked against it")
+    elif not now:
+        report.violations.append(f"{name}: main run read election {_short(meta.election_sha256)}, but {path} is missing")
+    elif now != meta.election_sha256:
+        report.violations.append(f"{name}: {path} changed after the run read it (run recorded "
+                                 f"{_short(meta.election_sha256)}, the file is now {_short(now)})")
 
 
 def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, int]) -> list[str]:

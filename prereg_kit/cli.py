@@ -337,7 +337,8 @@ def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders
 def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding plan.toml).")],
           configuration: Annotated[str | None, typer.Option(help="Configuration whose channels are candidates (default: the one with anchor = \"elected\").")] = None,
           seeds: Annotated[str | None, typer.Option(help="Probe seeds: 0,1 or 0-3 (default: the plan's first seed).")] = None,
-          tokens: Annotated[str | None, typer.Option(help="Probe budget in generated tokens: 15K, or B/2 (default B/2).")] = None,
+          tokens: Annotated[str | None, typer.Option(help="Probe budget in generated tokens: 15K, or B/2 (default B/2; not with --steps).")] = None,
+          steps: Annotated[int | None, typer.Option(min=1, help="Stop each probe after T iterations instead (the paper's T = 300; not with --tokens).")] = None,
           prompts: Annotated[int, typer.Option(min=1, help="Held-out prompts for the KLs (the primary evaluation set's first N).")] = 64,
           samples: Annotated[int, typer.Option(min=1, help="Samples per prompt for each KL.")] = 4,
           jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Probe runs at once (default: one per GPU; 1 on CPU).")] = None) -> None:
@@ -356,7 +357,9 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
             if not lo.isdigit() or (hi and not hi.isdigit()):
                 raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
             seed_list += list(range(int(lo), int(hi or lo) + 1))
-    rec = run_election(study_dir, configuration=configuration, seeds=seed_list, tokens=tokens, prompts=prompts,
+    if steps is not None and tokens is not None:
+        raise PreregError("give --steps or --tokens, not both: a probe stops after T iterations or at a token budget")
+    rec = run_election(study_dir, configuration=configuration, seeds=seed_list, tokens=tokens, steps=steps, prompts=prompts,
                        samples=samples, n_jobs=jobs, log=lambda m: err.print(escape(m), soft_wrap=True))
     import json
 

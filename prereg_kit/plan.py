@@ -33,7 +33,13 @@ _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 _TOKENS = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([KkMmGg]?)\s*$")
 _MULTIPLE = re.compile(r"^\s*([0-9]*\.?[0-9]*)\s*[*·]?\s*B\s*$")
 _FRACTION = re.compile(r"^\s*B\s*/\s*([0-9]+)\s*$")
-_METRIC = re.compile(r"^(accuracy|greedy_accuracy|pass@[1-9][0-9]*|[a-z][a-z0-9_]*_rate)$")
+_METRIC = re.compile(r"^(accuracy|greedy_accuracy|pass@[1-9][0-9]*|[a-z][a-z0-9_]*_rate|relative_accuracy|collapse)$")
+METRICS_HELP = "accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy or collapse"
+# Metrics derived from a run's accuracy curve and read only at token reading points (B, k·B):
+# relative_accuracy (÷ the [evaluation] reference's accuracy, same seed) and collapse (pass@4
+# below the run's own evaluation 0). Multi-reward paper §4.7 (P2:L101-103, L113).
+DERIVED_METRICS = ("relative_accuracy", "collapse")
+COLLAPSE_K = 4  # as readings.COLLAPSE_K (pass@4, P2:L113)
 
 
 def parse_tokens(value: Any) -> int:
@@ -201,12 +207,13 @@ class Evaluation(_Model):
     top_p: float = Field(default=1.0, gt=0, le=1)
     verifier: Literal["default", "strict", "math_verify"] = "default"
     greedy: bool = False
+    reference: str | None = None  # the primary-only reference configuration (metric relative_accuracy)
 
     @field_validator("metric")
     @classmethod
     def _metric(cls, v: str) -> str:
         if not _METRIC.match(v):
-            raise ValueError(f"unknown metric {v!r}: use accuracy, greedy_accuracy, pass@K or <channel>_rate")
+            raise ValueError(f"unknown metric {v!r}: use {METRICS_HELP}")
         return v
 
     @property
@@ -383,6 +390,13 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
             errs.append((("evaluation", "sets", i, "name"), f"duplicate evaluation set {name!r}"))
     if plan.evaluation.primary_set is not None and plan.evaluation.primary_set not in set_names:
         errs.append((("evaluation", "primary_set"), f"unknown evaluation set {plan.evaluation.primary_set!r}"))
+    ev = plan.evaluation
+    if ev.reference is not None and ev.reference not in configs:
+        errs.append((("evaluation", "reference"), f"unknown configuration {ev.reference!r} (have: {', '.join(sorted(configs))})"))
+    if ev.metric == "relative_accuracy" and ev.reference is None:
+        errs.append((("evaluation", "metric"), "metric relative_accuracy needs [evaluation] reference (the primary-only configuration)"))
+    if ev.metric == "collapse" and ev.samples < COLLAPSE_K:
+        errs.append((("evaluation", "metric"), f"metric collapse compares pass@{COLLAPSE_K}: it needs samples >= {COLLAPSE_K} (have {ev.samples})"))
 
     memberships: dict[str, list[str]] = {}
     for fi, fam in enumerate(plan.families):
@@ -415,6 +429,17 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         if c.kind != "superiority" and c.alternative != "two-sided":
             errs.append((where + ("alternative",), f"a {c.kind} contrast takes no 'alternative' (its test is fixed)"))
         rp = c.reading_point
+        if c.metric is not None:
+            if c.metric == "relative_accuracy" and ev.reference is None:
+                errs.append((where + ("metric",), "metric relative_accuracy needs [evaluation] reference (the primary-only configuration)"))
+            if c.metric == "collapse" and ev.samples < COLLAPSE_K:
+                errs.append((where + ("metric",), f"metric collapse compares pass@{COLLAPSE_K}: it needs [evaluation] samples >= {COLLAPSE_K} (have {ev.samples})"))
+        metric = c.metric or ev.metric
+        if metric in DERIVED_METRICS and rp.kind != "tokens":
+            errs.append((where + ("at",), f"metric {metric} is read at token reading points only (\"B\" or \"kB\"), not {c.at!r}"))
+        if metric == "relative_accuracy" and ev.reference in configs and rp.kind == "tokens" \
+                and plan.train_to(ev.reference) < rp.multiple:
+            errs.append((where + ("at",), f"read at {rp} but the reference {ev.reference!r} trains only to {plan.train_to(ev.reference):g}B"))
         if rp.kind == "tokens" and not any(e[0][:2] == where for e in errs):
             for key in ("treatment", "control"):
                 if getattr(c, key) in configs and plan.train_to(getattr(c, key)) < rp.multiple:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +29,7 @@ def save(fig, path: Path, *, dpi: int = 120) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")  # long titles and labels are never cut off
     plt.close(fig)
     return path
 
@@ -61,9 +62,9 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
     metrics = contrasts["metric"].fillna("accuracy") if "metric" in contrasts else pd.Series(["accuracy"] * n)
     ax.set_yticklabels([f"{r.contrast}: {r.treatment} − {r.control} @ {r.at}" + ("" if m == "accuracy" else f" [{m}]")
                         for r, m in zip(contrasts.itertuples(), metrics)][::-1])
-    what = "accuracy" if set(metrics) == {"accuracy"} else "the contrast's metric ([name]; else accuracy)"
-    ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point), mean and 95% CI; dots: seeds")
-    ax.set_title(title)
+    what = "accuracy" if set(metrics) == {"accuracy"} else "the metric in [ ] (else accuracy)"
+    ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point)\nmean and 95% CI; dots: seeds")
+    ax.set_title(textwrap.fill(title, 70))
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items()
                if t in set(contrasts["tier"])]
     ax.legend(handles=[*handles, plt.Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")],

@@ -13,6 +13,15 @@ the dense-rewards paper (``seeds/000_…txt``) and its extraction (``seeds/extra
 - *At updates* (§2.3, Figure 2a): the treatment is read at B; the control is interpolated
   linearly in its update count at the treatment's update count.
 
+Multi-reward metrics (paper 2 §4.7, extract §4.7), read at token reading points only:
+
+- *Collapse* (P2:L113, "pass@4 below the base model"): per run and evaluation, 1 when the run's
+  pass@4 is strictly below its own pass@4 at evaluation 0 (before any update), else 0
+  (``accuracy_curve(..., metric="collapse")``); a contrast's mean difference is the difference
+  of collapse rates, paired by seed.
+- *Relative accuracy* (P2:L101-103, "0.91×"): a run's accuracy over the primary-only reference
+  configuration's accuracy at k·B on the same seed (:func:`relative_accuracy_curves`).
+
 A reading is a *bracket*: two evaluations ``eval_lo <= eval_hi`` of one run and a weight ``w``
 (``0`` when read exactly at an evaluation); the value is ``(1 - w)·acc[lo] + w·acc[hi]``. The
 same bracket applied to per-problem accuracies gives the seeds × problems matrices that the
@@ -81,7 +90,17 @@ def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -
         if col not in ev.columns or ev[col].isna().any():
             raise ReadingError(f"metric {metric}: column {col!r} not logged for set {eval_set!r} (a run without channel {channel!r} counts)")
         return ev[col].to_numpy(dtype="float64") / samples
-    raise ReadingError(f"unknown metric {metric!r} (accuracy, greedy_accuracy, pass@K, <channel>_rate)")
+    if metric in _DERIVED:
+        raise ReadingError(_DERIVED[metric])
+    raise ReadingError(f"unknown metric {metric!r} (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
+
+
+COLLAPSE_K = 4  # the collapse flag compares pass@4 (multi-reward paper P2:L113)
+_DERIVED = {
+    "relative_accuracy": "metric relative_accuracy is a ratio of two runs' accuracies, not a per-problem value: "
+                         "take accuracy curves and divide with relative_accuracy_curves(curves, reference, budget)",
+    "collapse": "metric collapse is a per-run flag, not a per-problem value: use accuracy_curve(..., metric='collapse')",
+}
 
 
 def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "accuracy") -> pd.DataFrame:
@@ -112,7 +131,8 @@ def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "def
     """Per-problem accuracy: correct / samples under ``verifier`` (greedy: 0 or 1, where logged).
 
     ``metric``: ``accuracy`` (default), ``pass@K`` (unbiased pass@k from samples and correct) or
-    ``<channel>_rate`` (ch_<channel>/samples); the value is in the ``accuracy`` column.
+    ``<channel>_rate`` (ch_<channel>/samples); the value is in the ``accuracy`` column. The
+    derived metrics ``relative_accuracy`` and ``collapse`` have no per-problem value (an error).
     Columns: configuration, seed, eval_index, eval_set, verifier, problem_id, accuracy.
     """
     ev = _select(evals, eval_set, verifier, metric)
@@ -136,9 +156,15 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
     ``strict`` (boxed only) or ``greedy`` (evaluations where greedy correctness was logged).
     Raises :class:`ReadingError` if one evaluation carries two sampling seeds. ``metric``:
     ``pass@K`` or ``<channel>_rate`` put that metric's per-problem mean in ``accuracy``
-    (see :func:`problem_accuracy`).
+    (see :func:`problem_accuracy`). ``collapse`` (multi-reward paper §4.7, P2:L113: "pass@4 below
+    the base model") puts the run's collapse flag there: 1.0 at an evaluation whose pass@4 (the
+    unbiased estimator from the logged samples, under ``verifier``) is strictly below the same
+    run's pass@4 at evaluation 0 (the base model, before any update; same problems and, by
+    common random numbers, the same sampling seed for every configuration of a seed), else 0.0.
+    ``relative_accuracy`` needs the reference: see :func:`relative_accuracy_curves`.
     """
-    ev = _select(evals, eval_set, verifier, metric)
+    collapse = metric == "collapse"
+    ev = _select(evals, eval_set, verifier, f"pass@{COLLAPSE_K}" if collapse else metric)
     keys = RUN + ["eval_index"]
     g = ev.groupby(keys, sort=True)
     out = g.agg(
@@ -158,8 +184,67 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
     out["problem_set"] = g["problem_id"].agg(_set_hash).to_numpy()
     out["eval_set"] = eval_set
     out["verifier"] = verifier
+    if collapse:
+        out["accuracy"] = _collapse_flags(out, eval_set)
     cols = keys + ["iteration", "tokens", "train_seconds", "updates", "eval_seed", "n_problems", "problem_set", "eval_set", "verifier", "accuracy"]
     return out[cols]
+
+
+def _collapse_flags(curve: pd.DataFrame, eval_set: str) -> np.ndarray:
+    """Per evaluation: 1.0 when the run's pass@4 is strictly below its pass@4 at evaluation 0."""
+    flags = np.zeros(len(curve))
+    for key, g in curve.groupby(RUN, sort=False):
+        base = g[g["eval_index"] == 0]
+        if not len(base):
+            raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]} has no evaluation 0 on set "
+                               f"{eval_set!r} (the base model's pass@{COLLAPSE_K} is read at the start of the run)")
+        if float(base["updates"].iloc[0]) != 0:
+            raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]}: evaluation 0 on set {eval_set!r} "
+                               f"was taken after {float(base['updates'].iloc[0]):g} updates, not before any update")
+        b = float(base["accuracy"].iloc[0])
+        flags[curve.index.get_indexer(g.index)] = (g["accuracy"].to_numpy(dtype="float64") < b).astype("float64")
+    return flags
+
+
+def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float, *,
+                             allow_missing: bool = False) -> "Admission":
+    """Accuracy relative to the primary-only reference (multi-reward paper §4.7; P2:L101-103).
+
+    The paper reports held-out R_P "as a multiple of the R_P-only reference" (0.91×). Here, per
+    seed (common random numbers: the same evaluation problems and sampling seeds), every
+    evaluation's accuracy in ``curves`` is divided by the ``reference`` configuration's accuracy
+    at its first evaluation at or after ``budget`` tokens (B or k·B, :func:`read_at_tokens`), so
+    a configuration read at k·B gets acc(c, s)/acc(reference, s), both at k·B; the reference reads
+    1 exactly. ``curves`` are accuracy curves (:func:`accuracy_curve`, after admission).
+
+    A reference accuracy of 0 makes the ratio undefined: :class:`ReadingError` naming the seed
+    (never NaN, never silently dropped). A seed without a reference reading at ``budget`` raises
+    :class:`PairingError`, or with ``allow_missing`` is left out and listed (rule ``no_reference``).
+    Returns :class:`Admission`: the divided curves and the exclusions.
+    """
+    if not (curves["configuration"] == reference).any():
+        have = ", ".join(sorted(map(str, curves["configuration"].unique()))) or "none"
+        raise PairingError(f"relative_accuracy: the reference configuration {reference!r} has no runs (configurations: {have})")
+    ref = read_at_tokens(curves[curves["configuration"] == reference], budget).set_index("seed")
+    rows = []
+    for s in sorted(set(curves["seed"].astype(int))):
+        if s not in ref.index or not bool(ref.loc[s, "reached"]):
+            why = ref.loc[s, "note"] if s in ref.index else "no run"
+            rows.append((s, f"seed {s}: the reference {reference!r} has no reading at {budget:,.0f} tokens ({why})"))
+            continue
+        if float(ref.loc[s, "accuracy"]) == 0:
+            raise ReadingError(f"relative_accuracy: the reference {reference!r} seed {s} has accuracy 0 at "
+                               f"{budget:,.0f} tokens (evaluation {int(ref.loc[s, 'eval_lo'])}): the ratio is undefined")
+    if rows and not allow_missing:
+        more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
+        raise PairingError("relative_accuracy: " + rows[0][1] + more)
+    bad = {s for s, _ in rows}
+    ex = _exclusions([(str(c), int(s), pd.NA, "no_reference", why)
+                      for s, why in rows for c in sorted(curves.loc[curves["seed"] == s, "configuration"].unique())])
+    out = curves[~curves["seed"].isin(bad)].copy()
+    denom = out["seed"].map(ref["accuracy"]).to_numpy(dtype="float64")
+    out["accuracy"] = out["accuracy"].to_numpy(dtype="float64") / denom
+    return Admission(out.reset_index(drop=True), ex)
 
 
 # --------------------------------------------------------------------------------------------

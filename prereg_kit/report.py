@@ -54,17 +54,30 @@ def printed_test(row: pd.Series) -> str:
     return "; ".join(parts)
 
 
+def metric_label(row) -> str:
+    """The metric a contrast reads, as the table prints it: ``accuracy``, ``pass@4``,
+    ``negative_rate``, ``collapse``, ``relative_accuracy (÷ primary_only)``; the strict verifier
+    is named (``accuracy, strict``)."""
+    metric = str(row.get("metric", "accuracy") or "accuracy")
+    ref = row.get("reference", "")
+    label = f"{metric} (÷ {ref})" if metric == "relative_accuracy" and isinstance(ref, str) and ref else metric
+    return label + (", strict" if row.get("verifier") == "strict" else "")
+
+
 def contrast_table(df: pd.DataFrame) -> str:
-    """Markdown table of every contrast, in the paper's Table 3–4 layout."""
-    head = ("| contrast | tier | configuration pair | read at | n | Δ [95% CI] | crossed bootstrap 95% CI "
-            "| test | lower / higher seeds | verdict |")
-    lines = [head, "|" + "---|" * 10]
+    """Markdown table of every contrast, in the paper's Table 3–4 layout. A ``metric`` column
+    (:func:`metric_label`) is added when some contrast reads another metric than accuracy."""
+    show_metric = "metric" in df.columns and any(metric_label(r) != "accuracy" for _, r in df.iterrows())
+    head = ("| contrast | tier | configuration pair | " + ("metric | " if show_metric else "")
+            + "read at | n | Δ [95% CI] | crossed bootstrap 95% CI | test | lower / higher seeds | verdict |")
+    lines = [head, "|" + "---|" * (10 + show_metric)]
     for _, r in df.iterrows():
         dagger = " †" if r["tier"] == "exploratory" else ""
         crossed = ("—" if pd.isna(r.get("crossed_ci_low")) else
                    f"[{_signed(r['crossed_ci_low'])}, {_signed(r['crossed_ci_high'])}]")
+        metric = f"{metric_label(r)} | " if show_metric else ""
         lines.append(
-            f"| {r['contrast']}{dagger} | {r['tier']} | {r['treatment']} − {r['control']} | {r['at']} | {r['n']} "
+            f"| {r['contrast']}{dagger} | {r['tier']} | {r['treatment']} − {r['control']} | {metric}{r['at']} | {r['n']} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
             f"| {printed_test(r)} | {r['n_lower']} / {r['n_higher']} | **{r['verdict']}** |")
     return "\n".join(lines)
@@ -154,7 +167,9 @@ def render_markdown(a: Analysis) -> str:
         out.append("No run or evaluation was excluded.")
     out += [f"- rule: {rule}" for rule in plan.admission.rules]
     out += ["", "## Contrasts", "",
-            "Δ is treatment − control in accuracy (fraction; 0.01 = one point), paired by seed; 95% paired-t "
+            "Δ is treatment − control in the contrast's metric (accuracy and rates are fractions, 0.01 = one point; "
+            "relative_accuracy is a multiple of the reference's accuracy on the same seed; collapse is the "
+            "difference of collapse rates, a 0/1 flag per seed), paired by seed; 95% paired-t "
             "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
             "", contrast_table(a.contrasts), "", "![forest plot](forest.png)", ""]
@@ -162,13 +177,25 @@ def render_markdown(a: Analysis) -> str:
     for h in a.hypotheses.itertuples():
         out += [f"**{h.id}.** {h.statement} *Prediction:* {h.prediction}", "",
                 f"- outcome: **{h.outcome}** ({h.evidence})", f"- reading (fixed in the plan): {h.reading}", ""]
+    cf = a.configurations
+    rel, col = "relative_accuracy_at_B" in cf.columns, "collapse_rate" in cf.columns
+    ref = plan.evaluation.reference
     out += ["## Compute per configuration", "",
-            "| configuration | seeds | accuracy at B (mean) | tokens at B (M) | updates at B | training hours to B | "
+            "| configuration | seeds | accuracy at B (mean) | "
+            + (f"relative to {ref} (mean ratio) | " if rel else "")
+            + ("collapsed seeds (pass@4 below evaluation 0) | " if col else "")
+            + "tokens at B (M) | updates at B | training hours to B | "
             "continuation share | time share: selection / generation / credit / update / sync |",
-            "|---|---|---|---|---|---|---|---|"]
-    for r in a.configurations.itertuples():
-        out.append(f"| {r.configuration} | {r.n_seeds} | {r.accuracy_at_B:.3f} | {r.tokens_at_B / 1e6:.3f} | "
-                   f"{r.updates_at_B:.0f} | {r.hours_at_B:.3f} | {r.continuation_share:.0%} | {r.stage_shares} |")
+            "|---|---|---|" + "---|" * (rel + col) + "---|---|---|---|---|"]
+    for _, r in cf.iterrows():
+        extra = ""
+        if rel:
+            extra += "n/a | " if pd.isna(r["relative_accuracy_at_B"]) else f"{r['relative_accuracy_at_B']:.2f}× | "
+        if col:
+            extra += ("n/a | " if pd.isna(r["collapse_rate"]) else
+                      f"{int(r['n_collapsed'])} / {r['n_seeds']} ({r['collapse_rate']:.0%}) | ")
+        out.append(f"| {r['configuration']} | {r['n_seeds']} | {r['accuracy_at_B']:.3f} | {extra}{r['tokens_at_B'] / 1e6:.3f} | "
+                   f"{r['updates_at_B']:.0f} | {r['hours_at_B']:.3f} | {r['continuation_share']:.0%} | {r['stage_shares']} |")
     out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
     if a.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]

@@ -7,7 +7,8 @@ Files of one run folder:
 
 - ``meta.json`` — :class:`RunMeta`: who the run is (study, configuration, seed, stage), the
   canonical plan hash it was launched under, the resolved trainer config, UTC start/end, device,
-  status and tool version. Written atomically (temp file, fsync, rename).
+  status and tool version; for ``anchor = "elected"`` runs, the sha256 of the study's
+  ``election.json`` it read (:func:`election_sha256`). Written atomically (temp file, fsync, rename).
 - ``iterations.jsonl`` — one JSON line per training iteration (:data:`ITERATION_COLUMNS`).
 - ``evals.jsonl`` — one JSON line per evaluation x evaluation set x problem (:data:`EVAL_COLUMNS`).
 - ``iterations.parquet`` / ``evals.parquet`` — the same rows, compacted by :func:`finalize` when
@@ -49,6 +50,7 @@ STATUSES = ("running", "complete", "failed", "stopped")
 Stage = Literal["calibration", "pilot", "smoke", "main"]
 Status = Literal["running", "complete", "failed", "stopped"]
 _PARQUET_KEY = b"prereg_runlog"
+ELECTION_FILE = "election.json"  # written by `prereg elect` (trainer/elect.py) in the study folder
 
 
 class RunLogError(ValueError):
@@ -76,6 +78,8 @@ class RunMeta(BaseModel):
     device: str = "cpu"
     status: Status = "running"
     tool_version: str = ""
+    election_sha256: str = Field("", description="sha256 of <study>/election.json as the run read it "
+                                 "(anchor = 'elected' runs; '' otherwise); the audit compares it with the file")
 
     @field_validator("started_at", "ended_at")
     @classmethod
@@ -83,6 +87,22 @@ class RunMeta(BaseModel):
         if v is not None and v.tzinfo is None:
             raise ValueError("times must carry a UTC offset (e.g. 2026-01-31T12:00:00Z)")
         return v.astimezone(timezone.utc) if v is not None else None
+
+
+def election_sha256(study_dir: str | Path) -> str:
+    """``sha256:<hex>`` of the bytes of ``<study_dir>/election.json``, or ``""`` when there is none.
+
+    A run with ``anchor = "elected"`` records it in :attr:`RunMeta.election_sha256` when it starts
+    (multi-reward paper §4.5: the anchor is fixed before joint training); ``prereg verify`` flags a
+    main run whose recorded hash differs from the file's (``prereg_kit.audit``).
+    """
+    import hashlib  # noqa: PLC0415
+
+    try:
+        data = (Path(study_dir) / ELECTION_FILE).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def utc_now() -> datetime:
@@ -739,9 +759,13 @@ class RunLogWriter:
             return
         old = read_meta(self.folder)
         if meta is not None:
-            for f in ("study", "configuration", "seed", "plan_hash"):
+            # a run that read an election must resume under the same election.json
+            fields = ("study", "configuration", "seed", "plan_hash") + (("election_sha256",) if old.election_sha256 else ())
+            for f in fields:
                 if getattr(meta, f) != getattr(old, f):
-                    raise RunLogError(f"{self.folder / META_FILE}: cannot resume: {f} is {getattr(old, f)!r}, the resuming trainer has {getattr(meta, f)!r}")
+                    hint = (" (election.json changed since the run started; restore it or move the run aside)"
+                            if f == "election_sha256" else "")
+                    raise RunLogError(f"{self.folder / META_FILE}: cannot resume: {f} is {getattr(old, f)!r}, the resuming trainer has {getattr(meta, f)!r}{hint}")
             base = meta.model_copy(update={"started_at": old.started_at})
         else:
             base = old

@@ -5,6 +5,7 @@ Exit codes: 0 clean (warnings allowed: comment-only edits), 1 violations, 2 unus
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from .audit import AuditReport, audit_runs
 from .errors import PreregError
 from .lock import Chain, check_plan, read_chain
 from .plan import load_plan, resolve_plan_path
+from .runlog import ELECTION_FILE, election_sha256
 
 
 @dataclass
@@ -61,7 +63,19 @@ def verify_study(path: str | Path) -> VerifyReport:
     report.audit = audit
     report.violations.extend(audit.violations)
     report.problems.extend(audit.problems)
+    report.warnings.extend(audit.warnings)
     report.info.extend(audit.admitted)
     if audit.n_runs:
         report.info.append(f"{audit.n_runs} run(s) audited")
+    el = election_sha256(plan_path.parent)
+    if el:
+        report.info.append(f"{ELECTION_FILE}: {el[:19]}…{_election_summary(plan_path.parent / ELECTION_FILE)}")
     return report
+
+
+def _election_summary(path: Path) -> str:
+    try:
+        rec = json.loads(path.read_text())
+        return f" (elected {rec['elected']!r}, {rec.get('time', 'time not recorded')})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return " (unreadable record)"

@@ -30,8 +30,39 @@ def test_probe_jobs_are_single_channel_calibration_runs(tmp_path, mr_cache):  # 
         assert j.spec.stage == "calibration" and j.spec.budget_tokens == 100
         assert j.folder == study / "stages" / "calibration" / f"probe-{ch}" / "seed-0"
     assert probe_jobs(study, tokens="50")[3][0].spec.budget_tokens == 50
+    assert probe_jobs(study)[3][0].spec.budget_tokens == 200 and probe_jobs(study)[3][0].spec.stop_iterations is None
     with pytest.raises(PreregError, match="not a configuration"):
         probe_jobs(study, configuration="nope")
+
+
+def test_probe_jobs_for_t_steps(tmp_path, mr_cache):  # noqa: F811
+    from trainer.elect import UNBOUNDED_TOKENS
+
+    study = mr_study(tmp_path, mr_cache, tokens=400)
+    jobs = probe_jobs(study, steps=3)[3]
+    assert all(j.spec.stop_iterations == 3 and j.spec.budget_tokens == UNBOUNDED_TOKENS for j in jobs)
+    with pytest.raises(PreregError, match="--steps or --tokens, not both"):
+        probe_jobs(study, steps=3, tokens="B/2")
+    with pytest.raises(PreregError, match="positive number"):
+        probe_jobs(study, steps=0)
+    res = CliRunner().invoke(app, ["elect", str(study), "--steps", "3", "--tokens", "B/2"])
+    assert res.exit_code == 2 and "not both" in res.output
+
+
+def test_schedule_stops_after_t_iterations():
+    from trainer.budget import Counters, Schedule
+
+    c = Counters()
+    sched = Schedule(interval=10**15, stop_tokens=10**15, stop_iterations=3, counters=c)
+    seen = []
+    while not c.done:
+        before = c.total_tokens
+        c.add_iteration({"rollout": 50}, {}, updates=1)
+        if sched.eval_due(before, c.total_tokens):
+            c.done = sched.finished(c.total_tokens)
+            seen.append(c.iteration)
+    assert seen == [3] and c.iteration == 3
+    assert not Schedule(100, 1000).finished(999) and Schedule(100, 1000).finished(1000)  # tokens alone, as before
 
 
 def test_sequence_kl_is_zero_for_identical_policies():
@@ -63,19 +94,45 @@ def test_sequence_kl_is_zero_for_identical_policies():
 
 @pytest.mark.slow
 def test_prereg_elect_end_to_end(tmp_path, mr_cache):  # noqa: F811
+    """T-step probes, election.json, reuse; a real main run records the election's hash, and an
+    edit of election.json afterwards is a violation of `prereg verify`."""
+    from prereg_kit.runlog import election_sha256, read_meta
+    from prereg_kit.verify import verify_study
+    from trainer.launch import plan_jobs
+    from trainer.loop import train
+
     study = mr_study(tmp_path, mr_cache, tokens=160)
-    res = CliRunner().invoke(app, ["elect", str(study), "--tokens", "B/2", "--prompts", "3", "--samples", "2"])
+    res = CliRunner().invoke(app, ["elect", str(study), "--steps", "2", "--prompts", "3", "--samples", "2"])
     assert res.exit_code == 0, res.output
     rec = json.loads((study / "election.json").read_text())
     assert rec["elected"] in ("correct", "negative") and set(rec["kl_rev"]) == {"correct", "negative"}
     assert rec["elected"] == min(rec["kl_rev"], key=rec["kl_rev"].get)
-    assert all(p["iterations"] >= 1 and p["tokens_rev"] > 0 and p["status"] == "complete" for p in rec["probes"])
-    cfg = probe_jobs(study)[2]
+    assert all(p["iterations"] == 2 and p["tokens_rev"] > 0 and p["status"] == "complete" for p in rec["probes"])
+    assert rec["probe_stop"] == "steps" and rec["probe_steps"] == 2 and rec["probe_tokens"] is None
+    assert rec["lock"] == {"locked": False} and rec["plan_raw_sha256"].startswith("sha256:")
+    cfg = probe_jobs(study, steps=2)[2]
     assert make_rewarder(cfg, study).anchor_name == rec["elected"]
     # probes are calibration runs: admissible before the lock
     lock_plan(study / "plan.toml")
     rep = audit_runs(study, read_chain(study / "plan.toml"))
     assert not rep.violations and len(rep.admitted) == 2
-    # a second election reuses the complete probes
-    res = CliRunner().invoke(app, ["elect", str(study), "--tokens", "B/2", "--prompts", "3", "--samples", "2"])
+    # a second election reuses the complete probes; another stopping rule does not
+    res = CliRunner().invoke(app, ["elect", str(study), "--steps", "2", "--prompts", "3", "--samples", "2"])
     assert res.exit_code == 0 and "0 to run" in res.output
+    rec2 = json.loads((study / "election.json").read_text())
+    assert rec2["lock"]["locked"] and rec2["lock"]["plan_state"] == "clean" and rec2["lock"]["entries"] == 1
+    res = CliRunner().invoke(app, ["elect", str(study), "--tokens", "B/2"])
+    assert res.exit_code == 2 and "trained with --steps 2" in res.output
+    # a main run with anchor = "elected" records the hash of the election it read
+    _, jobs = plan_jobs(study, "main", ["tag"], [0])
+    spec = jobs[0].spec.model_copy(update={"train_to": 0.5})
+    threads = torch.get_num_threads()
+    try:
+        train(spec)
+    finally:
+        torch.set_num_threads(threads)
+    assert read_meta(spec.run_dir).election_sha256 == election_sha256(study) != ""
+    assert verify_study(study).exit_code == 0
+    (study / "election.json").write_text(json.dumps({**rec2, "elected": "negative"}, indent=2) + "\n")
+    res = CliRunner().invoke(app, ["verify", str(study)])
+    assert res.exit_code == 1 and "tag/seed-0: " in res.output and "changed after the run read it" in res.output

@@ -53,7 +53,7 @@ def test_recipe_fields_validate_in_one_line():
            ({"channels": ["correct", "negative"], "aggregation": {"rule": "weighted", "weights": [1.0]}}, "2 weights"),
            ({"aggregation": {"rule": "tag"}}, "need channels"),
            ({"channels": ["correct", "correct"]}, "twice"),
-           ({"channels": ["program_correct"]}, "code task")]
+           ({"channels": ["program_correct"]}, "needs task = 'code'")]
     for data, msg in bad:
         with pytest.raises(ConfigError) as e:
             parse_config(data)

@@ -93,6 +93,8 @@ class Schedule:
 
     interval: int  # B/16 by default
     stop_tokens: int  # k·B
+    stop_iterations: int | None = None  # an iteration cap (anchor-election probes: T steps), read from counters
+    counters: Counters | None = None
 
     def eval_due(self, before: int, after: int) -> bool:
         """Whether the iteration that took the count from ``before`` to ``after`` tokens is the
@@ -100,5 +102,8 @@ class Schedule:
         return after // self.interval > before // self.interval or self.finished(after)
 
     def finished(self, tokens: int) -> bool:
-        """The evaluation after this iteration is the last: the budget k·B is reached."""
+        """The evaluation after this iteration is the last: the budget k·B is reached (or, with
+        ``stop_iterations``, the counters' iterations reached it)."""
+        if self.stop_iterations is not None and self.counters is not None and self.counters.iteration >= self.stop_iterations:
+            return True
         return tokens >= self.stop_tokens

@@ -14,8 +14,11 @@ A channel maps one completion (and its problem) to a 0/1 reward. The built-ins:
   Speed is judged alone: the joint outcome "correct and fast" is the aggregation's business.
 
 Program channels read a ``sandbox.ProgramResult`` judged once per completion and shared by both
-(``score_channels`` runs the sandbox when given one). The program is the last fenced code
-block of the completion (```` ```python ```` or a bare fence); no block, no program (it fails).
+(``score_channels`` runs the sandbox when given one; ``judge_programs`` judges each distinct
+(program, tests) pair once, with the sandbox's bounded concurrency). The program is the last
+fenced code block of the completion (```` ```python ```` or a bare fence); no block, no program
+(it fails). In training (``task = "code"``, ``trainer/rewards.py``) the problems' ``tests`` come
+from ``trainer.data.Problem.tests``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ __all__ = [
     "ProgramFast",
     "extract_program",
     "get_channel",
+    "has_program",
+    "judge_programs",
     "problem_tests",
     "score_channels",
 ]
@@ -67,6 +72,10 @@ class Completion:
 
 def _n_tokens(tokens: int | Sequence[int]) -> int:
     return int(tokens) if isinstance(tokens, (int, np.integer)) else len(tokens)
+
+
+def _has(problem: Any, name: str) -> bool:
+    return name in problem if isinstance(problem, Mapping) else hasattr(problem, name)
 
 
 def _field(problem: Any, *names: str) -> Any:
@@ -185,6 +194,11 @@ def extract_program(text: str) -> str:
     return (py or [b for _, b in blocks])[-1]
 
 
+def has_program(text: str) -> bool:
+    """Whether the completion has a fenced code block (the format the extractor reads)."""
+    return _FENCE.search(text) is not None
+
+
 def problem_tests(problem: Any) -> list[ProgramTest]:
     """The problem's tests (``tests``): ProgramTest values or mappings with input, output
     (or expected) and an optional size ("small", "mid", "large")."""
@@ -196,6 +210,27 @@ def problem_tests(problem: Any) -> list[ProgramTest]:
             out.append(ProgramTest(str(t["input"]), str(t.get("expected", t.get("output", ""))),
                                    t.get("size", "small")))
     return out
+
+
+def judge_programs(sandbox: Sandbox, completions: Sequence[str | Completion],
+                   problems: Sequence[Any]) -> list[ProgramResult]:
+    """One ``ProgramResult`` per completion: its extracted program run on its problem's tests.
+
+    Identical (program, tests) pairs are judged once (one sample of the CPU-time noise is then
+    shared by the copies, as identical completions share one verifier call); the distinct ones go
+    through ``Sandbox.run_programs`` (at most ``max_workers`` at a time), results in order.
+    """
+    if len(completions) != len(problems):
+        raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
+    keys, first = [], {}
+    for c, p in zip(completions, problems):
+        tests = tuple(problem_tests(p))
+        if not tests:  # no tests: every program would "pass"; never a reward
+            raise ValueError(f"problem {_field(p, 'id') if _has(p, 'id') else '?'}: no tests to judge a program on")
+        key = (extract_program(c.text if isinstance(c, Completion) else c), tests)
+        keys.append(first.setdefault(key, len(first)))
+    results = sandbox.run_programs(list(first)) if first else []
+    return [results[k] for k in keys]
 
 
 def score_channels(
@@ -217,8 +252,7 @@ def score_channels(
     if any(ch.needs_program for ch in channels) and programs is None:
         if sandbox is None:
             raise ValueError("program channels need programs= (sandbox results) or sandbox=")
-        programs = sandbox.run_programs([(extract_program(c.text), problem_tests(p))
-                                         for c, p in zip(comps, problems)])
+        programs = judge_programs(sandbox, comps, problems)
     if programs is not None and len(programs) != len(comps):
         raise ValueError(f"{len(programs)} program results for {len(comps)} completions")
     out = np.zeros((len(comps), len(channels)), dtype=np.float64)

@@ -48,18 +48,33 @@ class WarmStart(_Strict):
     answer_noise: float = Field(0.0, ge=0, lt=1)  # share of examples boxing a wrong answer (N ± 1, 2)
 
 
+class SandboxSettings(_Strict):
+    """The program judge of ``task = "code"`` (``trainer/sandbox.py``; docs/multi-reward.md,
+    "Program channels in training"). Timeouts are the paper's (P2:L113); tests may shorten them."""
+
+    small_timeout_s: float = Field(10.0, gt=0)  # paper: 10 s per small test
+    mid_timeout_s: float = Field(30.0, gt=0)  # paper: 30 s for the mid-size test
+    large_timeout_s: float = Field(30.0, gt=0)  # not stated in the paper: the mid-size value
+    max_workers: int = Field(4, gt=0)  # programs judged at once (the paper's evaluation: 64)
+    memory_mb: int = Field(1024, gt=0)  # RLIMIT_AS per test
+    stop_on_failure: bool = False  # stop a program's small/mid tests at its first failure
+    network: Literal["auto", "require", "off"] = "auto"  # "require": refuse to run without a network namespace
+    cpu_basis: Literal["program", "process"] = "program"  # T without / with the interpreter's start-up
+
+
 class TrainerConfig(_Strict):
     """One configuration's resolved recipe (paper defaults; see docs/trainer.md)."""
 
     # --- task and model
-    task: Literal["synthetic", "file"] = "synthetic"
-    train_file: str = ""  # task="file": MATH/GSM8K-layout JSONL or Parquet, relative to the study
-    task_levels: list[int] = [1, 2, 3]  # synthetic task: difficulty levels of pool and eval set
+    task: Literal["synthetic", "file", "code"] = "synthetic"
+    train_file: str = ""  # task="file": MATH/GSM8K-layout JSONL or Parquet; task="code": code layout ("": built-in)
+    task_levels: list[int] = [1, 2, 3]  # synthetic (math or code) task: difficulty levels of pool and eval set
     task_train_problems: int = Field(2000, gt=0)
     task_seed: int = Field(0, ge=0)
     model: str = "tiny"  # "tiny" or a local transformers model folder
     tiny: TinyModel = TinyModel()
     warm_start: WarmStart = WarmStart()
+    sandbox: SandboxSettings = SandboxSettings()  # task = "code": the program judge's limits
     enable_thinking: bool = False  # Qwen3 chat templates: non-thinking mode (paper §2.3)
     template_date: str = "26 Jul 2024"  # Llama-3 chat templates insert a date: fix it (C.1)
     # --- one iteration (§2.3; extract §3.1)
@@ -70,7 +85,7 @@ class TrainerConfig(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     reward_verifier: Literal["default", "strict", "math_verify"] = "default"
     credit: Literal["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td",
-                    "critic_baseline"] = "outcome"  # dense rules: docs/interventions.md
+                    "critic_baseline", "vineppo", "continuation_reuse"] = "outcome"  # dense rules: docs/interventions.md
     advantage_eps: float = Field(1e-6, gt=0)
     # --- the update (§2.3; extract §3.2)
     learning_rate: float = Field(1e-6, ge=0)
@@ -110,6 +125,10 @@ class TrainerConfig(_Strict):
     critic_layer: int = -1  # hidden-state layer of the features (-1: last, after the final norm)
     critic_window: int = Field(32, ge=1)  # earlier iterations the critic is fit on (the latest ones)
     length_lambda: float = Field(0.0, ge=0)  # λ of the group-relative length reward (0: off)
+    # reuse variants (extract §3.10; trainer/reuse.py): VinePPO-style "4 steps per batch" = 2 × 2, clip 0.2
+    ppo_epochs: int = Field(1, ge=1)  # passes over each iteration's sequences
+    ppo_minibatches: int = Field(1, ge=1)  # minibatches per pass, one clipped optimizer step each
+    ppo_clip: float = Field(0.0, ge=0, lt=1)  # ratio clip ε of the multi-step update (0: unclipped ratio)
 
     # --- prompt selection (issue 6; paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md "Prompt selection")
     selection: Literal["none", "critic", "history", "level", "random_choice", "dynamic"] = "none"
@@ -142,15 +161,35 @@ class TrainerConfig(_Strict):
             raise ValueError("mc_cuts: strictly increasing offsets in 1 .. completion_limit − 1")
         if self.credit == "implicit" and self.eq_gate == "disagreement":
             raise ValueError("eq_gate = 'disagreement' needs continuations; the implicit reward has none")
+        self._check_reuse()
         return self
+
+    def _check_reuse(self) -> None:
+        """The reuse variants' preconditions (docs/interventions.md, "Reuse variants")."""
+        if self.credit == "vineppo" and self.group_size < 2:
+            raise ValueError("credit = 'vineppo': V(prompt) is a leave-one-out group mean; group_size must be ≥ 2")
+        if self.credit == "vineppo" and self.mc_end_value == "none":
+            raise ValueError("credit = 'vineppo' takes V(end) = R (mc_end_value = 'outcome')")
+        if self.credit == "vineppo" and (self.channels or self.aggregation):
+            raise ValueError("credit = 'vineppo' replaces the group advantage with 0/1 values; no reward channels")
+        if self.credit == "continuation_reuse" and self.mc_k < 2:
+            raise ValueError("credit = 'continuation_reuse': leave-one-out among the draws needs mc_k ≥ 2 "
+                             "(with k = 1 every continuation's advantage is 0)")
+        if self.credit == "continuation_reuse" and self.length_lambda:
+            raise ValueError("credit = 'continuation_reuse' does not take the length reward (length_lambda)")
+        if self.ppo_minibatches > self.prompts_per_iteration * self.group_size:
+            raise ValueError("ppo_minibatches: more minibatches than completions per iteration")
+        multi = self.ppo_epochs * self.ppo_minibatches > 1 or self.credit == "continuation_reuse"
+        if multi and self.aggregation.get("rule") == "additive_kl":
+            raise ValueError("the reuse update has no KL term: additive_kl needs one step per iteration")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
         if self.task == "file" and not self.train_file:
             raise ValueError("task = 'file' needs train_file")
-        if self.task == "synthetic" and not set(self.task_levels) <= {1, 2, 3}:
+        if self.task in ("synthetic", "code") and not set(self.task_levels) <= {1, 2, 3}:
             raise ValueError("task_levels: synthetic levels are 1, 2, 3")
-        if self.channels or self.aggregation or self.anchor:
+        if self.channels or self.aggregation or self.anchor or self.task == "code":
             from trainer.rewards import check_reward_config  # noqa: PLC0415
 
             check_reward_config(self)
@@ -191,6 +230,7 @@ class RunSpec(_Strict):
     budget_tokens: int = Field(gt=0)  # B
     eval_interval: int = Field(gt=0)  # B/16 by default, in generated tokens
     train_to: float = Field(1.0, gt=0)  # run length as a multiple of B
+    stop_iterations: int | None = Field(None, gt=0)  # also stop after this many iterations (election probes: T steps)
     eval_sets: list[EvalSetSpec]
     eval_samples: int = Field(8, gt=0)
     eval_temperature: float = Field(1.0, ge=0)

@@ -95,6 +95,9 @@ CREDIT_RULES.update({
     "implicit": _lazy("trainer.dense", "implicit_credit"),  # w = log π_θ − log π_ref, MC-within pipeline
     "critic_td": _lazy("trainer.critic", "critic_td_credit"),  # ridge critic, V̂(b_s) − V̂(b_{s−1}), §3.7
     "critic_baseline": _lazy("trainer.critic", "critic_baseline_credit"),  # R − V̂(b_{s−1}), §3.7
+    # Reuse variants (§3.10; trainer/reuse.py; the update: reuse.reuse_update)
+    "vineppo": _lazy("trainer.reuse", "vineppo_credit"),  # V(b_s) − V(b_{s−1}), V(b_0) leave-one-out mean
+    "continuation_reuse": _lazy("trainer.reuse", "continuation_reuse_credit"),  # MC reward + continuation sequences
 })
 
 

@@ -3,7 +3,9 @@
 Rules (dense-rewards paper §2.3 and the evaluation paragraph, L2314-2334, L2421-2438; extract
 §3.1, §3.4, §3.8):
 
-* Pools hold MATH problems with plain numeric answers, filtered by level.
+* Pools hold MATH problems with plain numeric answers, filtered by level, or code problems with
+  stdin/stdout tests (``task = "code"``; the multi-reward paper's DeepCoder-RT, §4.6, P2:L35,
+  L113): a record with ``tests`` is judged by the program sandbox, not the math verifier.
 * **Near duplicates** of the evaluation sets are removed: exact match after normalization, or
   8-gram Jaccard similarity ≥ 0.6 on word tokens (L2325-2327). Exact, not MinHash: an inverted
   index over the evaluation shingles with prefix filtering finds every pair at or above the
@@ -28,11 +30,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from trainer.sandbox import ProgramTest
 from trainer.verify import canonical_answer, extract_boxed, normalize_answer, parse_number
 
 __all__ = [
     "DataError",
     "DuplicateMatch",
+    "code_problem",
     "epoch_permutation",
     "problem_from_record",
     "Problem",
@@ -50,7 +54,8 @@ __all__ = [
     "word_tokens",
 ]
 
-Layout = Literal["auto", "math", "gsm8k"]
+Layout = Literal["auto", "math", "gsm8k", "code"]
+TEST_SIZES = ("small", "mid", "large")
 
 
 class DataError(ValueError):
@@ -59,10 +64,13 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class Problem:
-    """One prompt with its gold answer.
+    """One prompt with its gold answer, or (code problems) its tests.
 
     ``answer`` is the canonical answer text (``verify.canonical_answer``; MATH: the last
-    ``\\boxed{}`` of the solution, GSM8K: the text after ``####``). ``level`` is the MATH level as an int, None when absent.
+    ``\\boxed{}`` of the solution, GSM8K: the text after ``####``); "" for a code problem.
+    ``level`` is the MATH level as an int, None when absent. ``tests`` (last, so positional
+    construction of math problems is unchanged) are a code problem's stdin/stdout tests, judged by
+    ``trainer/sandbox.py``; () for math.
     """
 
     id: str
@@ -71,6 +79,11 @@ class Problem:
     level: int | None = None
     source: str = ""
     solution: str | None = None
+    tests: tuple[ProgramTest, ...] = ()
+
+    @property
+    def is_code(self) -> bool:
+        return bool(self.tests)
 
     @property
     def numeric_answer(self) -> float | None:
@@ -133,14 +146,16 @@ def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
 
 
-def _detect_layout(rec: dict[str, Any], where: str) -> Literal["math", "gsm8k"]:
+def _detect_layout(rec: dict[str, Any], where: str) -> Literal["math", "gsm8k", "code"]:
+    if "tests" in rec:  # first: a code record may also carry a problem statement and a solution
+        return "code"
     if "problem" in rec and "solution" in rec:
         return "math"
     if "question" in rec and "answer" in rec:
         return "gsm8k"
     raise DataError(
         f"{where}: cannot tell the layout (MATH needs 'problem' and 'solution', "
-        f"GSM8K needs 'question' and 'answer')"
+        f"GSM8K needs 'question' and 'answer', code needs 'prompt' and 'tests')"
     )
 
 
@@ -156,8 +171,9 @@ def _field(rec: dict[str, Any], name: str, where: str) -> str:
 def problem_from_record(
     rec: dict[str, Any], *, layout: Layout, source: str, index: int, where: str
 ) -> Problem:
-    """One record in the MATH layout (problem, solution[, level, answer, unique_id]) or the
-    GSM8K layout (question, answer with ``#### N``)."""
+    """One record in the MATH layout (problem, solution[, level, answer, unique_id]), the
+    GSM8K layout (question, answer with ``#### N``) or the code layout (prompt, tests[, solution,
+    level, id]; see ``code_problem``)."""
     kind = _detect_layout(rec, where) if layout == "auto" else layout
     rid = rec.get("unique_id", rec.get("id"))
     pid = str(rid) if rid is not None else f"{source}:{index}"
@@ -180,13 +196,54 @@ def problem_from_record(
             raise DataError(f"{where}: field 'answer' has no '#### N' final answer")
         answer = canonical_answer(full[i + 4:])
         return Problem(pid, prompt, answer, parse_level(rec.get("level")), source, full)
-    raise DataError(f"{where}: unknown layout {layout!r} (use 'auto', 'math' or 'gsm8k')")
+    if kind == "code":
+        return code_problem(rec, pid=pid, source=source, where=where)
+    raise DataError(f"{where}: unknown layout {layout!r} (use 'auto', 'math', 'gsm8k' or 'code')")
+
+
+def code_problem(rec: dict[str, Any], *, pid: str, source: str, where: str) -> Problem:
+    """A code record: ``prompt`` (or ``problem``), ``tests`` = a list (or its JSON text) of
+    ``{input, output | expected, size}`` stdin/stdout tests (size "small" | "mid" | "large",
+    default "small"; a ``testtype`` other than "stdin" is refused: only stdin programs are
+    judged), optional ``solution`` (a reference completion; a bare program is wrapped in a
+    ```` ```python ```` fence so the channels' extractor reads it) and ``level``."""
+    prompt = _field(rec, "prompt" if "prompt" in rec or "problem" not in rec else "problem", where)
+    raw = rec["tests"]
+    if isinstance(raw, str):  # Parquet datasets often store the tests as JSON text
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: field 'tests' is not valid JSON ({exc.msg})") from None
+    if hasattr(raw, "tolist"):
+        raw = raw.tolist()
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise DataError(f"{where}: field 'tests' must be a non-empty list of {{input, output}} tests")
+    tests = []
+    for j, t in enumerate(raw):
+        at = f"{where}: tests[{j}]"
+        if not isinstance(t, dict) or "input" not in t or not ("output" in t or "expected" in t):
+            raise DataError(f"{at}: a test needs 'input' and 'output' (or 'expected')")
+        if t.get("testtype", "stdin") != "stdin":
+            raise DataError(f"{at}: testtype {t['testtype']!r}: only stdin/stdout tests are judged")
+        size = t.get("size") or "small"
+        if size not in TEST_SIZES:
+            raise DataError(f"{at}: size {size!r} (use 'small', 'mid' or 'large')")
+        expected = t["output"] if "output" in t else t["expected"]
+        if not isinstance(t["input"], str) or not isinstance(expected, str):
+            raise DataError(f"{at}: input and output must be strings")
+        tests.append(ProgramTest(t["input"], expected, size))
+    solution = rec.get("solution")
+    if solution is not None and not isinstance(solution, str):
+        raise DataError(f"{where}: field 'solution' must be a string, got {type(solution).__name__}")
+    if solution and "```" not in solution:
+        solution = f"```python\n{solution.rstrip()}\n```"
+    return Problem(pid, prompt, "", parse_level(rec.get("level")), source, solution or None, tuple(tests))
 
 
 def load_problems(
     path: str | Path, *, layout: Layout = "auto", source: str | None = None
 ) -> ProblemPool:
-    """Problems from a local JSONL/JSON/Parquet file in the MATH or GSM8K layout.
+    """Problems from a local JSONL/JSON/Parquet file in the MATH, GSM8K or code layout.
 
     ``source`` defaults to the file's stem; ids are the record's ``unique_id``/``id`` or
     ``"<source>:<record number>"``. Duplicate ids are an error.
@@ -403,6 +460,10 @@ class ProblemPool:
         wanted = frozenset(int(x) for x in levels)
         rule = f"level in {{{', '.join(map(str, sorted(wanted)))}}}"
         return self._keep(rule, [p.level in wanted for p in self.problems])
+
+    def with_tests(self) -> ProblemPool:
+        """Keep code problems (at least one test): what a code task's reward can judge."""
+        return self._keep("has tests", [p.is_code for p in self.problems])
 
     def max_prompt_chars(self, limit: int) -> ProblemPool:
         """Keep problems whose prompt has at most ``limit`` characters."""

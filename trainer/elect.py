@@ -13,9 +13,15 @@ The channel whose probe moved least (smallest reverse KL, averaged over the prob
 elected. ``<study>/election.json`` records the probes, their KLs and token counts, the choice
 and the time; a run with ``anchor = "elected"`` reads it when it starts.
 
-Differences from the paper: probes run for a token budget (``--tokens``, default B/2; the
-iterations each probe took are recorded) rather than T = 300 steps, and with the plan's recipe
-(rollout batch and G) rather than the paper's 32 × 8.
+Probe length: ``--steps T`` stops each probe after T iterations, as the paper's probes (T = 300
+GRPO steps, P2:L39); ``--tokens`` (default B/2) stops it at a token budget instead. Exactly one of
+the two applies; ``election.json`` records which (``probe_stop``), T or the budget, and the
+iterations and tokens each probe took. Difference from the paper: the probes use the plan's recipe
+(prompts per iteration and G) rather than the paper's rollout batch 32 × n = 8.
+
+The record also holds the plan's hashes and lock state at election time; runs with
+``anchor = "elected"`` record the sha256 of the file they read, and ``prereg verify`` flags a main
+run whose election file changed afterwards (``prereg_kit.audit``).
 """
 
 from __future__ import annotations
@@ -32,7 +38,11 @@ from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
 from trainer.rewards import ELECTION_FILE, _channel_spec
 
-__all__ = ["elect", "election_configuration", "probe_jobs", "sequence_kl"]
+__all__ = ["elect", "election_configuration", "lock_state", "probe_jobs", "sequence_kl"]
+
+# With --steps the token budget does not stop a probe: the spec's budget is set out of reach. (A
+# linear lr schedule, which decays over the budget, is therefore constant in a steps-mode probe.)
+UNBOUNDED_TOKENS = 10**15
 
 
 def election_configuration(plan, configuration: str | None = None) -> tuple[str, TrainerConfig]:
@@ -55,16 +65,26 @@ def election_configuration(plan, configuration: str | None = None) -> tuple[str,
 
 
 def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds: Sequence[int] | None = None,
-               tokens: int | str | None = None):
-    """(plan file, election configuration, probe jobs): one per channel × seed."""
+               tokens: int | str | None = None, steps: int | None = None):
+    """(plan file, election configuration, probe jobs): one per channel × seed.
+
+    ``steps``: each probe stops after that many iterations (the paper's T); else ``tokens``
+    (``15K``, ``B/2``; default B/2) of generated tokens. Giving both is an error. A complete probe
+    is reused only if it was trained with the same stopping rule and recipe."""
     from trainer.launch import Job, _state  # noqa: PLC0415
 
+    if steps is not None and tokens is not None:
+        raise PreregError("give --steps or --tokens, not both: a probe stops after T iterations or at a token budget")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise PreregError(f"--steps: expected a positive number of iterations, got {steps!r}")
     pf = load_plan(study_dir)
     plan = pf.plan
     study = pf.path.parent
     name, cfg = election_configuration(plan, configuration)
     B = plan.budget.tokens
-    if tokens is None:
+    if steps is not None:
+        budget = UNBOUNDED_TOKENS
+    elif tokens is None:
         budget = max(1, B // 2)
     elif isinstance(tokens, str) and tokens.strip().upper().startswith("B"):
         t = tokens.strip().upper()
@@ -85,10 +105,54 @@ def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds
             spec = RunSpec(study=plan.study.id, configuration=f"probe-{ch}", seed=seed, stage="calibration",
                            plan_hash=pf.content_sha256, study_dir=str(study), run_dir=str(folder),
                            cache_dir=str(study / ".cache"), budget_tokens=budget, eval_interval=budget, train_to=1.0,
-                           eval_sets=sets, eval_samples=ev.samples, eval_temperature=ev.temperature,
-                           eval_top_p=ev.top_p, eval_greedy=False, config=pcfg, tool_version=__version__)
-            jobs.append(Job(f"probe-{ch}", seed, folder, spec, _state(folder, pf.content_sha256)))
+                           stop_iterations=steps, eval_sets=sets, eval_samples=ev.samples,
+                           eval_temperature=ev.temperature, eval_top_p=ev.top_p, eval_greedy=False, config=pcfg,
+                           tool_version=__version__)
+            state = _state(folder, pf.content_sha256)
+            if state == "complete":
+                _check_reusable(folder, spec, study)
+            jobs.append(Job(f"probe-{ch}", seed, folder, spec, state))
     return pf, name, cfg, jobs
+
+
+def _stop_rule(spec: RunSpec) -> str:
+    if spec.stop_iterations is not None:
+        return f"--steps {spec.stop_iterations}"
+    return f"--tokens {spec.budget_tokens}"
+
+
+def _check_reusable(folder: Path, spec: RunSpec, study: Path) -> None:
+    """A complete probe is reused only when trained with the same stopping rule and recipe."""
+    from trainer.launch import SPEC_FILE  # noqa: PLC0415
+
+    try:
+        old = RunSpec.load(folder / SPEC_FILE)
+    except PreregError:
+        return  # no spec written (an older probe): reuse as before
+    where = folder.relative_to(study) if folder.is_relative_to(study) else folder
+    if (old.stop_iterations, old.budget_tokens if old.stop_iterations is None else None) != \
+            (spec.stop_iterations, spec.budget_tokens if spec.stop_iterations is None else None):
+        raise PreregError(f"{where}: this probe was trained with {_stop_rule(old)}, the election asks for "
+                          f"{_stop_rule(spec)}: rerun with the same option, or move the probe folder aside to train it anew")
+    if old.config != spec.config:
+        raise PreregError(f"{where}: this probe was trained with another recipe; move the probe folder aside to train it anew")
+
+
+def lock_state(plan_path: str | Path) -> dict[str, Any]:
+    """The plan's lock state now: ``{"locked": False}``, or the chain's length, its last entry's
+    hash and time, and whether the plan still matches it (``clean``, ``comment-only``,
+    ``changed``); ``{"locked": False, "error": ...}`` for a lock that does not verify."""
+    from prereg_kit.lock import check_plan, lock_path, read_chain  # noqa: PLC0415
+
+    if not lock_path(plan_path).exists():
+        return {"locked": False}
+    try:
+        chain = read_chain(plan_path)
+        state = check_plan(plan_path, chain).state
+    except PreregError as e:
+        return {"locked": False, "error": " ".join(e.lines)[:300]}
+    return {"locked": True, "entries": len(chain.entries), "last_entry_hash": chain.last["hash"],
+            "last_entry_time": chain.last["time"], "plan_state": state}
 
 
 def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, limit: int,
@@ -131,9 +195,11 @@ def _load_probe(cfg: TrainerConfig, base_path: Path, folder: Path):
 
 
 def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Sequence[int] | None = None,
-          tokens: int | str | None = None, prompts: int = 64, samples: int = 4, n_jobs: int | None = None,
-          log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or reuse) the probes, measure their KLs from the base, elect, write election.json."""
+          tokens: int | str | None = None, steps: int | None = None, prompts: int = 64, samples: int = 4,
+          n_jobs: int | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or reuse) the probes, measure their KLs from the base, elect, write election.json.
+
+    ``steps`` (the paper's T) or ``tokens`` (default B/2) stops each probe; see :func:`probe_jobs`."""
     import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
@@ -143,12 +209,13 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     from trainer.warmstart import prepare_assets  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    pf, name, cfg, jobs = probe_jobs(study_dir, configuration=configuration, seeds=seeds, tokens=tokens)
+    pf, name, cfg, jobs = probe_jobs(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps)
     study = pf.path.parent
     todo = [j for j in jobs if j.state != "complete"]
+    length = f"{steps} steps" if steps is not None else f"{jobs[0].spec.budget_tokens} tokens"
     log(f"{pf.path}: anchor election among the channels of {name!r} "
         f"({', '.join(_channel_spec(c)[0] for c in cfg.channels)}); {len(jobs)} probe(s), {len(todo)} to run, "
-        f"{jobs[0].spec.budget_tokens} tokens each")
+        f"{length} each")
     if todo:
         prepare(jobs, log=log)
         run_jobs(jobs, n_jobs)
@@ -195,9 +262,13 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
         "format": "prereg-kit-election/1", "study": pf.plan.study.id, "configuration": name,
         "channels": names, "rule": "smallest per-token reverse KL of the probe from the base",
         "elected": elected, "kl_rev": kl_rev, "kl_fwd": kl_fwd, "probes": probes,
-        "probe_tokens": spec0.budget_tokens, "seeds": sorted({j.seed for j in jobs}),
+        "probe_stop": "steps" if steps is not None else "tokens",
+        "probe_steps": steps, "probe_tokens": None if steps is not None else spec0.budget_tokens,
+        "probe_batch": {"prompts_per_iteration": cfg.prompts_per_iteration, "group_size": cfg.group_size},
+        "seeds": sorted({j.seed for j in jobs}),
         "heldout": {"eval_set": primary, "prompts": len(probs), "samples": samples, "temperature": 1.0},
-        "plan_hash": pf.content_sha256, "time": utc_now().isoformat().replace("+00:00", "Z"),
+        "plan_hash": pf.content_sha256, "plan_raw_sha256": pf.raw_sha256, "lock": lock_state(pf.path),
+        "time": utc_now().isoformat().replace("+00:00", "Z"),
         "seconds": round(time.perf_counter() - t0, 1), "tool_version": __version__,
     }
     out = study / ELECTION_FILE

@@ -7,6 +7,15 @@ fraction correct under the default verifier; the strict verifier (boxed answers 
 greedy accuracy are secondary. The sampling seed of evaluation ``e`` on set ``S`` is
 ``derive_seed(run seed, e, "eval:S")`` and request ``i·samples + k`` (problem i, sample k) has its
 own random numbers, so the draws do not depend on the batch layout or on the configuration.
+
+Code tasks (``task = "code"``; multi-reward paper P2:L113, docs/multi-reward.md "Program channels
+in training"): every sample's program is judged in the sandbox on its problem's tests (distinct
+programs once, bounded concurrency). ``correct`` = samples whose program passes every test, so
+accuracy and pass@k read as for math; ``correct_strict`` = ``correct`` (the judge has no strict
+variant); ``boxed`` = samples with a fenced code block (the format the extractor reads).
+``ch_program_fast`` / ``ch_correct_program_fast`` count fast (T < threshold) and correct-and-fast
+samples. The paper's evaluation "fast" (correct and faster than the problem's reference solution,
+timed by the same judge) needs reference timings and is not computed here.
 """
 
 from __future__ import annotations
@@ -16,9 +25,10 @@ from pathlib import Path
 from typing import Sequence
 
 from trainer.budget import Counters
+from trainer.channels import has_program, judge_programs
 from trainer.config import ConfigError, EvalSetSpec, RunSpec, derive_seed
 from trainer.data import Problem, load_problems
-from trainer.rewards import eval_channel_counts, eval_channels
+from trainer.rewards import eval_channel_counts, eval_channels, make_sandbox
 from trainer.verify import get_verifier, has_boxed
 
 
@@ -33,8 +43,14 @@ def load_eval_sets(spec: RunSpec, synthetic_eval: Path | None) -> list[EvalSet]:
     a MATH/GSM8K-layout file relative to the study folder; ``levels`` and ``n_problems`` keep the
     listed levels, then the first n problems (a fixed set, the same for every run)."""
     out = []
+    code = spec.config.task == "code"
     for s in spec.eval_sets:
-        out.append(EvalSet(s.name, tuple(_problems(s, spec, synthetic_eval))))
+        probs = tuple(_problems(s, spec, synthetic_eval))
+        wrong = [p.id for p in probs if p.is_code != code]
+        if wrong:  # a math set in a code run (or the reverse) has nothing the judge could score
+            raise ConfigError(f"evaluation set {s.name!r}: problem {wrong[0]!r} is {'math' if code else 'code'}; "
+                              f"task = {spec.config.task!r} evaluates {'code' if code else 'math'} problems only")
+        out.append(EvalSet(s.name, probs))
     return out
 
 
@@ -42,7 +58,8 @@ def _problems(s: EvalSetSpec, spec: RunSpec, synthetic_eval: Path | None) -> lis
     src = s.source or "synthetic:eval"
     if src.startswith("synthetic"):
         if synthetic_eval is None:
-            raise ConfigError(f"evaluation set {s.name!r}: source {src!r} needs task = 'synthetic'")
+            raise ConfigError(f"evaluation set {s.name!r}: source {src!r} needs the built-in task "
+                              "(task = 'synthetic', or 'code' without train_file)")
         path = synthetic_eval
     else:
         path = Path(src) if Path(src).is_absolute() else Path(spec.study_dir) / src
@@ -59,8 +76,10 @@ def _problems(s: EvalSetSpec, spec: RunSpec, synthetic_eval: Path | None) -> lis
     return probs
 
 
-def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: RunSpec) -> list[dict]:
-    """One evaluation of the current policy on every set: one row per problem (run-log columns)."""
+def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: RunSpec,
+             sandbox=None) -> list[dict]:
+    """One evaluation of the current policy on every set: one row per problem (run-log columns).
+    Code sets are judged with ``sandbox`` (the run's; made from the recipe when None)."""
     cfg = spec.config
     default, strict = get_verifier("default"), get_verifier("strict")
     n = spec.eval_samples
@@ -77,6 +96,12 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
         if spec.eval_greedy:
             greedy = engine.generate(rendered, noise_seed=seed, keys=range(len(rendered)), limit=cfg.completion_limit,
                                      temperature=0.0, top_p=1.0, batch_size=cfg.eval_batch_size).texts
+        programs = greedy_programs = None
+        if any(p.is_code for p in es.problems):
+            sandbox = sandbox or make_sandbox(cfg)
+            programs = judge_programs(sandbox, roll.texts, [p for p in es.problems for _ in range(n)])
+            if greedy is not None:
+                greedy_programs = judge_programs(sandbox, greedy, list(es.problems))
         memo: dict[tuple[str, str, str], bool] = {}
 
         def check(name: str, verifier, text: str, answer: str) -> bool:  # identical samples checked once
@@ -87,6 +112,11 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
 
         for i, p in enumerate(es.problems):
             texts = roll.texts[i * n:(i + 1) * n]
+            if programs is not None:
+                rows.append(_code_row(counters, es.name, seed, p, n, texts, programs[i * n:(i + 1) * n],
+                                      None if greedy_programs is None else greedy_programs[i],
+                                      aux, roll.lengths[i * n:(i + 1) * n].tolist()))
+                continue
             row = {
                 "eval_index": counters.eval_index, "iteration": counters.iteration, "eval_set": es.name,
                 "problem_id": p.id, "eval_seed": seed, "tokens": counters.total_tokens,
@@ -101,6 +131,22 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
                                            [check("default", default, t, p.answer) for t in texts]))
             rows.append(row)
     return rows
+
+
+def _code_row(counters: Counters, set_name: str, seed: int, p: Problem, n: int, texts, programs, greedy,
+              aux, lengths) -> dict:
+    """One code problem's eval row: ``correct`` = programs passing every test (see the module doc)."""
+    ok = [r.passed for r in programs]
+    row = {
+        "eval_index": counters.eval_index, "iteration": counters.iteration, "eval_set": set_name,
+        "problem_id": p.id, "eval_seed": seed, "tokens": counters.total_tokens,
+        "train_seconds": counters.train_seconds, "updates": counters.updates, "samples": n,
+        "correct": sum(ok), "correct_strict": sum(ok), "boxed": sum(has_program(t) for t in texts),
+    }
+    if greedy is not None:
+        row["greedy_correct"] = bool(greedy.passed)
+    row.update(eval_channel_counts(aux, texts, lengths, p, ok, programs=programs))
+    return row
 
 
 def accuracy(rows: Sequence[dict], eval_set: str | None = None) -> float:

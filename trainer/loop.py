@@ -13,7 +13,7 @@ import numpy as np
 
 import torch
 
-from prereg_kit.runlog import RunLogWriter, RunMeta, read_meta, utc_now
+from prereg_kit.runlog import RunLogWriter, RunMeta, election_sha256, read_meta, utc_now
 from trainer.budget import Counters, Schedule, StageClock
 from trainer.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from trainer.config import RunSpec, derive_seed
@@ -23,6 +23,7 @@ from trainer.dense import DenseState, dense_context, with_length_reward
 from trainer.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
 from trainer.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
                             set_determinism, synchronize, update_step)
+from trainer.reuse import reuse_update, steps_per_iteration, uses_reuse_update
 from trainer.rewards import Rewarder, make_rewarder, state_from_dict, state_to_dict
 from trainer.select import Selector
 from trainer.verify import get_verifier
@@ -53,13 +54,16 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
                 lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
-                stats = update_step(r.policy, r.optimizer, roll, credit.tokens, lr,
-                                    ref=r.ref_policy, kl_beta=r.rewarder.kl_beta if r.rewarder else 0.0)
+                if uses_reuse_update(cfg):  # reuse variants (issue 6): clipped steps, continuation sequences
+                    stats = reuse_update(r.policy, r.optimizer, roll, credit, lr, seed=spec.seed, iteration=it)
+                else:
+                    stats = update_step(r.policy, r.optimizer, roll, credit.tokens, lr,
+                                        ref=r.ref_policy, kl_beta=r.rewarder.kl_beta if r.rewarder else 0.0)
             with r.clock.stage("weight_sync"):
                 r.engine.sync_weights()
             before = c.total_tokens
             row = c.add_iteration({"rollout": roll.tokens, "continuation": credit.continuation_tokens,
-                                   "discarded": r.selector.discarded_tokens}, r.clock.seconds, updates=1)
+                                   "discarded": r.selector.discarded_tokens}, r.clock.seconds, updates=steps_per_iteration(cfg))
             row.update(group_stats(rewards, roll, G), **stats)
             row.update(r.reward_log)  # channel/<name> means, shaped_reward, ν (multi-reward runs)
             row.update(r.selector.record(problems, rewards))  # selection history; sel_* columns (select.py)
@@ -80,7 +84,7 @@ def _evaluate_log_checkpoint(r: "Run", spec: RunSpec, row: dict | None, progress
     """Evaluate (timed apart from training), log the iteration row and the eval rows, checkpoint."""
     c = r.counters
     t0 = time.perf_counter()
-    rows = evaluate(r.engine, r.policy, r.eval_sets, c, spec)
+    rows = evaluate(r.engine, r.policy, r.eval_sets, c, spec, sandbox=r.rewarder.sandbox if r.rewarder else None)
     synchronize(r.policy.device)
     secs = time.perf_counter() - t0
     c.excluded_seconds["evaluation"] += secs
@@ -172,7 +176,8 @@ def setup(spec: RunSpec) -> Run:
     policy = load_policy(cfg, assets.model_path)
     set_determinism(cfg, policy.device)
     optimizer = make_optimizer(policy)
-    pool = load_problems(assets.train_file, source="train").numeric_only()
+    pool = load_problems(assets.train_file, source="train")
+    pool = pool.with_tests() if cfg.task == "code" else pool.numeric_only()  # what the reward can score
     eval_sets = load_eval_sets(spec, assets.synthetic_eval)
     pool = pool.without_near_duplicates(*[es.problems for es in eval_sets])
     cache: dict[str, str] = {}
@@ -184,6 +189,7 @@ def setup(spec: RunSpec) -> Run:
 
     meta = RunMeta(study=spec.study, configuration=spec.configuration, seed=spec.seed, stage=spec.stage,
                    plan_hash=spec.plan_hash, config=cfg.model_dump(mode="json"), started_at=utc_now(),
+                   election_sha256=election_sha256(spec.study_dir) if cfg.anchor == "elected" else "",  # audited
                    device=_device_name(policy.device), tool_version=spec.tool_version,
                    engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
                    model_path=str(assets.model_path), train_pool=len(pool))
@@ -206,7 +212,7 @@ def setup(spec: RunSpec) -> Run:
     dense = DenseState()
     dense.load_state_dict(extra.get("dense"))  # the learned critic's buffer of earlier iterations
     return Run(spec, policy, engine, optimizer, pool, eval_sets, get_verifier(cfg.reward_verifier),
-               writer, counters, Schedule(spec.eval_interval, spec.stop_tokens),
+               writer, counters, Schedule(spec.eval_interval, spec.stop_tokens, spec.stop_iterations, counters),
                StageClock(sync=lambda: synchronize(policy.device)), render,
                rewarder=rewarder, reward_state=state_from_dict(extra.get("reward_state")), ref_policy=ref,
                selector=selector, dense=dense)

@@ -14,12 +14,21 @@ sequence-level advantages to the credit rule (``outcome_credit(advantages=...)``
   channel name selects that channel; ``"elected"`` reads ``<study>/election.json`` (written by
   ``prereg elect``) when the run starts.
 
+Code tasks (``task = "code"``; docs/multi-reward.md, "Program channels in training"): the
+channels ``program_correct`` and ``program_fast`` read one sandbox result per completion,
+judged once per iteration (``channels.judge_programs``: distinct (program, tests) pairs, at most
+``sandbox.max_workers`` at a time) and shared by both; the rewarder owns the run's ``Sandbox``.
+A code task without ``channels`` trains on ``program_correct`` alone (rule ``primary``: eq. 1 on
+R_P); the verifier reward reads a math answer and is never used for programs. The math channels
+``correct`` and ``negative`` are refused on code tasks, program channels on math tasks.
+
 No torch at import (``trainer.config`` validates recipes with :func:`check_reward_config`).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,13 +36,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from trainer.aggregate import AggregationConfig, LagrangeState, group_advantages, iteration_log, parse_aggregation
-from trainer.channels import Channel, Completion, get_channel, score_channels
-from trainer.config import ConfigError
+from trainer.channels import Channel, Completion, get_channel, judge_programs, score_channels
+from trainer.config import ConfigError, SandboxSettings
+from trainer.sandbox import ProgramResult, Sandbox, SandboxLimits
 
 ELECTION_FILE = "election.json"
 
-__all__ = ["ELECTION_FILE", "IterationRewards", "Rewarder", "check_reward_config", "eval_channel_counts",
-           "make_rewarder", "read_election", "state_from_dict", "state_to_dict"]
+__all__ = ["CODE_DEFAULT_CHANNEL", "ELECTION_FILE", "IterationRewards", "Rewarder", "check_reward_config",
+           "eval_channel_counts", "make_rewarder", "make_sandbox", "read_election", "sandbox_limits",
+           "state_from_dict", "state_to_dict"]
+
+CODE_DEFAULT_CHANNEL = "program_correct"  # a code task's reward when the recipe lists no channels
+MATH_ONLY = ("correct", "negative")  # channels that read a final answer with the math verifier
+CODE_CREDIT = ("outcome",)  # dense rules score continuations with the math verifier
 
 
 @dataclass(frozen=True)
@@ -58,9 +73,10 @@ def _channel_spec(item: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def build_channels(cfg) -> list[Channel]:
-    """The recipe's channels (``correct`` gets the recipe's verifier unless it names one)."""
+    """The recipe's channels (``correct`` gets the recipe's verifier unless it names one); a code
+    task without channels: ``program_correct``."""
     out = []
-    for item in cfg.channels:
+    for item in cfg.channels or ([CODE_DEFAULT_CHANNEL] if cfg.task == "code" else []):
         name, params = _channel_spec(item)
         if name == "correct":
             params.setdefault("verifier", cfg.reward_verifier)
@@ -74,6 +90,13 @@ def check_reward_config(cfg) -> None:
         agg = parse_aggregation(cfg.aggregation)
     except ConfigError as e:
         raise ValueError("; ".join(e.lines)) from None
+    code = cfg.task == "code"
+    if code and cfg.credit not in CODE_CREDIT:
+        raise ValueError(f"task = 'code': credit {cfg.credit!r} scores continuations with the math verifier; "
+                         "use credit = 'outcome'")
+    if code and cfg.selection == "dynamic":
+        raise ValueError("task = 'code': selection 'dynamic' checks groups with the math verifier; "
+                         "use another selection rule")
     if not cfg.channels:
         if cfg.aggregation or cfg.anchor:
             raise ValueError("aggregation/anchor need channels (e.g. channels = [\"correct\", \"negative\"])")
@@ -81,9 +104,12 @@ def check_reward_config(cfg) -> None:
     names = []
     for item in cfg.channels:
         name, params = _channel_spec(item)
-        if get_channel(name, **params).needs_program:  # unknown names / parameters: ValueError
-            raise ValueError(f"channels: {name!r} needs a code task and the sandbox; the trainer's tasks are math "
-                             "(program channels are scored by trainer/channels.py but not wired into training)")
+        if get_channel(name, **params).needs_program and not code:  # unknown names / parameters: ValueError
+            raise ValueError(f"channels: {name!r} judges programs: it needs task = 'code' (problems with tests, "
+                             "the sandbox)")
+        if code and name in MATH_ONLY:
+            raise ValueError(f"channels: {name!r} reads a final answer with the math verifier; task = 'code' "
+                             f"judges programs (use {CODE_DEFAULT_CHANNEL!r})")
         names.append(name)
     if len(set(names)) != len(names):
         raise ValueError(f"channels: a channel is listed twice ({', '.join(names)})")
@@ -120,6 +146,7 @@ class Rewarder:
     names: list[str]
     agg: AggregationConfig | None
     anchor_name: str = ""
+    sandbox: Sandbox | None = None  # task = "code": the program judge (made once, at run start)
 
     @property
     def multi(self) -> bool:
@@ -141,7 +168,7 @@ class Rewarder:
 
             return IterationRewards(verify_rewards(verifier, list(texts), [p.answer for p in problems]), None, {}, state)
         comps = [Completion(t, int(n)) for t, n in zip(texts, lengths)]
-        S = _score_memo(self.channels, comps, problems)
+        S, program_log = _score_memo(self.channels, comps, problems, self.sandbox)
         G = len(texts) // group_size
         R = S.reshape(G, group_size, len(self.channels))
         L = np.asarray(lengths, dtype=np.float64).reshape(G, group_size)
@@ -151,30 +178,71 @@ class Rewarder:
         adv = np.asarray(res.advantages, dtype=np.float64)
         # groups whose advantages carry a signal (the verifier path's "mixed" groups)
         log["mixed_share"] = float((np.abs(adv).max(axis=1) > 0).mean())
+        log.update(program_log)
         return IterationRewards(torch.tensor(shaped.reshape(-1), dtype=torch.float32),
                                 torch.tensor(adv.reshape(-1), dtype=torch.float32), log, res.state)
 
 
-def _score_memo(channels: Sequence[Channel], comps: Sequence[Completion], problems: Sequence[Any]) -> np.ndarray:
-    """score_channels with identical (text, length, answer) triples scored once."""
-    keys = [(c.text, int(c.tokens), getattr(p, "answer", None)) for c, p in zip(comps, problems)]
+def _score_memo(channels: Sequence[Channel], comps: Sequence[Completion], problems: Sequence[Any],
+                sandbox: Sandbox | None = None) -> tuple[np.ndarray, dict[str, float]]:
+    """score_channels with identical (text, length, answer, tests) quadruples scored once, and,
+    when a channel judges programs, the judge's log columns (``program/*``)."""
+    keys = [(c.text, int(c.tokens), getattr(p, "answer", None), tuple(getattr(p, "tests", ()) or ()))
+            for c, p in zip(comps, problems)]
     first: dict[tuple, int] = {}
     idx = [first.setdefault(k, len(first)) for k in keys]
     uniq_c, uniq_p = [None] * len(first), [None] * len(first)
     for i, j in enumerate(idx):
         if uniq_c[j] is None:
             uniq_c[j], uniq_p[j] = comps[i], problems[i]
-    S = score_channels(channels, uniq_c, uniq_p)
-    return S[np.asarray(idx, dtype=int)] if len(idx) else np.zeros((0, len(channels)))
+    programs, log = None, {}
+    if any(ch.needs_program for ch in channels):
+        if sandbox is None:
+            raise ValueError("program channels need the run's sandbox (task = 'code')")
+        programs, log = _judge(sandbox, uniq_c, uniq_p, idx)
+    S = score_channels(channels, uniq_c, uniq_p, programs=programs)
+    return (S[np.asarray(idx, dtype=int)] if len(idx) else np.zeros((0, len(channels)))), log
+
+
+def _judge(sandbox: Sandbox, comps: Sequence[Completion], problems: Sequence[Any],
+           idx: Sequence[int]) -> tuple[list[ProgramResult], dict[str, float]]:
+    """Each distinct completion's program judged once; ``program/seconds`` (wall seconds of the
+    judge: part of the credit stage), ``program/judged`` (distinct programs run),
+    ``program/timeout_rate`` (over all completions) and ``program/start_errors`` (tests the
+    machine could not start: EAGAIN, ENOMEM; a failure, not an exception)."""
+    t0 = time.perf_counter()
+    programs = judge_programs(sandbox, comps, problems)
+    secs = time.perf_counter() - t0
+    distinct = {id(r): r for r in programs}.values()
+    log = {"program/seconds": secs, "program/judged": float(len(distinct)),
+           "program/timeout_rate": float(np.mean([programs[j].timed_out for j in idx])) if len(idx) else 0.0,
+           "program/start_errors": float(sum(t.detail.startswith("sandbox: could not start")
+                                             for r in distinct for t in r.per_test))}
+    return programs, log
+
+
+def sandbox_limits(settings: SandboxSettings) -> SandboxLimits:
+    """The recipe's ``sandbox`` table as ``SandboxLimits`` (the other limits: the sandbox's defaults)."""
+    return SandboxLimits(small_timeout_s=settings.small_timeout_s, mid_timeout_s=settings.mid_timeout_s,
+                         large_timeout_s=settings.large_timeout_s, max_workers=settings.max_workers,
+                         memory_bytes=settings.memory_mb << 20, stop_on_failure=settings.stop_on_failure,
+                         network=settings.network, cpu_basis=settings.cpu_basis)
+
+
+def make_sandbox(cfg) -> Sandbox:
+    """The run's program judge (probes the machine and calibrates T's fixed overhead once)."""
+    return Sandbox(sandbox_limits(cfg.sandbox))
 
 
 def make_rewarder(cfg, study_dir: str | Path | None = None) -> Rewarder:
-    """The run's rewarder; ``anchor = "elected"`` reads the election record now (run start)."""
-    if not cfg.channels:
+    """The run's rewarder; ``anchor = "elected"`` reads the election record now (run start). A code
+    task gets the sandbox, and without channels trains on ``program_correct`` (rule ``primary``)."""
+    code = cfg.task == "code"
+    if not cfg.channels and not code:
         return Rewarder([], [], None)
     channels = build_channels(cfg)
     names = [c.name for c in channels]
-    agg = parse_aggregation(cfg.aggregation)
+    agg = parse_aggregation(cfg.aggregation if cfg.channels else {"rule": "primary"})
     anchor = cfg.anchor
     if anchor == "elected":
         if study_dir is None:
@@ -185,7 +253,7 @@ def make_rewarder(cfg, study_dir: str | Path | None = None) -> Rewarder:
                               f"this configuration's channels ({', '.join(names)})")
     if anchor:
         agg = agg.model_copy(update={"anchor": names.index(anchor)})
-    return Rewarder(channels, names, agg, names[agg.anchor])
+    return Rewarder(channels, names, agg, names[agg.anchor], make_sandbox(cfg) if code else None)
 
 
 def state_to_dict(state: Any) -> dict[str, Any] | None:
@@ -205,25 +273,33 @@ def state_from_dict(data: dict[str, Any] | None) -> Any:
 # Evaluation counts
 # ---------------------------------------------------------------------------------------------
 def eval_channels(cfg) -> list[Channel]:
-    """The auxiliary channels counted at evaluation: the recipe's non-correct math channels, and
-    ``negative`` always (cheap; threshold-free). ``brief`` only when the recipe sets one (its
-    threshold is the recipe's)."""
+    """The auxiliary channels counted at evaluation. Math: the recipe's non-correct channels, and
+    ``negative`` always (cheap; threshold-free). Code: the recipe's channels other than
+    ``program_correct`` (that is ``correct``), and ``program_fast`` always (the recipe's threshold
+    if it sets one, else 60 ms). ``brief`` only when the recipe sets one (its threshold is the
+    recipe's)."""
     out: dict[str, Channel] = {}
+    code = cfg.task == "code"
     for ch in (build_channels(cfg) if cfg.channels else []):
-        if ch.name != "correct" and not ch.needs_program:
+        if ch.name not in ("correct", CODE_DEFAULT_CHANNEL) and (code or not ch.needs_program):
             out[ch.name] = ch
-    out.setdefault("negative", get_channel("negative"))
+    if code:
+        out.setdefault("program_fast", get_channel("program_fast"))
+    else:
+        out.setdefault("negative", get_channel("negative"))
     return list(out.values())
 
 
 def eval_channel_counts(channels: Sequence[Channel], texts: Sequence[str], lengths: Sequence[int], problem: Any,
-                        correct: Sequence[bool]) -> dict[str, int]:
+                        correct: Sequence[bool], programs: Sequence[ProgramResult] | None = None) -> dict[str, int]:
     """Per-problem eval-row columns: ``ch_<name>`` = samples with channel = 1 and
-    ``ch_correct_<name>`` = samples correct (default verifier) with channel = 1."""
+    ``ch_correct_<name>`` = samples correct (default verifier; code: every test passed) with
+    channel = 1. Program channels read ``programs`` (one sandbox result per sample)."""
     row: dict[str, int] = {}
     if not channels:
         return row
-    S = score_channels(channels, [Completion(t, int(n)) for t, n in zip(texts, lengths)], [problem] * len(texts))
+    S = score_channels(channels, [Completion(t, int(n)) for t, n in zip(texts, lengths)], [problem] * len(texts),
+                       programs=programs)
     ok = np.asarray(correct, dtype=bool)
     for k, ch in enumerate(channels):
         hit = S[:, k] > 0

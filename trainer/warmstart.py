@@ -34,16 +34,21 @@ class Assets:
 
 
 def task_files(cfg: TrainerConfig, cache_dir: Path, n_eval: int) -> tuple[Path, Path]:
-    """The synthetic task's ``train.jsonl`` and ``eval.jsonl`` (disjoint), cached by settings."""
+    """The built-in task's ``train.jsonl`` and ``eval.jsonl`` (disjoint), cached by settings: the
+    synthetic arithmetic task, or with ``task = "code"`` the synthetic code task (``trainer/codetask.py``)."""
+    from trainer.codetask import CODE_TASK_VERSION, write_code_task  # noqa: PLC0415
     from trainer.synthetic import write_task  # noqa: PLC0415
 
-    key = settings_hash({"levels": cfg.task_levels, "n_train": cfg.task_train_problems, "n_eval": n_eval,
-                         "seed": cfg.task_seed})
+    settings = {"levels": cfg.task_levels, "n_train": cfg.task_train_problems, "n_eval": n_eval, "seed": cfg.task_seed}
+    if cfg.task == "code":  # a key of its own; the math key is unchanged, so its cached files stay valid
+        settings.update(kind="code", version=CODE_TASK_VERSION)
+    key = settings_hash(settings)
     folder = cache_dir / f"task-{key}"
     if not (folder / "eval.jsonl").is_file():
         tmp = cache_dir / f".task-{key}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        write_task(tmp, n_train=cfg.task_train_problems, n_eval=n_eval, seed=cfg.task_seed, levels=cfg.task_levels)
+        write = write_code_task if cfg.task == "code" else write_task
+        write(tmp, n_train=cfg.task_train_problems, n_eval=n_eval, seed=cfg.task_seed, levels=cfg.task_levels)
         _publish(tmp, folder)
     return folder / "train.jsonl", folder / "eval.jsonl"
 
@@ -62,7 +67,7 @@ def prepare_assets(cfg: TrainerConfig, cache_dir: str | Path, study_dir: str | P
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     synthetic_eval = None
-    if cfg.task == "synthetic":
+    if cfg.task == "synthetic" or (cfg.task == "code" and not cfg.train_file):
         train, synthetic_eval = task_files(cfg, cache, n_eval)
     else:
         train = _resolve(cfg.train_file, study_dir)
@@ -160,13 +165,19 @@ def _with_answer_noise(problems: list, share: float, seed: int) -> list:
 
     An imperfect warm start on purpose: the model learns to box a number other than the one it
     just computed some of the time, a habit that a verifier reward on the boxed answer can train
-    away within a CPU-sized budget (so a study can see GRPO raise held-out accuracy).
+    away within a CPU-sized budget (so a study can see GRPO raise held-out accuracy). Code
+    problems: the printed value shifted by ±1, 2 (``codetask.noisy_solution``; fails every test).
     """
     if share <= 0:
         return problems
+    from trainer.codetask import noisy_solution  # noqa: PLC0415
+
     rng = np.random.default_rng([seed, 11])
     out = []
     for p in problems:
+        if p.solution and p.is_code and rng.random() < share:
+            out.append(replace(p, solution=noisy_solution(p.solution, rng)))
+            continue
         if p.solution and rng.random() < share:
             wrong = int(p.answer) + int(rng.choice([-2, -1, 1, 2]))
             cut = p.solution.rfind("\\boxed{")
