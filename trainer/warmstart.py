@@ -6,7 +6,8 @@ tiny transformers model (a 2-layer Qwen2 or Llama config) built from its config 
 init seed, then trained briefly on worked solutions (prompt → ``… \\boxed{N}`` + EOS) so that it
 starts with non-zero accuracy, as an instruction-tuned model would. The result is saved with
 ``save_pretrained`` under ``<cache>/warmstart-<hash>/``, keyed by a hash of every setting that
-changes it; a second call with the same settings loads it.
+changes it, the torch CPU thread count included (it changes the reduction order, hence the
+weights); a second call with the same settings loads it.
 """
 
 from __future__ import annotations
@@ -117,8 +118,11 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     from trainer.data import load_problems  # noqa: PLC0415
     from trainer.synthetic import TOKENIZER_VERSION, build_tokenizer, sft_examples  # noqa: PLC0415
 
+    # CPU kernels reduce in an order that depends on the thread count, so the trained weights do too
+    threads = torch.get_num_threads()
     key = settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.tiny.model_dump(), "sft": cfg.warm_start.model_dump(),
-                         "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION})
+                         "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION,
+                         "threads": threads})
     folder = cache_dir / f"warmstart-{key}"
     if (folder / "warmstart.json").is_file():
         return folder
@@ -151,7 +155,8 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     shutil.copyfile(cache_dir / "tokenizer" / "synthetic_tokenizer.json", tmp / "synthetic_tokenizer.json")
-    info = {"settings": {"tiny": cfg.tiny.model_dump(), "warm_start": ws.model_dump(), "train_file": str(train_file)},
+    info = {"settings": {"tiny": cfg.tiny.model_dump(), "warm_start": ws.model_dump(), "train_file": str(train_file),
+                         "threads": threads},
             "final_loss": float(np.mean(losses[-20:])) if losses else None, "seconds": time.perf_counter() - t0,
             "parameters": sum(p.numel() for p in model.parameters())}
     (tmp / "warmstart.json").write_text(json.dumps(info, indent=2) + "\n")
