@@ -78,13 +78,24 @@ def baseline_credit(values: torch.Tensor, outcome: torch.Tensor, cuts: Sequence[
 # Monte-Carlo continuations
 # --------------------------------------------------------------------------------------------
 @dataclass
+class Draws:
+    """The continuations drawn at one cut: k per parent completion, parent-major."""
+
+    cut: int  # the cut offset b (tokens of the parent kept as prefix)
+    parents: torch.Tensor  # [M] index of each draw's parent completion
+    generated: Any  # the engine's output for the draws (completion_ids, lengths, completion_mask, ...)
+    outcomes: torch.Tensor  # [M] verifier outcome of prefix + continuation (0/1)
+
+
+@dataclass
 class MonteCarlo:
-    """p̂ at each interior cut and what the continuations cost."""
+    """p̂ at each interior cut, the draws behind it, and what the continuations cost."""
 
     cuts: list[int]
     p_hat: torch.Tensor  # [N, C] fraction of k continuations that succeed (NaN where the completion ended)
     drawn: torch.Tensor  # [N, C] bool: continuations were drawn (cut inside the completion)
     tokens: int  # continuation tokens generated (EOS included), what B counts as ``continuation``
+    draws: list[Draws] = field(default_factory=list)  # discarded by the MC reward; continuation reuse trains on them
 
 
 def score(verifier, texts: Sequence[str], answers: Sequence[str]) -> torch.Tensor:
@@ -104,7 +115,8 @@ def monte_carlo_values(cfg: TrainerConfig, *, engine, policy, rollouts, prompts:
     of the completion limit (capped by ``mc_continuation_limit``). Seeds: noise seed
     derive_seed(run seed, iteration, "mc/<cut offset>"), request key n·MAX_K + j for draw j of
     completion n, so k = 1 and k = 4 share their first draw. Each continuation is scored on
-    prefix + continuation by the training verifier, then discarded.
+    prefix + continuation by the training verifier; the draws are kept in ``MonteCarlo.draws``
+    (the Monte-Carlo reward discards them, continuation reuse trains on them).
     """
     cuts, k, tok = cut_offsets(cfg), cfg.mc_k, policy.tokenizer
     comp = rollouts.completion_ids.cpu()
@@ -112,7 +124,7 @@ def monte_carlo_values(cfg: TrainerConfig, *, engine, policy, rollouts, prompts:
     n = rollouts.n
     p_hat = torch.full((n, len(cuts)), float("nan"), dtype=torch.float64)
     drawn = torch.zeros((n, len(cuts)), dtype=torch.bool)
-    tokens = 0
+    tokens, draws = 0, []
     for ci, b in enumerate(cuts):
         rows = [i for i in range(n) if int(lengths[i]) > b]  # completions still running after b tokens
         if not rows:
@@ -132,7 +144,8 @@ def monte_carlo_values(cfg: TrainerConfig, *, engine, policy, rollouts, prompts:
         ok = score(verifier, tok.batch_decode(full, skip_special_tokens=True), [answers[i] for i in rows for _ in range(k)])
         p_hat[rows, ci] = ok.view(len(rows), k).double().mean(1)
         drawn[rows, ci] = True
-    return MonteCarlo(cuts, p_hat, drawn, tokens)
+        draws.append(Draws(b, torch.tensor(rows).repeat_interleave(k), cont, ok))
+    return MonteCarlo(cuts, p_hat, drawn, tokens, draws)
 
 
 def mc_values(mc: MonteCarlo, cfg: TrainerConfig, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -156,13 +169,20 @@ def monte_carlo_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, 
                        cfg: TrainerConfig, rollouts, advantages: torch.Tensor | None = None, **ctx: Any) -> Credit:
     """The Monte-Carlo reward (S1, S25): c_{g,h} = A_g + (p̂_s − p̂_{s−1}) for h in segment s,
     the segment credit added to the group advantage **without centering** (L2378-2380)."""
-    mc = monte_carlo_values(cfg, rollouts=rollouts, **_mc_ctx(ctx))
-    w = segment_credit(mc_values(mc, cfg, rewards, rollouts.lengths), mc.cuts, completion_mask)
+    mc = monte_carlo_values(cfg, rollouts=rollouts, **mc_context(ctx))
+    return mc_credit(mc, rewards, completion_mask, group_size=group_size, eps=eps, cfg=cfg,
+                     lengths=rollouts.lengths, advantages=advantages)
+
+
+def mc_credit(mc: MonteCarlo, rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int, eps: float,
+              cfg: TrainerConfig, lengths: torch.Tensor, advantages: torch.Tensor | None = None) -> Credit:
+    """The Monte-Carlo reward's credit from drawn continuations ``mc`` (see ``monte_carlo_credit``)."""
+    w = segment_credit(mc_values(mc, cfg, rewards, lengths), mc.cuts, completion_mask)
     adv = _advantages(rewards, group_size, eps, advantages)
     return Credit(token_credit(adv, completion_mask, dense=w), adv, mc.tokens)
 
 
-def _mc_ctx(ctx: dict) -> dict:
+def mc_context(ctx: dict) -> dict:
     """The loop context ``monte_carlo_values`` needs (engine, policy, prompts, answers, …)."""
     return {k: ctx[k] for k in ("engine", "policy", "prompts", "answers", "iteration", "seed", "verifier")}
 
@@ -229,7 +249,7 @@ def shuffle_within(w: torch.Tensor, mask: torch.Tensor, seed: int) -> torch.Tens
 
 
 def _mc_within(rewards, mask, *, group_size, eps, cfg, rollouts, advantages=None, shuffle_seed=None, **ctx) -> Credit:
-    mc = monte_carlo_values(cfg, rollouts=rollouts, **_mc_ctx(ctx))
+    mc = monte_carlo_values(cfg, rollouts=rollouts, **mc_context(ctx))
     values = mc_values(mc, cfg, rewards, rollouts.lengths)
     w = segment_credit(values, mc.cuts, mask)
     adv = _advantages(rewards, group_size, eps, advantages)

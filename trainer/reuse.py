@@ -33,8 +33,7 @@ import torch
 
 from trainer.config import TrainerConfig, derive_seed
 from trainer.credit import Credit, policy_loss
-from trainer.dense import (MAX_K, _mc_ctx, boundary_values, cut_offsets, monte_carlo_credit, monte_carlo_values,
-                           segment_credit)
+from trainer.dense import boundary_values, mc_context, mc_credit, monte_carlo_values, segment_credit
 from trainer.policy import synchronize, token_logprobs
 
 
@@ -89,7 +88,7 @@ def vineppo_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, grou
     """c_{g,h} = V(b_s) − V(b_{s−1}) for h in segment s, alone (no A_g, not normalized); the
     continuations are the Monte-Carlo reward's (``mc_k`` per interior cut, trainer/dense.py).
     ``Credit.advantages`` holds the per-completion sum R_g − V(b_0)."""
-    mc = monte_carlo_values(cfg, rollouts=rollouts, **_mc_ctx(ctx))
+    mc = monte_carlo_values(cfg, rollouts=rollouts, **mc_context(ctx))
     values = vineppo_values(mc.p_hat, rewards, mc.cuts, rollouts.lengths, group_size)
     w = segment_credit(values, mc.cuts, completion_mask)
     return Credit(w, (values[:, -1] - values[:, 0]).float(), mc.tokens)
@@ -103,32 +102,6 @@ def leave_one_out_advantages(outcomes: torch.Tensor) -> torch.Tensor:
     k = outcomes.shape[1]
     o = outcomes.double()
     return o - (o.sum(1, keepdim=True) - o) / (k - 1)
-
-
-class _RecordingEngine:
-    """Passes generation through and keeps each call (noise seed, keys, continuations), so the
-    continuations the Monte-Carlo reward draws can be trained on instead of discarded."""
-
-    def __init__(self, engine):
-        self.engine, self.calls = engine, []
-        self.name = getattr(engine, "name", "recording")
-
-    def generate(self, prompts, *, noise_seed, keys, **kw):
-        out = self.engine.generate(prompts, noise_seed=noise_seed, keys=keys, **kw)
-        self.calls.append((noise_seed, list(keys), out))
-        return out
-
-
-class _CachedVerifier:
-    """The training verifier, each (text, answer) checked once (the draws are re-read after scoring)."""
-
-    def __init__(self, verifier):
-        self.verifier, self.seen = verifier, {}
-
-    def __call__(self, text: str, answer: str) -> float:
-        if (text, answer) not in self.seen:
-            self.seen[(text, answer)] = float(self.verifier(text, answer))
-        return self.seen[(text, answer)]
 
 
 def continuation_batch(rollouts, cut: int, parents: torch.Tensor, cont, advantages: torch.Tensor) -> TrainBatch:
@@ -145,25 +118,17 @@ def continuation_batch(rollouts, cut: int, parents: torch.Tensor, cont, advantag
 
 
 def continuation_reuse_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int,
-                              eps: float, cfg: TrainerConfig, rollouts, **ctx: Any) -> ReuseCredit:
+                              eps: float, cfg: TrainerConfig, rollouts, advantages: torch.Tensor | None = None,
+                              **ctx: Any) -> ReuseCredit:
     """Rollouts: the Monte-Carlo reward, c = A_g + (p̂_s − p̂_{s−1}) (the k = ``mc_k`` reward).
     Continuations: one training sequence each, credit R_j − mean_{j'≠j} R_{j'} among the k draws
     from the same prefix on its continuation tokens, 0 on the prefix (trained once, in the rollout)."""
-    rec, verify = _RecordingEngine(ctx["engine"]), _CachedVerifier(ctx["verifier"])
-    base = monte_carlo_credit(rewards, completion_mask, group_size=group_size, eps=eps, cfg=cfg,
-                              rollouts=rollouts, **{**ctx, "engine": rec, "verifier": verify})
-    cut_of = {derive_seed(ctx["seed"], ctx["iteration"], f"mc/{b}"): b for b in cut_offsets(cfg)}
-    tok, comp, k = ctx["policy"].tokenizer, rollouts.completion_ids.cpu(), cfg.mc_k
-    batches = []
-    for noise_seed, keys, cont in rec.calls:
-        b = cut_of[noise_seed]
-        parents = torch.tensor(keys) // MAX_K  # draw j of completion n has key n·MAX_K + j, n-major
-        cids = cont.completion_ids.cpu()
-        full = [comp[int(i), :b].tolist() + cids[r, :int(cont.lengths[r])].tolist() for r, i in enumerate(parents)]
-        texts = tok.batch_decode(full, skip_special_tokens=True)  # scored on prefix + continuation, as dense.py
-        ok = torch.tensor([verify(t, ctx["answers"][int(i)]) for t, i in zip(texts, parents)])
-        adv = leave_one_out_advantages(ok.view(-1, k)).view(-1)
-        batches.append(continuation_batch(rollouts, b, parents, cont, adv))
+    mc = monte_carlo_values(cfg, rollouts=rollouts, **mc_context(ctx))
+    base = mc_credit(mc, rewards, completion_mask, group_size=group_size, eps=eps, cfg=cfg,
+                     lengths=rollouts.lengths, advantages=advantages)
+    batches = [continuation_batch(rollouts, d.cut, d.parents, d.generated,
+                                  leave_one_out_advantages(d.outcomes.view(-1, cfg.mc_k)).view(-1))
+               for d in mc.draws]
     return ReuseCredit(base.tokens, base.advantages, base.continuation_tokens, sequences=batches)
 
 
