@@ -9,35 +9,15 @@ import pytest
 from prereg_kit.plan import load_plan
 from prereg_kit.synth import generate_study
 
-PLAN = """\
-[study]
-id = "{id}"
-title = "t"
-question = "q"
-comparator = "outcome"
-seeds = [0, 1, 2]
-{configs}
-[budget]
-tokens = 64000
-eval_every = "B/4"
-[evaluation]
-sets = [{{ name = "heldout", n_problems = 20 }}]
-[[contrasts]]
-id = "C1"
-treatment = "critic_filter"
-control = "outcome"
-tier = "primary"
-[[families]]
-name = "primary"
-members = ["C1"]
-"""
+from plans import plan_text
 
 
 def _study(tmp: Path, sid: str, effects: dict[str, float]) -> Path:
     d = tmp / sid
     d.mkdir()
     configs = "".join(f"[configurations.{c}]\n" for c in effects)
-    (d / "plan.toml").write_text(PLAN.format(id=sid, configs=configs))
+    (d / "plan.toml").write_text(plan_text(id=sid, comparator="outcome", seeds="[0, 1, 2]", configurations=configs,
+                                           tokens=64000, eval_every="B/4", n_problems=20, treatment="critic_filter"))
     pf = load_plan(d)
     generate_study(d, study=sid, plan_hash=pf.content_sha256, configurations=effects, seeds=[0, 1, 2],
                    budget_tokens=64000, eval_every=16000, eval_sets={"heldout": 20}, rng=1)

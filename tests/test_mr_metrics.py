@@ -23,6 +23,8 @@ from prereg_kit.report import write_report
 from prereg_kit.runlog import RunLogWriter, RunMeta, election_sha256, run_dir
 from prereg_kit.verify import verify_study
 
+from plans import plan_text
+
 T0 = datetime(2026, 2, 1, 12, 0, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 
@@ -99,34 +101,12 @@ def test_relative_accuracy_curves_divide_by_the_reference_at_b():
 
 # ------------------------------------------------------------------ the plan
 
-MR_PLAN = """\
-[study]
-id = "mr"
-title = "Multi-reward metrics"
-question = "Does TAG keep the reference's accuracy while additive aggregation collapses?"
-comparator = "primary_only"
-seeds = [0, 1, 2]
-
-[configurations.primary_only]
-[configurations.additive]
-[configurations.tag]
-
-[budget]
-tokens = 100
-eval_every = "B/2"
-
-[evaluation]
-samples = 8
-reference = "primary_only"
-sets = [{ name = "heldout", n_problems = 2 }]
-
-[[contrasts]]
-id = "R1"
-treatment = "tag"
-control = "additive"
-tier = "primary"
-metric = "relative_accuracy"
-
+MR_PLAN = plan_text(
+    id="mr", title="Multi-reward metrics", comparator="primary_only", seeds="[0, 1, 2]",
+    question="Does TAG keep the reference's accuracy while additive aggregation collapses?",
+    configurations="[configurations.primary_only]\n[configurations.additive]\n[configurations.tag]\n",
+    tokens=100, eval_every="B/2", evaluation='samples = 8\nreference = "primary_only"\n', n_problems=2,
+    primary="R1", treatment="tag", control="additive", metric="relative_accuracy", contrasts="""\
 [[contrasts]]
 id = "K1"
 treatment = "additive"
@@ -140,13 +120,7 @@ treatment = "tag"
 control = "additive"
 tier = "secondary"
 
-[[families]]
-name = "primary"
-members = ["R1"]
-
-[statistics]
-bootstrap_resamples = 200
-"""
+""", tail="\n[statistics]\nbootstrap_resamples = 200\n")
 
 
 def _plan_error(tmp_path, text) -> str:

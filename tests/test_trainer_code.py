@@ -27,6 +27,8 @@ from trainer.sandbox import ProgramTest, Sandbox, SandboxLimits
 from trainer.synthetic import TaskError
 from trainer.verify import get_verifier
 
+from plans import run_plan
+
 SHORT = {"small_timeout_s": 0.5, "mid_timeout_s": 0.5, "large_timeout_s": 2.0, "max_workers": 2}
 LOOP = "```python\nwhile True:\n    pass\n```"
 
@@ -183,60 +185,19 @@ def test_problem_stays_backward_compatible():
 # ---------------------------------------------------------------------------------------------
 # Short real runs
 # ---------------------------------------------------------------------------------------------
-PLAN = """
-[study]
-id = "tinycode"
-title = "Tiny code test"
-question = "Do the program channels train?"
-comparator = "additive"
-seeds = [0]
-
-[recipe]
-task = "code"
-task_levels = [1, 2]
-task_train_problems = 100
-model = "tiny"
-tiny = {{ hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }}
-warm_start = {{ steps = 20, batch_size = 16, learning_rate = 3e-3 }}
-prompts_per_iteration = 2
-group_size = 4
-completion_limit = 64
-learning_rate = 1e-3
-threads = 1
+PLAN = run_plan(
+    id="tinycode", title="Tiny code test", question="Do the program channels train?",
+    comparator="additive", treatment="tag", task="code", task_levels="[1, 2]", task_train_problems=100,
+    warm_steps=20, completion_limit=64, recipe="""\
 channels = ["program_correct", "program_fast"]
-sandbox = {{ small_timeout_s = 0.5, mid_timeout_s = 0.5, large_timeout_s = 1.0, max_workers = 2 }}
-
+sandbox = { small_timeout_s = 0.5, mid_timeout_s = 0.5, large_timeout_s = 1.0, max_workers = 2 }
+""", configurations="""\
 [configurations.additive]
-overrides = {{ aggregation = {{ rule = "additive" }} }}
+overrides = { aggregation = { rule = "additive" } }
 [configurations.tag]
-overrides = {{ aggregation = {{ rule = "tag", lam = 1.0 }} }}
-
-[budget]
-tokens = {tokens}
-eval_every = "B/2"
-
-[evaluation]
-samples = 3
-sets = [{{ name = "heldout", source = "synthetic:eval", n_problems = 3 }}]
-
-[[contrasts]]
-id = "C1"
-treatment = "tag"
-control = "additive"
-tier = "primary"
-
-[[families]]
-name = "primary"
-members = ["C1"]
-
-[[stages]]
-name = "smoke"
-seeds = [0]
-configurations = ["additive", "tag"]
-
-[[stages]]
-name = "main"
-"""
+overrides = { aggregation = { rule = "tag", lam = 1.0 } }
+""", tokens=2 * 4 * 64 * 2, eval_every="B/2", samples=3, n_problems=3,
+    smoke_configurations='["additive", "tag"]')
 
 
 class _Injecting:
@@ -269,7 +230,7 @@ def test_short_code_run_logs_channels_and_survives_a_hostile_program(tmp_path_fa
     cache = tmp_path_factory.getbasetemp() / "codecache"  # shared: one warm start for both runs
     cache.mkdir(exist_ok=True)
     study = tmp_path_factory.mktemp("study")
-    (study / "plan.toml").write_text(PLAN.format(tokens=2 * 4 * 64 * 2))
+    (study / "plan.toml").write_text(PLAN)
     (study / ".cache").symlink_to(cache, target_is_directory=True)
     seen: list = []
     real_rewards = loop.iteration_rewards

@@ -15,6 +15,8 @@ from trainer.config import TrainerConfig, derive_seed  # noqa: E402
 from trainer.credit import compute_credit, group_advantages  # noqa: E402
 from trainer.dense import MAX_K  # noqa: E402
 
+from plans import run_plan  # noqa: E402
+
 
 # --------------------------------------------------------------------------------------------
 # Fakes: a tokenizer that writes ids as "i,", an engine whose continuations succeed by a table
@@ -227,29 +229,10 @@ def test_length_reward_by_hand():
 # --------------------------------------------------------------------------------------------
 # A short real run of every configuration writes a valid run log
 # --------------------------------------------------------------------------------------------
-PLAN = """
-[study]
-id = "tiny-dense"
-title = "Dense rewards on a tiny model"
-question = "Do the dense-reward configurations run?"
-comparator = "outcome"
-seeds = [0]
-
-[recipe]
-task = "synthetic"
-task_levels = [1]
-task_train_problems = 200
-model = "tiny"
-tiny = { hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }
-warm_start = { steps = 30, batch_size = 16, learning_rate = 3e-3 }
-prompts_per_iteration = 2
-group_size = 4
-completion_limit = 24
-learning_rate = 1e-3
-threads = 1
-mc_k = 2
-critic_start_iteration = 1
-
+PLAN = run_plan(
+    id="tiny-dense", title="Dense rewards on a tiny model", question="Do the dense-reward configurations run?",
+    comparator="outcome", treatment="monte_carlo", recipe="mc_k = 2\ncritic_start_iteration = 1\n",
+    configurations="""\
 [configurations.outcome]
 [configurations.monte_carlo]
 overrides = { credit = "monte_carlo" }
@@ -265,32 +248,7 @@ overrides = { credit = "critic_td" }
 overrides = { credit = "critic_baseline" }
 [configurations.length]
 overrides = { length_lambda = 0.5 }
-
-[budget]
-tokens = 900
-eval_every = "B/1"
-
-[evaluation]
-samples = 1
-sets = [{ name = "heldout", source = "synthetic:eval", n_problems = 4 }]
-
-[[contrasts]]
-id = "C1"
-treatment = "monte_carlo"
-control = "outcome"
-tier = "primary"
-
-[[families]]
-name = "primary"
-members = ["C1"]
-
-[[stages]]
-name = "smoke"
-seeds = [0]
-
-[[stages]]
-name = "main"
-"""
+""", tokens=900, eval_every="B/1", samples=1, n_problems=4)
 
 CONFIGS = ["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td", "critic_baseline", "length"]
 

@@ -26,6 +26,8 @@ from trainer.rewards import (  # noqa: E402
 )
 from trainer.verify import get_verifier  # noqa: E402
 
+from plans import run_plan  # noqa: E402
+
 
 def _problems(answers):
     return [Problem(f"p{i}", f"Compute {a}.", str(a)) for i, a in enumerate(answers)]
@@ -172,59 +174,16 @@ def test_kl_penalty_to_reference():
     assert stats["kl"] > 0
 
 
-PLAN = """
-[study]
-id = "tinymr"
-title = "Tiny multi-reward test"
-question = "Does the wiring run?"
-comparator = "additive"
-seeds = [0]
-
-[recipe]
-task = "synthetic"
-task_levels = [1, 2]
-task_train_problems = 200
-model = "tiny"
-tiny = {{ hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }}
-warm_start = {{ steps = 30, batch_size = 16, learning_rate = 3e-3 }}
-prompts_per_iteration = 2
-group_size = 4
-completion_limit = 24
-learning_rate = 1e-3
-threads = 1
-channels = ["correct", "negative"]
-
+def _plan(rule: str, tokens: int) -> str:
+    return run_plan(
+        id="tinymr", title="Tiny multi-reward test", question="Does the wiring run?", comparator="additive",
+        treatment="tag", task_levels="[1, 2]", recipe='channels = ["correct", "negative"]\n',
+        configurations=f"""\
 [configurations.additive]
 overrides = {{ aggregation = {{ rule = "{rule}" }} }}
 [configurations.tag]
 overrides = {{ aggregation = {{ rule = "tag" }}, anchor = "elected" }}
-
-[budget]
-tokens = {tokens}
-eval_every = "B/2"
-
-[evaluation]
-samples = 4
-sets = [{{ name = "heldout", source = "synthetic:eval", n_problems = 4 }}]
-
-[[contrasts]]
-id = "C1"
-treatment = "tag"
-control = "additive"
-tier = "primary"
-
-[[families]]
-name = "primary"
-members = ["C1"]
-
-[[stages]]
-name = "smoke"
-seeds = [0]
-configurations = ["additive"]
-
-[[stages]]
-name = "main"
-"""
+""", tokens=tokens, eval_every="B/2", samples=4, n_problems=4, smoke_configurations='["additive"]')
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +194,7 @@ def mr_cache(tmp_path_factory) -> Path:
 def mr_study(tmp_path: Path, cache: Path, rule: str = "lagrangian", tokens: int = 300) -> Path:
     d = tmp_path / "study"
     d.mkdir()
-    (d / "plan.toml").write_text(PLAN.format(rule=rule, tokens=tokens))
+    (d / "plan.toml").write_text(_plan(rule, tokens))
     (d / ".cache").symlink_to(cache, target_is_directory=True)
     return d
 

@@ -18,12 +18,15 @@ pytest.importorskip("transformers")
 
 from test_trainer_credit import _rollouts, _tiny_policy  # noqa: E402
 from test_trainer_dense import FakeTok, verifier  # noqa: E402
+from test_trainer_run import _train  # noqa: E402
 
 from trainer import reuse  # noqa: E402
 from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
 from trainer.credit import compute_credit, policy_loss  # noqa: E402
 from trainer.dense import MAX_K  # noqa: E402
 from trainer.policy import Rollouts, make_optimizer, token_logprobs  # noqa: E402
+
+from plans import run_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,29 +184,10 @@ def test_continuation_reuse_loss_is_divided_by_rollouts_plus_continuations():
 # --------------------------------------------------------------------------------------------
 # Short real runs: every new configuration, and a kill-resume of the learned critic
 # --------------------------------------------------------------------------------------------
-PLAN = """
-[study]
-id = "tiny-reuse"
-title = "Reuse variants on a tiny model"
-question = "Do the reuse configurations run?"
-comparator = "monte_carlo"
-seeds = [0]
-
-[recipe]
-task = "synthetic"
-task_levels = [1]
-task_train_problems = 200
-model = "tiny"
-tiny = { hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }
-warm_start = { steps = 30, batch_size = 16, learning_rate = 3e-3 }
-prompts_per_iteration = 2
-group_size = 4
-completion_limit = 24
-learning_rate = 1e-3
-threads = 1
-mc_k = 2
-critic_start_iteration = 1
-
+PLAN = run_plan(
+    id="tiny-reuse", title="Reuse variants on a tiny model", question="Do the reuse configurations run?",
+    comparator="monte_carlo", treatment="vineppo4", recipe="mc_k = 2\ncritic_start_iteration = 1\n",
+    configurations="""\
 [configurations.monte_carlo]
 overrides = { credit = "monte_carlo" }
 [configurations.vineppo]
@@ -214,25 +198,7 @@ overrides = { credit = "vineppo", ppo_epochs = 2, ppo_minibatches = 2, ppo_clip 
 overrides = { credit = "continuation_reuse" }
 [configurations.critic_td]
 overrides = { credit = "critic_td", checkpoint_every = 2, keep_checkpoint = true }
-
-[budget]
-tokens = 2000
-eval_every = "B/1"
-
-[evaluation]
-samples = 1
-sets = [{ name = "heldout", source = "synthetic:eval", n_problems = 4 }]
-
-[[contrasts]]
-id = "C1"
-treatment = "vineppo4"
-control = "monte_carlo"
-tier = "primary"
-
-[[families]]
-name = "primary"
-members = ["C1"]
-"""
+""", tokens=2000, eval_every="B/1", samples=1, n_problems=4, stages=False)
 
 
 @pytest.fixture(scope="module")
@@ -244,16 +210,6 @@ def study(tmp_path_factory) -> Path:
     (d / "plan.toml").write_text(PLAN)
     lock_plan(d / "plan.toml")
     return d
-
-
-def _train(spec):
-    from trainer.loop import train
-
-    threads = torch.get_num_threads()
-    try:
-        return train(spec)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_short_runs_of_the_reuse_configurations_write_valid_run_logs(study):

@@ -21,62 +21,21 @@ from prereg_kit.lock import lock_plan  # noqa: E402
 from prereg_kit.runlog import read_meta, read_run  # noqa: E402
 from trainer.launch import plan_jobs, stage_run_dir  # noqa: E402
 
+from plans import run_plan  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
+
 # A study small enough for tests: a 1-layer hidden-32 model, a 30-step warm start, 2 prompts × 4.
-PLAN = """
-[study]
-id = "tiny"
-title = "Tiny trainer test"
-question = "Does the trainer run?"
-comparator = "frozen"
-seeds = [0, 1]
-
-[recipe]
-task = "synthetic"
-task_levels = [1]
-task_train_problems = 200
-model = "tiny"
-tiny = {{ hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }}
-warm_start = {{ steps = 30, batch_size = 16, learning_rate = 3e-3 }}
-prompts_per_iteration = 2
-group_size = 4
-completion_limit = 24
-learning_rate = 1e-3
-threads = 1
-
+def _plan(tokens: int) -> str:
+    return run_plan(
+        id="tiny", title="Tiny trainer test", question="Does the trainer run?", comparator="frozen",
+        treatment="grpo", seeds="[0, 1]", configurations="""\
 [configurations.grpo]
 [configurations.frozen]
-overrides = {{ learning_rate = 0.0 }}
-
-[budget]
-tokens = {tokens}
-eval_every = "B/4"
-
-[evaluation]
-samples = 2
-greedy = true
-sets = [{{ name = "heldout", source = "synthetic:eval", n_problems = 6 }}]
-
-[[contrasts]]
-id = "C1"
-treatment = "grpo"
-control = "frozen"
-tier = "primary"
-
-[[families]]
-name = "primary"
-members = ["C1"]
-
-[[stages]]
-name = "smoke"
-seeds = [0]
-configurations = ["grpo"]
-train_to = "0.5B"
-
-[[stages]]
-name = "main"
-"""
+overrides = { learning_rate = 0.0 }
+""", tokens=tokens, eval_every="B/4", samples=2, greedy=True, n_problems=6,
+        smoke_configurations='["grpo"]', train_to="0.5B")
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +46,7 @@ def cache(tmp_path_factory) -> Path:
 def _study(tmp_path: Path, cache: Path, tokens: int = 600) -> Path:
     d = tmp_path / "study"
     d.mkdir()
-    (d / "plan.toml").write_text(PLAN.format(tokens=tokens))
+    (d / "plan.toml").write_text(_plan(tokens))
     (d / ".cache").symlink_to(cache, target_is_directory=True)  # share the warm start between tests
     return d
 

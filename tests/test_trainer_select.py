@@ -16,6 +16,8 @@ from trainer.data import Problem, ProblemPool, prompt_stream_batch, prompt_strea
 from trainer.launch import plan_jobs  # noqa: E402
 from trainer.policy import Rollouts  # noqa: E402
 
+from plans import run_plan  # noqa: E402
+
 
 # --------------------------------------------------------------------------------------------
 # The rule on given predictions
@@ -199,32 +201,15 @@ def test_dynamic_sampling_first_batch_all_mixed_is_unchanged():
 # --------------------------------------------------------------------------------------------
 # Short real runs of every configuration
 # --------------------------------------------------------------------------------------------
-PLAN = """
-[study]
-id = "select"
-title = "Prompt selection test"
-question = "Do the selection rules run?"
-comparator = "outcome"
-seeds = [0]
-
-[recipe]
-task = "synthetic"
-task_levels = [1, 2]
-task_train_problems = 200
-model = "tiny"
-tiny = { hidden_size = 32, layers = 1, heads = 2, intermediate_size = 64 }
-warm_start = { steps = 30, batch_size = 16, learning_rate = 3e-3 }
-prompts_per_iteration = 2
-group_size = 4
-completion_limit = 24
-learning_rate = 1e-3
-threads = 1
+PLAN = run_plan(
+    id="select", title="Prompt selection test", question="Do the selection rules run?", comparator="outcome",
+    treatment="critic", task_levels="[1, 2]", recipe="""\
 candidates = 6
 keep_nearest = 1
 keep_random = 1
 warmup_prompts = 4
 dynamic_max_groups = 8
-
+""", configurations="""\
 [configurations.outcome]
 [configurations.critic]
 overrides = { selection = "critic" }
@@ -236,31 +221,7 @@ overrides = { selection = "history" }
 overrides = { selection = "level", target = 0.7 }
 [configurations.dynamic]
 overrides = { selection = "dynamic" }
-
-[budget]
-tokens = 700
-eval_every = "B/2"
-
-[evaluation]
-samples = 1
-sets = [{ name = "heldout", source = "synthetic:eval", n_problems = 4 }]
-
-[[contrasts]]
-id = "C1"
-treatment = "critic"
-control = "outcome"
-tier = "primary"
-
-[[families]]
-name = "primary"
-members = ["C1"]
-
-[[stages]]
-name = "smoke"
-
-[[stages]]
-name = "main"
-"""
+""", tokens=700, eval_every="B/2", samples=1, n_problems=4, smoke_seeds=None)
 
 RULES = ["critic", "random_choice", "history", "level", "dynamic"]
 

@@ -36,7 +36,6 @@ filter (the paper's rule for its pools) keeps the training pool. No torch, no gl
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -44,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.data import DataError, Problem, find_near_duplicates
+from trainer.data import Problem
 from trainer.sandbox import ProgramTest
-from trainer.synthetic import TaskError
+from trainer.synthetic import TaskError, write_splits
 
 __all__ = ["CODE_LEVELS", "CODE_TASK_VERSION", "CODE_LEVEL_CAPACITY", "code_prompt", "expected_output",
            "expression_of", "gold_program",
@@ -169,15 +168,7 @@ def write_code_task(directory: str | Path, *, n_train: int, n_eval: int, seed: i
     eval_set = _generate(n_eval, levels, np.random.default_rng([int(seed), 1, 7]), id_prefix=f"code-s{seed}-eval")
     train_set = _generate(n_train, levels, np.random.default_rng([int(seed), 2, 7]), id_prefix=f"code-s{seed}-train",
                           exclude={p.prompt for p in eval_set}, unique=False)
-    dups = find_near_duplicates(train_set, eval_set)
-    if dups:
-        raise DataError(f"{directory}: {len(dups)} training problems duplicate evaluation problems")
-    paths = directory / "train.jsonl", directory / "eval.jsonl"
-    for path, problems in zip(paths, (train_set, eval_set)):
-        with path.open("w", encoding="utf-8") as fh:
-            for p in problems:
-                fh.write(json.dumps(_code_record(p)) + "\n")
-    return paths
+    return write_splits(directory, train_set, eval_set, _code_record)
 
 
 def noisy_solution(solution: str, rng: np.random.Generator) -> str:

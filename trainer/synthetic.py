@@ -17,7 +17,7 @@ special tokens and a chat template. ``tokenizers``/``transformers`` are imported
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ __all__ = [
     "load_tokenizer",
     "make_problems",
     "sft_examples",
+    "write_splits",
     "write_task",
 ]
 
@@ -192,6 +193,15 @@ def write_task(
     train_set = _generate(n_train, levels, np.random.default_rng([int(seed), 2]),
                           id_prefix=f"synth-s{seed}-train", exclude={p.prompt for p in eval_set},
                           unique=False, p_negative=p_negative)
+    return write_splits(directory, train_set, eval_set, _math_record)
+
+
+def write_splits(directory: Path, train_set: Sequence[Problem], eval_set: Sequence[Problem],
+                 record: Callable[[Problem], dict[str, Any]]) -> tuple[Path, Path]:
+    """Write ``train.jsonl`` and ``eval.jsonl`` in ``directory``, one ``record(p)`` a line, and
+    return their paths; first check disjointness under the pools' near-duplicate rule (a training
+    problem that duplicates an evaluation problem is a ``DataError``). Shared by ``write_task``
+    and ``codetask.write_code_task``."""
     dups = find_near_duplicates(train_set, eval_set)
     if dups:
         raise DataError(f"{directory}: {len(dups)} training problems duplicate evaluation problems")
@@ -199,7 +209,7 @@ def write_task(
     for path, problems in zip(paths, (train_set, eval_set)):
         with path.open("w", encoding="utf-8") as fh:
             for p in problems:
-                fh.write(json.dumps(_math_record(p)) + "\n")
+                fh.write(json.dumps(record(p)) + "\n")
     return paths
 
 
