@@ -12,10 +12,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+from prereg_kit.plots import save
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402  (after plots, which selects the Agg backend)
 import numpy as np  # noqa: E402
 
 from analyses.kl import approx_kl, gaussian_mode_kl, mode_dropping_kl  # noqa: E402
@@ -108,11 +107,7 @@ def build(out_dir: Path) -> Path:
         a.grid(alpha=0.3, which="both" if a is not axes[1, 1] else "major")
     fig.suptitle("Reverse vs forward KL on Gaussians (paper 2 Fig. 8): base π₀ = N(0,1), "
                  "probe π_T = (1−ε)N(δ,1) + εN(Δ,1)", fontsize=13, y=0.995)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    path = out_dir / OUTPUT
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out_dir / OUTPUT, dpi=110, rect=(0, 0, 1, 0.97))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from prereg_kit.plots import save
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402  (after plots, which selects the Agg backend)
 import numpy as np  # noqa: E402
 
 from analyses.tabular import iterations_to_reach, run_recursion, sampled_trajectory  # noqa: E402
@@ -98,11 +97,7 @@ def build(out_dir: Path) -> Path:
                  "π₀ = (0.8, 0.01, 0.19), η = 0.3, ρ = 0.5, n = 8, α = 0.1 —\nsymmetric rules hand the policy to "
                  "the auxiliary-favoring a₁ (Theorem 1); TAG selects the primary-favoring a₂ (Theorem 2)",
                  fontsize=13, y=0.985)
-    fig.tight_layout(rect=(0, 0, 1, 0.955))
-    path = out_dir / OUTPUT
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out_dir / OUTPUT, dpi=110, rect=(0, 0, 1, 0.955))
 
 
 if __name__ == "__main__":

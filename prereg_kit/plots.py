@@ -24,11 +24,12 @@ from scipy import stats as sps  # noqa: E402
 TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
 
 
-def save(fig, path: Path, *, dpi: int = 120) -> Path:
-    """Lay out, write and close a figure; return its path (creating the folder)."""
+def save(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, float] | None = None) -> Path:
+    """Lay out (``rect``: the area the axes may fill, leaving room for a suptitle), write and close
+    a figure; return its path (creating the folder)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi, bbox_inches="tight")  # long titles and labels are never cut off
     plt.close(fig)
     return path
