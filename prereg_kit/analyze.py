@@ -2,10 +2,14 @@
 
 Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
 
-1. verify the lock chain, the plan and the run-timing audit; refuse on violations unless
-   ``exploratory`` (then every result is labelled exploratory);
-2. load the run logs (main stage), apply the plan's admission rules (completed runs, minimum
-   iteration, drifted evaluations), every exclusion reported;
+1. verify the lock chain, the plan, the seals of the runs and the run-timing audit
+   (``prereg_kit.verify``); refuse on violations unless ``exploratory`` (then every result is
+   labelled exploratory);
+2. load the run logs (main stage) and enforce the plan's design (``prereg_kit.design``): a run log
+   that cannot be read, a planned run that is missing (unless the plan allows missing seeds) or an
+   evaluation on other problems than the plan's is a violation, named run by run, before any
+   reading is made; then apply the plan's admission rules (completed runs, minimum iteration,
+   drifted evaluations), every run or evaluation left out listed with its reason;
 3. per contrast: per-seed paired differences at its reading point (tokens k·B, time T*, the
    control's time, updates), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
    bootstrap, the crossed seed-by-problem bootstrap for primary contrasts;
@@ -30,10 +34,13 @@ import pandas as pd
 
 from . import readings as rd
 from . import stats
+from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, load_plan, resolve_plan_path
-from .runlog import load_study
+from .runlog import Study, load_study
 from .verify import verify_study
+
+_HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
 
 PREDICTION_READING = {"gain": "gain", "deficit": "deficit", "equivalent": "equivalent", "non-inferior": "non-inferior"}
 
@@ -158,9 +165,8 @@ def _check_verified(study_dir: Path, exploratory: bool) -> tuple[list[str], dict
     notes = []
     bad = rep.violations + rep.problems
     if bad and not exploratory:
-        hint = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
         cls = PreregError if rep.problems and not rep.violations else ViolationError
-        raise cls(*[f"preregistration check failed: {b}" if not b.startswith("  ") else b for b in bad], hint)
+        raise cls(*[f"preregistration check failed: {b}" if not b.startswith("  ") else b for b in bad], _HINT)
     if bad:
         notes += [f"preregistration check failed: {b.strip()}" for b in bad]
         lines += [f"FAILED: {b.strip()}" for b in bad]
@@ -168,8 +174,10 @@ def _check_verified(study_dir: Path, exploratory: bool) -> tuple[list[str], dict
         lines.append("lock chain intact; plan unchanged since its last entry; run timing audit clean")
     summary = {"exit_code": rep.exit_code, "violations": rep.violations, "problems": rep.problems,
                "warnings": rep.warnings,
-               "entries": [{k: e[k] for k in ("index", "kind", "time", "content_sha256")} for e in rep.chain.entries]
-               if rep.chain else []}
+               "entries": [{k: e[k] for k in ("index", "kind", "time", "content_sha256")} for e in rep.chain.plan_entries]
+               if rep.chain else [],
+               "seals": len(rep.chain.seals) if rep.chain else 0,
+               "head": {k: rep.chain.head[k] for k in ("index", "kind", "time", "hash")} if rep.chain else None}
     return lines, summary, notes
 
 
@@ -182,8 +190,10 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     pf = load_plan(plan_path)
     plan = pf.plan
     st = load_study(study_dir, progress=progress)
+    design_ex = _enforce_design(study_dir, plan, st, exploratory, notes)
     for prob in st.problems:
-        notes.append(f"run log: {prob}")
+        if prob.kind != "corrupt":
+            notes.append(f"run log: {prob}")
     if not len(st.meta):
         raise PreregError(f"{study_dir}: no run logs under runs/ (run `prereg run {study_dir}` or `prereg dry-run`)")
     main = st.meta[st.meta["stage"] == "main"]
@@ -195,7 +205,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     adm = plan.admission
 
     cache: dict[tuple[str, str, str], tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = {}
-    exclusions = []
+    exclusions = [design_ex]
 
     def curves_for(eval_set: str, verifier: str, metric: str = "accuracy"):
         if metric == "greedy_accuracy":
@@ -282,6 +292,49 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes)
+
+
+def _run_of(path: str) -> tuple[str, int]:
+    p = Path(path)
+    try:
+        return p.parent.name, int(p.name.removeprefix("seed-"))
+    except ValueError:
+        return p.parent.name, -1
+
+
+def _enforce_design(study_dir: Path, plan: Plan, st: Study, exploratory: bool, notes: list[str]) -> pd.DataFrame:
+    """Exactly the runs and evaluation problems the plan names (``prereg_kit.design``).
+
+    Violations, in the order of their cause: run logs that cannot be read, planned runs that are
+    missing, evaluations on other problems. Refused unless ``exploratory``; a missing run the
+    plan allows (``admission.allow_missing_seeds``) and, when exploratory, every run left out are
+    returned as exclusions (configuration, seed, eval_index, rule, reason)."""
+    rows, violations = [], []
+    unreadable = {}
+    for prob in st.problems:
+        if prob.kind == "corrupt":
+            unreadable[_run_of(prob.path)] = prob
+            violations.append(f"{Path(prob.path).relative_to(study_dir).as_posix()}: unreadable run log: "
+                              f"{prob.message.removeprefix('run left out: ')}")
+            rows.append((*_run_of(prob.path), pd.NA, "unreadable", prob.message.removeprefix("run left out: ")))
+    main = st.meta[st.meta["stage"] == "main"]
+    present = set(zip(main["configuration"], main["seed"].astype(int))) | set(unreadable)
+    for c, s in missing_runs(plan, present):
+        if plan.admission.allow_missing_seeds:
+            rows.append((c, s, pd.NA, "missing", "no run log (the plan's admission rules allow missing seeds)"))
+        else:
+            violations.append(f"runs/{c}/seed-{s}: a planned run is missing (the plan names seeds "
+                              f"{', '.join(map(str, plan.seeds_for('main')))} of configuration {c!r})")
+            rows.append((c, s, pd.NA, "missing", "no run log"))
+    keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
+    for v in eval_problem_violations(keep, plan):
+        violations.append(v)
+        c, s = _run_of(v.split(":", 1)[0])
+        rows.append((c, s, pd.NA, "evaluation_problems", v.split(": ", 1)[1]))
+    if violations and not exploratory:
+        raise ViolationError(*[f"design check failed: {v}" for v in violations], _HINT)
+    notes.extend(f"design check failed: {v}" for v in violations)
+    return rd.exclusions_table(rows)
 
 
 def _tidy_exclusions(ex: pd.DataFrame) -> pd.DataFrame:

@@ -47,7 +47,7 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
     """Audit the start time, stage and plan hash of every run under ``study_dir/runs``."""
     report = AuditReport()
     by_hash: dict[str, int] = {}
-    for e in chain.entries:
+    for e in chain.plan_entries:
         by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
     election_now = election_sha256(study_dir)
     for folder in find_runs(study_dir, all_stages=True):
@@ -99,7 +99,9 @@ def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[s
     if meta.started_at < chain.time(idx):
         return [f"{name}: main run started {started}, before entry {idx} it claims ({chain.entries[idx]['time']})"]
     out = []
-    for later in chain.entries[idx + 1:]:
+    for later in chain.plan_entries:
+        if later["index"] <= idx:
+            continue
         keys = [c["key"] for c in later.get("changes", []) if _applies_to(c["key"], meta.configuration)]
         if keys:
             out.append(f"{name}: main run under superseded entry {idx}; amendment {later['index']} "

@@ -144,6 +144,30 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
 
 @app.command()
 @handles_errors
+def seal(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.toml, plan.lock, runs/).")]) -> None:
+    """Seal the complete main runs of a locked study into its lock chain (runs from other trainers).
+
+    The built-in trainer seals each main run when it completes; logs converted from another
+    trainer are sealed with this command before `prereg analyze`. Runs sealed before are left as
+    they are; a run whose files changed since its seal is refused. Exit 0, 1 if any run was refused.
+    """
+    from .seal import seal_runs
+
+    res = seal_runs(study_dir)
+    for key in res.sealed:
+        out.print(f"  sealed {key}")
+    if res.already:
+        out.print(f"  {len(res.already)} run(s) sealed before, unchanged")
+    for line in res.refused:
+        err.print(f"[red]refused:[/red] {line}", soft_wrap=True)
+    entry = res.entries[-1] if res.entries else None
+    out.print(f"{len(res.sealed)} run(s) sealed" + (f" (entries {res.entries[0]['index']}–{entry['index']}, {entry['time']})"
+                                                    if entry else ""))
+    raise typer.Exit(1 if res.refused else 0)
+
+
+@app.command()
+@handles_errors
 def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.toml, plan.lock, runs/).")],
             exploratory: Annotated[bool, typer.Option(
                 "--exploratory", help="Analyze despite failed preregistration checks; label every result exploratory.")] = False,
@@ -253,7 +277,10 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
             lo, _, hi = item.partition("-")
             if not lo.isdigit() or (hi and not hi.isdigit()):
                 raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
-            seed_list += list(range(int(lo), int(hi or lo) + 1))
+            first, last = int(lo), int(hi or lo)
+            if last < first or last - first >= 100_000:
+                raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
+            seed_list += list(range(first, last + 1))
     results = run_study(study_dir, stage=stage, configs=split(configs), seeds=seed_list, n_jobs=jobs, console=err)
     if any(j.result.startswith("failed") for j in results):
         raise typer.Exit(1)
@@ -356,7 +383,10 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
             lo, _, hi = item.partition("-")
             if not lo.isdigit() or (hi and not hi.isdigit()):
                 raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
-            seed_list += list(range(int(lo), int(hi or lo) + 1))
+            first, last = int(lo), int(hi or lo)
+            if last < first or last - first >= 100_000:
+                raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
+            seed_list += list(range(first, last + 1))
     if steps is not None and tokens is not None:
         raise PreregError("give --steps or --tokens, not both: a probe stops after T iterations or at a token budget")
     rec = run_election(study_dir, configuration=configuration, seeds=seed_list, tokens=tokens, steps=steps, prompts=prompts,

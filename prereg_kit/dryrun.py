@@ -20,7 +20,8 @@ import pandas as pd
 
 from .analyze import Analysis, analyze_study
 from .errors import PreregError
-from .lock import lock_plan, utc_now
+from .lock import lock_plan, parse_time
+from .seal import seal_runs
 from .plan import Plan, PLAN_FILE, load_plan
 from .report import write_report
 from .synth import generate_study
@@ -76,8 +77,7 @@ def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MARKER).write_text("synthetic study written by `prereg dry-run`; safe to delete\n")
     shutil.copyfile(plan_file.path, folder / PLAN_FILE)
-    now = utc_now()
-    lock_plan(folder / PLAN_FILE, now=now)
+    now = parse_time(lock_plan(folder / PLAN_FILE).entry["time"])
     B = plan.budget.tokens
     # relative costs: seconds per generated token and updates per token (64 updates to B = 1)
     tpt = {c: 1e-4 * (time_ratio or {}).get(c, 1.0) for c in plan.configurations}
@@ -89,7 +89,9 @@ def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
         eval_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets},
         samples=plan.evaluation.samples, extend_to={c: plan.train_to(c) for c in plan.configurations},
         greedy=plan.evaluation.greedy or plan.evaluation.metric == "greedy_accuracy",
-        time_per_token=tpt, updates_per_token=upt, rng=rng, started_at=now + timedelta(seconds=1))
+        time_per_token=tpt, updates_per_token=upt, rng=rng, started_at=now + timedelta(microseconds=1),
+        spacing=timedelta(microseconds=1))
+    seal_runs(folder)  # as a trainer seals its runs: the analysis checks every file against its seal
 
 
 def _fresh_folder(folder: Path) -> None:

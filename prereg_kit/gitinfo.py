@@ -1,24 +1,30 @@
-"""What git says about a file: the commit of its work tree, and whether the file is committed and clean."""
+"""What git says about a file: the commit of its work tree, whether the file is committed and clean,
+when a commit was made and what a file held at a commit (the outside anchors of the lock chain)."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 
-def _git(cwd: Path, *args: str) -> str | None:
+def _git(cwd: Path, *args: str, text: bool = True) -> str | bytes | None:
     try:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=text, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() if text else out.stdout
 
 
 def git_status(path: str | Path) -> dict | None:
-    """``{"commit", "tracked", "clean"}`` for ``path``, or None outside a git work tree.
+    """``{"commit", "tracked", "clean", "path"}`` for ``path``, or None outside a git work tree.
 
     ``commit`` is HEAD (None before the first commit); ``tracked``: the file is in the index;
-    ``clean``: tracked and no uncommitted change to it.
+    ``clean``: tracked and no uncommitted change to it; ``path``: the file's path from the
+    repository root (what ``git show COMMIT:PATH`` takes).
     """
     p = Path(path).resolve()
     if _git(p.parent, "rev-parse", "--is-inside-work-tree") != "true":
@@ -26,4 +32,21 @@ def git_status(path: str | Path) -> dict | None:
     commit = _git(p.parent, "rev-parse", "--verify", "-q", "HEAD")
     tracked = _git(p.parent, "ls-files", "--error-unmatch", "--", p.name) is not None
     changes = _git(p.parent, "status", "--porcelain", "--", p.name)
-    return {"commit": commit or None, "tracked": tracked, "clean": tracked and changes == ""}
+    prefix = _git(p.parent, "rev-parse", "--show-prefix") or ""
+    return {"commit": commit or None, "tracked": tracked, "clean": tracked and changes == "", "path": prefix + p.name}
+
+
+def in_work_tree(folder: str | Path) -> bool:
+    return _git(Path(folder).resolve(), "rev-parse", "--is-inside-work-tree") == "true"
+
+
+def commit_time(folder: str | Path, commit: str) -> datetime | None:
+    """The committer date of ``commit`` in the repository around ``folder``; None if it is unknown there."""
+    out = _git(Path(folder).resolve(), "show", "-s", "--format=%cI", f"{commit}^{{commit}}")
+    return datetime.fromisoformat(out) if out else None
+
+
+def blob_sha256(folder: str | Path, commit: str, path: str) -> str | None:
+    """``sha256:<hex>`` of file ``path`` (from the repository root) as committed in ``commit``."""
+    data = _git(Path(folder).resolve(), "show", f"{commit}:{path}", text=False)
+    return None if data is None else "sha256:" + hashlib.sha256(data).hexdigest()

@@ -12,27 +12,43 @@ runs, later edits were dated amendments, and the timing was audited. ``plan.lock
 - ``prev``: the previous entry's ``hash``; ``hash``: sha256 of the entry's canonical JSON
   without ``hash``. Changing any earlier entry breaks the chain.
 
+Completed runs are *sealed* into the same chain (entries of kind ``seal``, written by
+:mod:`prereg_kit.seal`): the hashes of a run's files, chained after the plan entries they ran
+under. Every entry's time is the clock's at the moment it is appended — no caller can choose it —
+and times never decrease along the chain. Appends take an OS lock beside the file
+(:data:`GUARD_SUFFIX`), so runs that finish at once, or an amendment during runs, never lose an
+entry.
+
 The file itself is written in one canonical JSON form, so any hand edit, even of white space,
-is detected. (Someone who rewrites the whole chain consistently is not; the recorded git commit
-is the outside anchor for that.)
+is detected. Someone who rewrites the whole chain consistently is not detected by the file alone:
+the git commit recorded in each entry (:func:`check_git_anchors`: the commit must exist no later
+than the entry and hold the plan it hashed) and external timestamps (:mod:`prereg_kit.timestamp`)
+are the outside anchors; ``docs/locking.md`` states what each layer catches.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
+
+from filelock import FileLock, Timeout
 
 from . import __version__
 from .canonical import canonical_json, content_hash, normalized, sha256_hex
 from .diff import changed_keys, describe
 from .errors import LockError, PreregError, ViolationError
-from .gitinfo import git_status
+from .gitinfo import blob_sha256, commit_time, git_status, in_work_tree
 from .plan import PlanFile, load_plan, read_toml, resolve_plan_path
 
 FORMAT = "prereg-lock/1"
+PLAN_KINDS = ("lock", "amendment")
+KINDS = (*PLAN_KINDS, "seal")
+GUARD_SUFFIX = ".lock.guard"  # plan.lock.guard: the OS lock held while the chain is appended to
+GUARD_TIMEOUT_S = 60.0
 
 
 def lock_path(plan_path: str | Path) -> Path:
@@ -41,6 +57,7 @@ def lock_path(plan_path: str | Path) -> Path:
 
 
 def utc_now() -> datetime:
+    """The clock every chain entry takes its time from (UTC)."""
     return datetime.now(timezone.utc)
 
 
@@ -63,13 +80,27 @@ def entry_hash(entry: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Chain:
-    """A verified lock chain."""
+    """A verified lock chain: plan entries (lock, amendments) and run seals, in order."""
 
     path: Path
     entries: list[dict[str, Any]]
 
     @property
+    def plan_entries(self) -> list[dict[str, Any]]:
+        return [e for e in self.entries if e["kind"] in PLAN_KINDS]
+
+    @property
+    def seals(self) -> list[dict[str, Any]]:
+        return [e for e in self.entries if e["kind"] == "seal"]
+
+    @property
     def last(self) -> dict[str, Any]:
+        """The last plan entry (lock or amendment): the plan as it stands locked."""
+        return self.plan_entries[-1]
+
+    @property
+    def head(self) -> dict[str, Any]:
+        """The last entry of any kind: what an external timestamp of the chain covers."""
         return self.entries[-1]
 
     @property
@@ -109,44 +140,93 @@ def read_chain(plan_path: str | Path) -> Chain:
             raise ViolationError(f"{lp}: entry {i}: does not chain to entry {i - 1}: an earlier entry was changed")
         if e.get("hash") != entry_hash(e):
             raise ViolationError(f"{lp}: entry {i}: its hash does not match its content: the entry was edited")
-        if content_hash(e.get("content")) != e.get("content_sha256"):
+        kind = e.get("kind")
+        if kind not in KINDS or (kind == "lock") != (i == 0):
+            raise ViolationError(f"{lp}: entry {i}: kind {kind!r} out of place (the chain starts with one lock, "
+                                 "then amendments and seals): the chain was edited")
+        if kind in PLAN_KINDS and content_hash(e.get("content")) != e.get("content_sha256"):
             raise ViolationError(f"{lp}: entry {i}: content does not match content_sha256: the entry was edited")
         try:
             t = parse_time(e["time"])
         except (KeyError, TypeError, ValueError):
             raise ViolationError(f"{lp}: entry {i}: no valid time: the entry was edited") from None
         if i and t < parse_time(entries[i - 1]["time"]):
-            raise ViolationError(f"{lp}: entry {i}: dated before entry {i - 1}")
+            raise ViolationError(f"{lp}: entry {i}: dated {e['time']}, before entry {i - 1} "
+                                 f"({entries[i - 1]['time']}): times in the chain never go back")
         prev = e["hash"]
     return Chain(lp, entries)
 
 
-def _new_entry(pf: PlanFile, prev: dict | None, *, kind: str, now: datetime,
-               reason: str = "", changes: list | None = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "index": 0 if prev is None else prev["index"] + 1,
+def _finish_entry(fields: dict[str, Any], head: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
+    """``fields`` as the next entry after ``head``: index, time from the clock, prev and hash."""
+    entry = {**fields, "index": 0 if head is None else head["index"] + 1, "time": _iso(now),
+             "prev": None if head is None else head["hash"]}
+    entry["hash"] = entry_hash(entry)
+    return entry
+
+
+def _plan_fields(pf: PlanFile, *, kind: str, reason: str = "", changes: list | None = None) -> dict[str, Any]:
+    fields: dict[str, Any] = {
         "kind": kind,
         "plan": pf.path.name,
-        "time": _iso(now),
         "raw_sha256": pf.raw_sha256,
         "content_sha256": pf.content_sha256,
         "content": normalized(pf.data),
         "tool_version": __version__,
         "git": git_status(pf.path),
-        "prev": None if prev is None else prev["hash"],
     }
     if kind == "amendment":
-        entry["reason"] = reason
-        entry["changes"] = changes or []
-        entry["comment_only"] = not changes
-    entry["hash"] = entry_hash(entry)
-    return entry
+        fields["reason"] = reason
+        fields["changes"] = changes or []
+        fields["comment_only"] = not changes
+    return fields
 
 
 def _write(lp: Path, entries: list[dict[str, Any]]) -> None:
     tmp = lp.with_suffix(".lock.tmp")
     tmp.write_text(serialize({"format": FORMAT, "entries": entries}), encoding="utf-8")
     tmp.replace(lp)  # atomic: a crash never leaves half a lock
+
+
+@contextmanager
+def chain_guard(plan_path: str | Path) -> Iterator[None]:
+    """Hold the OS lock that serializes appends to ``plan.lock`` (runs sealing at once, an amendment
+    during runs). Readers need no lock: the file is only ever replaced whole, atomically."""
+    guard = lock_path(plan_path).with_suffix(GUARD_SUFFIX)
+    try:
+        with FileLock(guard, timeout=GUARD_TIMEOUT_S):
+            yield
+    except Timeout:
+        raise LockError(f"{guard}: another process has held the lock chain for over {GUARD_TIMEOUT_S:.0f} s; "
+                        "nothing was written (is a `prereg` process stuck?)") from None
+
+
+def _clock_after(chain: Chain | None, what: str) -> datetime:
+    now = utc_now()
+    if chain is not None and now < chain.time(-1):
+        raise PreregError(f"{chain.path}: the clock reads {_iso(now)}, before the last entry "
+                          f"({chain.head['time']}): {what} refused (is this machine's clock wrong?)")
+    return now
+
+
+def append_entries(plan_path: str | Path, make: Callable[[Chain], list[dict[str, Any]]], *, what: str) -> list[dict[str, Any]]:
+    """Append entries to an existing chain under its OS lock; ``make(chain)`` returns the new
+    entries' fields (without index, time, prev, hash), computed from the chain as it is now.
+
+    Returns the entries written (none when ``make`` returns none). Times come from the clock.
+    """
+    with chain_guard(plan_path):
+        chain = read_chain(plan_path)
+        fields = make(chain)
+        if not fields:
+            return []
+        now = _clock_after(chain, what)
+        head, new = chain.head, []
+        for f in fields:
+            head = _finish_entry(f, head, now)
+            new.append(head)
+        _write(chain.path, [*chain.entries, *new])
+        return new
 
 
 @dataclass(frozen=True)
@@ -156,40 +236,85 @@ class LockResult:
     path: Path
 
 
-def lock_plan(plan_path: str | Path, *, now: datetime | None = None) -> LockResult:
-    """Validate and lock a plan. Re-locking an unchanged plan is a no-op; a changed one is refused."""
+def lock_plan(plan_path: str | Path) -> LockResult:
+    """Validate and lock a plan at the current time. Re-locking an unchanged plan is a no-op; a
+    changed one is refused (amend it instead)."""
     pf = load_plan(plan_path)
     lp = lock_path(pf.path)
-    if lp.exists():
-        chain = read_chain(pf.path)
-        last = chain.last
-        if pf.raw_sha256 == last["raw_sha256"]:
-            return LockResult("unchanged", last, lp)
-        what = "only comments or layout changed" if pf.content_sha256 == last["content_sha256"] else "its content changed"
-        raise ViolationError(
-            f"{pf.path}: already locked ({last['time']}) and {what} since; "
-            f"record the change with `prereg amend {pf.path} --reason \"...\"`")
-    entry = _new_entry(pf, None, kind="lock", now=now or utc_now())
-    _write(lp, [entry])
+    with chain_guard(pf.path):
+        if lp.exists():
+            chain = read_chain(pf.path)
+            last = chain.last
+            if pf.raw_sha256 == last["raw_sha256"]:
+                return LockResult("unchanged", last, lp)
+            what = "only comments or layout changed" if pf.content_sha256 == last["content_sha256"] else "its content changed"
+            raise ViolationError(
+                f"{pf.path}: already locked ({last['time']}) and {what} since; "
+                f"record the change with `prereg amend {pf.path} --reason \"...\"`")
+        entry = _finish_entry(_plan_fields(pf, kind="lock"), None, utc_now())
+        _write(lp, [entry])
     return LockResult("locked", entry, lp)
 
 
-def amend_plan(plan_path: str | Path, reason: str, *, now: datetime | None = None) -> LockResult:
-    """Append a dated amendment with its reason and the keys that changed (old → new)."""
+def amend_plan(plan_path: str | Path, reason: str) -> LockResult:
+    """Append a dated amendment (the current time) with its reason and the keys that changed (old → new)."""
     if not reason or not reason.strip():
         raise PreregError("an amendment needs a reason: --reason \"why the plan changed\"")
     pf = load_plan(plan_path)
-    chain = read_chain(pf.path)
-    last = chain.last
-    if pf.raw_sha256 == last["raw_sha256"]:
-        raise ViolationError(f"{pf.path}: unchanged since entry {last['index']} ({last['time']}): nothing to amend")
-    t = now or utc_now()
-    if t < chain.time(-1):
-        raise PreregError(f"{pf.path}: the clock reads {_iso(t)}, before the last entry ({last['time']})")
-    changes = changed_keys(last["content"], normalized(pf.data))
-    entry = _new_entry(pf, last, kind="amendment", now=t, reason=reason.strip(), changes=changes)
-    _write(chain.path, [*chain.entries, entry])
-    return LockResult("amended", entry, chain.path)
+
+    def make(chain: Chain) -> list[dict[str, Any]]:
+        last = chain.last
+        if pf.raw_sha256 == last["raw_sha256"]:
+            raise ViolationError(f"{pf.path}: unchanged since entry {last['index']} ({last['time']}): nothing to amend")
+        changes = changed_keys(last["content"], normalized(pf.data))
+        return [_plan_fields(pf, kind="amendment", reason=reason.strip(), changes=changes)]
+
+    entry = append_entries(pf.path, make, what="the amendment")[0]
+    return LockResult("amended", entry, lock_path(pf.path))
+
+
+def check_git_anchors(chain: Chain, plan_path: str | Path) -> tuple[list[str], list[str]]:
+    """The git commits recorded in the plan entries, checked against the repository around the plan.
+
+    A plan entry records HEAD when it was written (``git.commit``) and whether the plan file was
+    committed and clean. Where the study is in a git work tree: an entry dated before its recorded
+    commit was made is back-dated (violation); an entry that says the plan was committed and clean
+    must hash to the plan as that commit holds it (violation otherwise); a commit this repository
+    does not have (rewritten history, a shallow clone, a copied study) is a warning. Returns
+    ``(violations, warnings)``; nothing is checked outside a work tree.
+    """
+    violations: list[str] = []
+    warnings: list[str] = []
+    folder = resolve_plan_path(plan_path).parent
+    if not in_work_tree(folder):
+        return violations, warnings
+    lp = chain.path
+    for e in chain.plan_entries:
+        git = e.get("git") or {}
+        commit = git.get("commit")
+        if not commit:
+            continue
+        when = commit_time(folder, commit)
+        if when is None:
+            warnings.append(f"{lp}: entry {e['index']}: recorded git commit {commit[:12]} is not in this repository "
+                            "(rewritten history, a shallow clone or a copied study): not checked")
+            continue
+        if when > parse_time(e["time"]):
+            violations.append(f"{lp}: entry {e['index']} is dated {e['time']}, before the git commit it records "
+                              f"({commit[:12]}, made {_iso(when)}): the entry was back-dated")
+        if git.get("clean"):
+            path = git.get("path") or _repo_path(plan_path)
+            held = blob_sha256(folder, commit, path) if path else None
+            if held != e["raw_sha256"]:
+                violations.append(f"{lp}: entry {e['index']} says the plan was committed and clean at {commit[:12]}, "
+                                  f"but {path} there {'hashes ' + held[:19] + '…' if held else 'does not exist'}, "
+                                  f"not {e['raw_sha256'][:19]}…")
+    return violations, warnings
+
+
+def _repo_path(plan_path: str | Path) -> str | None:
+    st = git_status(resolve_plan_path(plan_path))
+    return st["path"] if st else None
 
 
 @dataclass(frozen=True)
@@ -219,5 +344,5 @@ def check_plan(plan_path: str | Path, chain: Chain) -> PlanCheck:
     return PlanCheck("changed", changed_keys(last["content"], normalized(data)))
 
 
-__all__ = ["lock_plan", "amend_plan", "read_chain", "check_plan", "lock_path", "Chain", "LockResult",
-           "PlanCheck", "canonical_json", "FORMAT"]
+__all__ = ["lock_plan", "amend_plan", "append_entries", "read_chain", "check_plan", "check_git_anchors", "lock_path",
+           "chain_guard", "Chain", "LockResult", "PlanCheck", "canonical_json", "FORMAT"]

@@ -239,7 +239,7 @@ def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float
         more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
         raise PairingError("relative_accuracy: " + rows[0][1] + more)
     bad = {s for s, _ in rows}
-    ex = _exclusions([(str(c), int(s), pd.NA, "no_reference", why)
+    ex = exclusions_table([(str(c), int(s), pd.NA, "no_reference", why)
                       for s, why in rows for c in sorted(curves.loc[curves["seed"] == s, "configuration"].unique())])
     out = curves[~curves["seed"].isin(bad)].copy()
     denom = out["seed"].map(ref["accuracy"]).to_numpy(dtype="float64")
@@ -503,7 +503,8 @@ class PairedReadings:
     control_matrix: np.ndarray | None = None
 
 
-def _exclusions(rows: Iterable[tuple]) -> pd.DataFrame:
+def exclusions_table(rows: Iterable[tuple]) -> pd.DataFrame:
+    """Exclusion rows ``(configuration, seed, eval_index or NA, rule, reason)`` as one tidy table."""
     df = pd.DataFrame(list(rows), columns=EXCLUSION_COLUMNS)
     df["seed"] = df["seed"].astype("int64")
     df["eval_index"] = df["eval_index"].astype("Int64")
@@ -574,7 +575,7 @@ def paired_readings(
     for arm, r in sides.items():
         for col in cols:
             table[f"{arm}_{col}"] = r[col].to_numpy()
-    res = PairedReadings(treatment, control, point, table, _exclusions(excl))
+    res = PairedReadings(treatment, control, point, table, exclusions_table(excl))
     if problem_acc is not None and len(table):
         for col, want in (("eval_set", curves["eval_set"].iloc[0]), ("verifier", curves["verifier"].iloc[0])):
             got = set(problem_acc[col].unique())
@@ -666,7 +667,7 @@ def admit_min_iteration(curves: pd.DataFrame, iterations: pd.DataFrame, min_iter
         if reached < min_iteration:
             rows.append((k[0], int(k[1]), pd.NA, "min_iteration",
                          f"reached iteration {reached}, the admission rule requires {min_iteration}"))
-    ex = _exclusions(rows)
+    ex = exclusions_table(rows)
     return Admission(_drop_runs(curves, ex), ex)
 
 
@@ -678,7 +679,7 @@ def admit_status(curves: pd.DataFrame, meta: pd.DataFrame, statuses: Sequence[st
         s = st.get((key[0], key[1]), "unknown")
         if s not in statuses:
             rows.append((key[0], int(key[1]), pd.NA, "status", f"run status is '{s}', admitted: {', '.join(statuses)}"))
-    ex = _exclusions(rows)
+    ex = exclusions_table(rows)
     return Admission(_drop_runs(curves, ex), ex)
 
 
@@ -689,7 +690,7 @@ def exclude_drifted_evaluations(curves: pd.DataFrame, flags: pd.DataFrame) -> Ad
     rows = [(r.configuration, int(r.seed), int(r.eval_index), "drifted_evaluation",
              f"default accuracy exceeds strict by {r.gap:.3f} > {DRIFT_THRESHOLD}")
             for r in m[hit].itertuples(index=False)]
-    return Admission(curves[~hit], _exclusions(rows))
+    return Admission(curves[~hit], exclusions_table(rows))
 
 
 def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: float) -> Admission:
@@ -699,7 +700,7 @@ def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: floa
     rows = [(r.configuration, int(r.seed), int(r.eval_index), "drifted_at_budget",
              f"evaluation at {budget:,.0f} tokens drifted (gap {r.gap:.3f} > {DRIFT_THRESHOLD})")
             for r in d.itertuples(index=False)]
-    ex = _exclusions(rows)
+    ex = exclusions_table(rows)
     return Admission(_drop_runs(curves, ex), ex)
 
 
@@ -742,7 +743,7 @@ def apply_admission(
         a = step(kept)
         kept = a.kept
         parts.append(a.exclusions)
-    ex = pd.concat(parts, ignore_index=True) if parts else _exclusions([])
+    ex = pd.concat(parts, ignore_index=True) if parts else exclusions_table([])
     if not len(ex):
-        ex = _exclusions([])
+        ex = exclusions_table([])
     return Admission(kept.reset_index(drop=True), ex)

@@ -19,6 +19,15 @@ followed by ``flush`` and ``fsync``, so a crash can only leave a *torn tail* (a 
 its newline, or garbage after the last newline). The reader reports a torn tail as a
 :class:`LogProblem` and never uses it; :class:`RunLogWriter` with ``resume=True`` reports it and
 truncates it before appending again.
+
+One writer per run: :class:`RunLock` holds an OS lock on ``.writer.lock`` in the run folder for
+as long as the writer lives (the trainer takes it before it reads anything of the run), and notes
+its holder in ``.writer.json``. A second writer is refused with :class:`RunBusyError`, naming the
+holder; the kernel drops the lock when its process dies, and the note a crashed writer left
+behind is reported as a stale lock when the run is next opened. Locking is :mod:`filelock`'s.
+
+Numbers in a run log are finite: ``inf`` or ``nan`` where a value is required is an error naming
+the file, line and field. Parquet files are written with page checksums, verified on read.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import socket
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -38,6 +49,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
+from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 FORMAT = "prereg-runlog/1"
@@ -51,6 +63,10 @@ Stage = Literal["calibration", "pilot", "smoke", "main"]
 Status = Literal["running", "complete", "failed", "stopped"]
 _PARQUET_KEY = b"prereg_runlog"
 ELECTION_FILE = "election.json"  # written by `prereg elect` (trainer/elect.py) in the study folder
+WRITER_LOCK = ".writer.lock"
+WRITER_NOTE = ".writer.json"
+# Names that become folders: no separators, no leading dot, so a run folder stays inside its study.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$")
 
 
 class RunLogError(ValueError):
@@ -59,6 +75,10 @@ class RunLogError(ValueError):
 
 class RunLogWarning(UserWarning):
     """A run-log problem that was reported and worked around (e.g. a torn last line dropped)."""
+
+
+class RunBusyError(RunLogError):
+    """Another writer holds the run folder."""
 
 
 class RunMeta(BaseModel):
@@ -119,8 +139,87 @@ def run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str = "
     """
     if stage not in STAGES:
         raise RunLogError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
+    if not isinstance(configuration, str) or not SAFE_NAME.match(configuration) or ".." in configuration:
+        raise RunLogError(f"configuration name {configuration!r} cannot name a run folder "
+                          "(letters, digits and _ . + - only, starting with a letter or digit, no '..', at most 80)")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise RunLogError(f"seed {seed!r} cannot name a run folder (a non-negative integer)")
     base = Path(study_dir) / "runs" if stage == "main" else Path(study_dir) / "stages" / stage
     return base / configuration / f"seed-{seed}"
+
+
+class RunLock:
+    """The one-writer lock of a run folder (``.writer.lock``), held from :meth:`acquire` to :meth:`release`.
+
+    Not blocking: a second writer gets :class:`RunBusyError` at once, naming the holder from its
+    note (``.writer.json``: pid, host, start time, command). ``stale``: the note of an earlier
+    holder that ended without releasing (killed or crashed) — its OS lock died with it, so this
+    writer takes over and reports it.
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.stale: str | None = None
+        self._lock: FileLock | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock is not None and self._lock.is_locked
+
+    def acquire(self) -> "RunLock":
+        if self.held:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.folder / WRITER_LOCK, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RunBusyError(f"{self.folder}: another writer holds this run ({_holder(self.folder)}); "
+                               "nothing was written — wait for it or stop it") from None
+        self._lock = lock
+        note = self.folder / WRITER_NOTE
+        if note.exists():
+            self.stale = f"stale writer lock of {_holder(self.folder)}: it ended without releasing (killed or crashed)"
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": utc_now().isoformat(), "argv": sys.argv[:4]}
+        _atomic_write_bytes(note, (json.dumps(me) + "\n").encode(), fsync=False)
+        return self
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        (self.folder / WRITER_NOTE).unlink(missing_ok=True)
+        assert self._lock is not None
+        self._lock.release()
+        self._lock = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _holder(folder: Path) -> str:
+    try:
+        h = json.loads((folder / WRITER_NOTE).read_text())
+        return f"pid {h['pid']} on {h['host']} since {h['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown"
+
+
+def run_busy(folder: str | Path) -> str | None:
+    """Who writes ``folder`` now (one line), or None when no writer holds it. A probe: it takes the
+    lock and lets it go at once, so it never blocks a writer for longer than that."""
+    folder = Path(folder)
+    if not (folder / WRITER_LOCK).exists():
+        return None
+    lock = FileLock(folder / WRITER_LOCK, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return _holder(folder)
+    lock.release()
+    return None
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -209,7 +308,7 @@ class Column:
     max_col: str | None = None
 
     def describe(self) -> str:
-        parts = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true/false"}
+        parts = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true/false"}
         d = parts[self.kind]
         if self.min is not None:
             d += f" >= {self.min:g}"
@@ -316,6 +415,7 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
                 v = pd.to_numeric(s.where(is_num), errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
             else:
                 v = s.to_numpy(dtype="float64", na_value=np.nan)
+            bad |= np.isinf(v)  # a non-finite number is never a reading
             if col.kind == "int":
                 bad |= ~null & ~np.isnan(v) & (np.mod(np.nan_to_num(v), 1) != 0)
             with np.errstate(invalid="ignore"):
@@ -364,6 +464,10 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
     for extra in df.columns:
         if extra not in names:
             out[extra] = df[extra]
+            if pd.api.types.is_float_dtype(df[extra].dtype):
+                i = _first_bad(np.isinf(df[extra].to_numpy(dtype="float64", na_value=np.nan)))
+                if i is not None:
+                    raise RunLogError(f"{where}: line {first_line + i}: field '{extra}': expected a finite number, got {_show(df[extra].iloc[i])}")
     res = pd.DataFrame(out, index=df.index)
     return res.reset_index(drop=True)
 
@@ -501,7 +605,7 @@ def _parquet_path(folder: Path, kind: str) -> Path:
 
 
 def _read_parquet(path: Path, kind: str) -> tuple[pd.DataFrame, dict]:
-    table = pq.read_table(path)
+    table = pq.read_table(path, page_checksum_verification=True)
     info = json.loads((table.schema.metadata or {}).get(_PARQUET_KEY, b"{}"))
     if info.get("rows") != table.num_rows:
         raise RunLogError(f"{path}: incomplete Parquet file (rows {table.num_rows}, recorded {info.get('rows')})")
@@ -687,7 +791,7 @@ def finalize(folder: str | Path, *, keep_jsonl: bool = False, fsync: bool = True
         info = {"format": FORMAT, "rows": len(df), "jsonl_bytes": len(data)}
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARQUET_KEY: json.dumps(info).encode()})
         tmp = pp.with_name(pp.name + ".tmp")
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
         if fsync:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
@@ -735,10 +839,28 @@ class RunLogWriter:
         at_iteration: int | None = None,
         at_eval: int | None = None,
         fsync: bool = True,
+        lock: RunLock | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.fsync = fsync
         self.repairs: list[LogProblem] = []
+        # One writer per run: the caller's lock (the trainer holds it for the whole run), else our own.
+        self._owns_lock = lock is None
+        self.lock = (lock or RunLock(self.folder)).acquire()
+        if self.lock.stale and self._owns_lock:
+            self._report(LogProblem(str(self.folder / WRITER_NOTE), None, "stale", self.lock.stale))
+        try:
+            self._open(meta, resume, at_iteration, at_eval)
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._owns_lock:
+            self.lock.release()
+
+    def _open(self, meta: RunMeta | None, resume: bool, at_iteration: int | None, at_eval: int | None) -> None:
+        fsync = self.fsync
         self._last_iteration = -1
         self._last_eval = -1
         self._eval_groups: set[tuple[int, str]] = set()
@@ -937,16 +1059,20 @@ class RunLogWriter:
         """End the run: compact to Parquet (unless ``compact=False``), then record status and end time."""
         if status not in STATUSES:
             raise RunLogError(f"{self.folder}: unknown status {status!r} (one of {', '.join(STATUSES)})")
-        if compact:
-            finalize(self.folder, keep_jsonl=keep_jsonl, fsync=self.fsync)
-        self.meta = self.meta.model_copy(update={"status": status, "ended_at": utc_now()})
-        write_meta(self.folder, self.meta, fsync=self.fsync)
+        try:
+            if compact:
+                finalize(self.folder, keep_jsonl=keep_jsonl, fsync=self.fsync)
+            self.meta = self.meta.model_copy(update={"status": status, "ended_at": utc_now()})
+            write_meta(self.folder, self.meta, fsync=self.fsync)
+        finally:
+            self._release()
 
     def __enter__(self) -> "RunLogWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
+            self._release()
             return
         # Keep the JSON lines so the run can be resumed; only the status records what happened.
         status = "stopped" if issubclass(exc_type, KeyboardInterrupt) else "failed"

@@ -167,6 +167,7 @@ def generate_study(
     fsync: bool = False,
     keep_jsonl: bool = False,
     started_at: datetime | None = None,
+    spacing: timedelta = timedelta(minutes=1),
 ) -> SynthStudy:
     """Write a synthetic study to ``<study_dir>/runs/<configuration>/seed-<n>/`` and return the truth.
 
@@ -179,7 +180,7 @@ def generate_study(
     configuration. ``drift``: configuration -> drop of the boxed rate reached at B (for
     ``drift_seeds``, default all). All randomness comes from ``rng``; the same ``rng`` gives
     the same logs. Runs are written through :class:`~prereg_kit.runlog.RunLogWriter` and
-    compacted to Parquet (JSON lines kept when ``keep_jsonl``). ``started_at``: the first run's start time (runs start a minute apart).
+    compacted to Parquet (JSON lines kept when ``keep_jsonl``). ``started_at``: the first run's start time (runs start ``spacing`` apart, a minute by default).
     """
     configs = list(configurations)
     seeds = [int(s) for s in seeds]
@@ -279,7 +280,7 @@ def generate_study(
             meta = RunMeta(
                 study=study, configuration=c, seed=s, stage=stage, plan_hash=plan_hash,
                 config={"synthetic": True, "effect": configurations[c], "budget_tokens": B, "extend_to": ext[c]},
-                started_at=started + timedelta(minutes=len(runs)), device="synthetic", tool_version=__version__,
+                started_at=started + spacing * len(runs), device="synthetic", tool_version=__version__,
             )
             w = RunLogWriter(folder, meta, fsync=fsync)
             w.log_iterations(iters)

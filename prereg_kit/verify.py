@@ -1,4 +1,14 @@
-"""``prereg verify``: the lock chain, the plan against its last entry, and the run-timing audit.
+"""``prereg verify``: everything that says a study ran as it was locked.
+
+In order, so that the first line of a refusal names the first thing that went wrong:
+
+1. the lock chain (canonical, hashes chained, times never going back);
+2. the plan file against its last plan entry;
+3. the git anchors of the plan entries (``prereg_kit.lock.check_git_anchors``);
+4. external timestamps of the chain, when the study has any (``prereg_kit.timestamp``);
+5. the seals of completed runs (``prereg_kit.seal``): every sealed file as it was sealed;
+6. the run-timing audit (``prereg_kit.audit``);
+7. the design: no run folder the locked plan does not name (``prereg_kit.design``).
 
 Exit codes: 0 clean (warnings allowed: comment-only edits), 1 violations, 2 unusable input.
 """
@@ -10,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .audit import AuditReport, audit_runs
+from .design import unexpected_runs
 from .errors import PreregError
-from .lock import Chain, check_plan, read_chain
-from .plan import load_plan, resolve_plan_path
+from .lock import Chain, check_git_anchors, check_plan, read_chain
+from .plan import load_plan, resolve_plan_path, validate_plan
 from .runlog import ELECTION_FILE, election_sha256
+from .seal import SealCheck, check_seals
 
 
 @dataclass
@@ -25,6 +37,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     info: list[str] = field(default_factory=list)
     audit: AuditReport | None = None
+    seals: SealCheck | None = None
 
     @property
     def exit_code(self) -> int:
@@ -41,7 +54,7 @@ def verify_study(path: str | Path) -> VerifyReport:
         (report.violations if e.exit_code == 1 else report.problems).extend(e.lines)
         return report
     report.chain = chain
-    n_amend = len(chain.entries) - 1
+    n_amend = len(chain.plan_entries) - 1
     report.info.append(f"locked {chain.entries[0]['time']}; {n_amend} amendment{'s' * (n_amend != 1)}"
                        + (f", last {chain.last['time']}" if n_amend else ""))
     try:
@@ -59,7 +72,15 @@ def verify_study(path: str | Path) -> VerifyReport:
             load_plan(plan_path)  # the locked content must still validate under this tool version
         except PreregError as e:
             report.problems.extend(e.lines)
-    audit = audit_runs(plan_path.parent, chain, study_id=study_id)
+    git_bad, git_warn = check_git_anchors(chain, plan_path)
+    report.violations.extend(git_bad)
+    report.warnings.extend(git_warn)
+    study = plan_path.parent
+    seals = check_seals(study, chain)
+    report.seals = seals
+    report.violations.extend(seals.violations)
+    report.info.extend(seals.info)
+    audit = audit_runs(study, chain, study_id=study_id)
     report.audit = audit
     report.violations.extend(audit.violations)
     report.problems.extend(audit.problems)
@@ -67,6 +88,12 @@ def verify_study(path: str | Path) -> VerifyReport:
     report.info.extend(audit.admitted)
     if audit.n_runs:
         report.info.append(f"{audit.n_runs} run(s) audited")
+    try:  # the design as locked, whatever the file says now
+        locked = validate_plan(chain.last["content"], source=f"{chain.path} (entry {chain.last['index']})")
+    except PreregError as e:
+        report.problems.extend(e.lines)
+    else:
+        report.violations.extend(unexpected_runs(study, locked))
     el = election_sha256(plan_path.parent)
     if el:
         report.info.append(f"{ELECTION_FILE}: {el[:19]}…{_election_summary(plan_path.parent / ELECTION_FILE)}")

@@ -1,4 +1,8 @@
-"""Plan texts shared by the tests."""
+"""Plan texts shared by the tests, and the chain's clock for tests that lock in the past."""
+
+from contextlib import contextmanager
+from datetime import datetime
+from unittest import mock
 
 SMALL_PLAN = """\
 # A small plan for tests.
@@ -195,3 +199,29 @@ def run_plan(*, configurations: str, tokens: int | str, eval_every: str, samples
         evaluation=f"samples = {samples}\n" + ("greedy = true\n" if greedy else ""), n_problems=n_problems,
         source="synthetic:eval", tail=f'\n[[stages]]\nname = "smoke"\n{smoke}\n[[stages]]\nname = "main"\n' if stages else "",
         **study)
+
+
+# --------------------------------------------------------------------------- the chain's clock
+
+
+@contextmanager
+def clock_at(t: datetime):
+    """Entries appended to a lock chain inside this block are dated ``t``: the chain reads the time
+    from ``prereg_kit.lock.utc_now`` only (no caller can pass one), so tests that need a lock in
+    the past set that clock."""
+    with mock.patch("prereg_kit.lock.utc_now", return_value=t):
+        yield
+
+
+def lock_at(plan, t: datetime):
+    from prereg_kit.lock import lock_plan
+
+    with clock_at(t):
+        return lock_plan(plan)
+
+
+def amend_at(plan, reason: str, t: datetime):
+    from prereg_kit.lock import amend_plan
+
+    with clock_at(t):
+        return amend_plan(plan, reason)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from plans import SMALL_PLAN
+from plans import SMALL_PLAN, amend_at, lock_at
 
 from prereg_kit.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.runlog import RunMeta, run_dir, write_meta
@@ -15,13 +15,15 @@ H = timedelta(hours=1)
 
 
 def _run(study, config, seed, *, start, plan_hash, stage="main", study_id="t1"):
+    # still running: a complete run would also need its seal (tests/test_seal.py); timing is the point here
     meta = RunMeta(study=study_id, configuration=config, seed=seed, stage=stage, plan_hash=plan_hash,
-                   started_at=start, status="complete")
+                   started_at=start, status="running")
     write_meta(run_dir(study, config, seed, stage), meta)
 
 
 def test_clean_study_with_runs(study):
-    h = lock_plan(study, now=T0).entry["content_sha256"]
+    (study / "plan.toml").write_text(SMALL_PLAN + '\n[[stages]]\nname = "smoke"\n[[stages]]\nname = "main"\n')
+    h = lock_at(study, T0).entry["content_sha256"]
     _run(study, "A", 0, start=T0 - H, plan_hash="sha256:draft", stage="smoke")  # smoke may precede
     for cfg in "AB":
         _run(study, cfg, 0, start=T0 + H, plan_hash=h)
@@ -31,7 +33,7 @@ def test_clean_study_with_runs(study):
 
 
 def test_main_run_before_lock_is_a_violation(study):
-    h = lock_plan(study, now=T0).entry["content_sha256"]
+    h = lock_at(study, T0).entry["content_sha256"]
     _run(study, "A", 1, start=T0 - H, plan_hash=h)
     rep = verify_study(study)
     assert rep.exit_code == 1
@@ -40,10 +42,10 @@ def test_main_run_before_lock_is_a_violation(study):
 
 def test_main_run_under_superseded_amendment(study):
     plan = study / "plan.toml"
-    h0 = lock_plan(plan, now=T0).entry["content_sha256"]
+    h0 = lock_at(plan, T0).entry["content_sha256"]
     _run(study, "A", 0, start=T0 + H, plan_hash=h0)
     plan.write_text(SMALL_PLAN.replace("group_size = 8", "group_size = 16"))
-    amend_plan(plan, "bigger groups", now=T0 + 2 * H)
+    amend_at(plan, "bigger groups", T0 + 2 * H)
     rep = verify_study(study)
     assert rep.exit_code == 1
     assert any("superseded entry 0" in v and "recipe.group_size" in v for v in rep.violations)
@@ -52,10 +54,10 @@ def test_main_run_under_superseded_amendment(study):
 def test_amendment_of_another_configuration_does_not_touch_a_run(study):
     """S2: amendments that add rules for parts of the study before those parts ran."""
     plan = study / "plan.toml"
-    h0 = lock_plan(plan, now=T0).entry["content_sha256"]
+    h0 = lock_at(plan, T0).entry["content_sha256"]
     _run(study, "A", 0, start=T0 + H, plan_hash=h0)
     plan.write_text(SMALL_PLAN.replace("overrides = { learning_rate = 2e-6 }", "overrides = { learning_rate = 3e-6 }"))
-    amend_plan(plan, "B's rate fixed after its calibration", now=T0 + 2 * H)
+    amend_at(plan, "B's rate fixed after its calibration", T0 + 2 * H)
     h1 = read_chain(plan).last["content_sha256"]
     _run(study, "B", 0, start=T0 + 3 * H, plan_hash=h1)
     assert verify_study(study).exit_code == 0
@@ -65,7 +67,7 @@ def test_amendment_of_another_configuration_does_not_touch_a_run(study):
 
 
 def test_unknown_hash_other_study_and_unreadable_meta(study):
-    h = lock_plan(study, now=T0).entry["content_sha256"]
+    h = lock_at(study, T0).entry["content_sha256"]
     _run(study, "A", 0, start=T0 + H, plan_hash="sha256:" + "0" * 64)
     _run(study, "B", 0, start=T0 + H, plan_hash=h, study_id="other")
     rep = verify_study(study)
@@ -80,7 +82,7 @@ def test_unknown_hash_other_study_and_unreadable_meta(study):
 
 def test_verify_reports_changed_plan_and_comment_only(study):
     plan = study / "plan.toml"
-    lock_plan(plan, now=T0)
+    lock_at(plan, T0)
     plan.write_text(SMALL_PLAN + "# later note\n")
     rep = verify_study(plan)
     assert rep.exit_code == 0 and rep.warnings and "comments or layout only" in rep.warnings[0]

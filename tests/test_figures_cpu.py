@@ -9,7 +9,7 @@ import pytest
 from prereg_kit.plan import load_plan
 from prereg_kit.synth import generate_study
 
-from plans import plan_text
+from plans import lock_at, plan_text
 
 
 def _study(tmp: Path, sid: str, effects: dict[str, float]) -> Path:
@@ -64,9 +64,12 @@ def test_contrasts_builder(studies, tmp_path):
     from figures import build_cpu_contrasts
     from prereg_kit.lock import lock_plan
 
-    for d in studies:  # analyze needs a lock dated before the runs
+    from prereg_kit.seal import seal_runs
+
+    for d in studies:  # analyze needs a lock dated before the runs, and sealed runs
         if not (d / "plan.lock").exists():
-            lock_plan(d / "plan.toml", now=datetime(2025, 1, 1, tzinfo=timezone.utc))
+            lock_at(d / "plan.toml", datetime(2025, 1, 1, tzinfo=timezone.utc))
+            seal_runs(d)
     path = build_cpu_contrasts.build(tmp_path, list(studies))
     text = path.read_text()
     assert "## a: t" in text and "| C1 | primary | critic_filter − outcome | B | 3 |" in text

@@ -7,7 +7,7 @@ import subprocess
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from plans import SMALL_PLAN
+from plans import SMALL_PLAN, amend_at, lock_at
 
 from prereg_kit.errors import LockError, PlanError, PreregError, ViolationError
 from prereg_kit.lock import amend_plan, check_plan, entry_hash, lock_plan, read_chain, serialize
@@ -16,7 +16,7 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 
 
 def test_lock_writes_entry(study):
-    res = lock_plan(study / "plan.toml", now=T0)
+    res = lock_at(study / "plan.toml", T0)
     assert res.status == "locked" and res.path == study / "plan.lock"
     chain = read_chain(study / "plan.toml")
     e = chain.last
@@ -28,14 +28,14 @@ def test_lock_writes_entry(study):
 
 
 def test_relock_unchanged_is_noop(study):
-    lock_plan(study, now=T0)
+    lock_at(study, T0)
     before = (study / "plan.lock").read_bytes()
-    assert lock_plan(study, now=T0 + timedelta(days=1)).status == "unchanged"
+    assert lock_at(study, T0 + timedelta(days=1)).status == "unchanged"
     assert (study / "plan.lock").read_bytes() == before
 
 
 def test_lock_refuses_changed_plan(study):
-    lock_plan(study, now=T0)
+    lock_at(study, T0)
     (study / "plan.toml").write_text(SMALL_PLAN.replace("group_size = 8", "group_size = 16"))
     with pytest.raises(ViolationError, match="prereg amend"):
         lock_plan(study)
@@ -50,13 +50,13 @@ def test_lock_refuses_invalid_plan(study):
 
 def test_amendment_chain(study):
     plan = study / "plan.toml"
-    lock_plan(plan, now=T0)
+    lock_at(plan, T0)
     plan.write_text(SMALL_PLAN.replace("group_size = 8", "group_size = 16"))
-    a1 = amend_plan(plan, "pilot showed 8 is too few", now=T0 + timedelta(hours=1)).entry
+    a1 = amend_at(plan, "pilot showed 8 is too few", T0 + timedelta(hours=1)).entry
     assert a1["changes"] == [{"key": "recipe.group_size", "old": 8, "new": 16}]
     assert a1["reason"] == "pilot showed 8 is too few" and not a1["comment_only"]
     plan.write_text(SMALL_PLAN.replace("group_size = 8", "group_size = 16").replace("seeds = [0, 1, 2]", "seeds = [0, 1, 2, 3]"))
-    a2 = amend_plan(plan, "one more seed", now=T0 + timedelta(hours=2)).entry
+    a2 = amend_at(plan, "one more seed", T0 + timedelta(hours=2)).entry
     assert a2["changes"] == [{"key": "study.seeds", "old": [0, 1, 2], "new": [0, 1, 2, 3]}]
     chain = read_chain(plan)
     assert [e["index"] for e in chain.entries] == [0, 1, 2]
@@ -69,7 +69,7 @@ def test_amend_refusals(study):
     plan = study / "plan.toml"
     with pytest.raises(LockError, match="not locked"):
         amend_plan(plan, "why")
-    lock_plan(plan, now=T0)
+    lock_at(plan, T0)
     with pytest.raises(PreregError, match="needs a reason") as ei:
         amend_plan(plan, "   ")
     assert ei.value.exit_code == 2
@@ -79,7 +79,7 @@ def test_amend_refusals(study):
 
 def test_comment_and_layout_edits_are_comment_only(study):
     plan = study / "plan.toml"
-    lock_plan(plan, now=T0)
+    lock_at(plan, T0)
     chain = read_chain(plan)
     edits = [
         SMALL_PLAN + "\n# a note added later\n",
@@ -110,7 +110,7 @@ def _comment_spans(text: str) -> set[int]:
 
 def test_every_single_byte_change_to_a_locked_plan_is_detected(study):
     plan = study / "plan.toml"
-    lock_plan(plan, now=T0)
+    lock_at(plan, T0)
     chain = read_chain(plan)
     raw = SMALL_PLAN.encode()
     comments = _comment_spans(SMALL_PLAN)
@@ -132,9 +132,9 @@ def test_every_single_byte_change_to_a_locked_plan_is_detected(study):
 
 def test_every_single_byte_edit_of_the_lock_is_detected(study):
     plan = study / "plan.toml"
-    lock_plan(plan, now=T0)
+    lock_at(plan, T0)
     (study / "plan.toml").write_text(SMALL_PLAN.replace("group_size = 8", "group_size = 16"))
-    amend_plan(plan, "bigger groups", now=T0 + timedelta(hours=1))
+    amend_at(plan, "bigger groups", T0 + timedelta(hours=1))
     lock = study / "plan.lock"
     raw = lock.read_bytes()
     for i in range(len(raw)):
@@ -149,9 +149,9 @@ def test_every_single_byte_edit_of_the_lock_is_detected(study):
 
 def test_rewritten_earlier_entry_breaks_the_chain(study):
     plan = study / "plan.toml"
-    lock_plan(plan, now=T0)
+    lock_at(plan, T0)
     plan.write_text(SMALL_PLAN.replace("group_size = 8", "group_size = 16"))
-    amend_plan(plan, "bigger groups", now=T0 + timedelta(hours=1))
+    amend_at(plan, "bigger groups", T0 + timedelta(hours=1))
     lock = study / "plan.lock"
     doc = json.loads(lock.read_text())
     # a careful forger re-hashes entry 0 after back-dating it: entry 1 no longer chains to it
@@ -177,8 +177,8 @@ def test_git_status_recorded(tmp_path):
     (repo / "plan.toml").write_text(SMALL_PLAN)
     run("add", "plan.toml")
     run("commit", "-q", "-m", "plan")
-    git = lock_plan(repo / "plan.toml", now=T0).entry["git"]
+    git = lock_at(repo / "plan.toml", T0).entry["git"]
     assert git["tracked"] and git["clean"] and len(git["commit"]) == 40
     (repo / "plan.toml").write_text(SMALL_PLAN + "# edited\n")
-    amended = amend_plan(repo / "plan.toml", "comment", now=T0 + timedelta(minutes=1)).entry
+    amended = amend_at(repo / "plan.toml", "comment", T0 + timedelta(minutes=1)).entry
     assert amended["git"]["tracked"] and not amended["git"]["clean"] and amended["comment_only"]

@@ -17,13 +17,14 @@ from prereg_kit.analyze import analyze_study
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.lock import lock_plan
+from prereg_kit.seal import seal_runs
 from prereg_kit.plan import load_plan
 from prereg_kit.readings import PairingError, ReadingError, accuracy_curve, problem_accuracy, relative_accuracy_curves
 from prereg_kit.report import write_report
 from prereg_kit.runlog import RunLogWriter, RunMeta, election_sha256, run_dir
 from prereg_kit.verify import verify_study
 
-from plans import plan_text
+from plans import lock_at, plan_text
 
 T0 = datetime(2026, 2, 1, 12, 0, tzinfo=timezone.utc)
 H = timedelta(hours=1)
@@ -179,6 +180,7 @@ def _write_run(study, config, seed, plan_hash, *, anchor="", election=""):
                           "updates": it, "samples": 8, "correct": c, "correct_strict": c, "boxed": 8}
                          for j, c in enumerate(counts)])
     w.finish("complete")
+    seal_runs(study, [run_dir(study, config, seed)])  # as a trainer seals a completed main run
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +188,7 @@ def mr_study(tmp_path_factory):
     d = tmp_path_factory.mktemp("mr") / "study"
     d.mkdir()
     (d / "plan.toml").write_text(MR_PLAN)
-    h = lock_plan(d / "plan.toml", now=T0).entry["content_sha256"]
+    h = lock_at(d / "plan.toml", T0).entry["content_sha256"]
     for config in COUNTS:
         for seed in range(3):
             _write_run(d, config, seed, h)
@@ -246,7 +248,7 @@ def test_zero_reference_is_a_one_line_error(tmp_path):
     d = tmp_path / "study"
     d.mkdir()
     (d / "plan.toml").write_text(MR_PLAN)
-    h = lock_plan(d / "plan.toml", now=T0).entry["content_sha256"]
+    h = lock_at(d / "plan.toml", T0).entry["content_sha256"]
     saved = COUNTS["primary_only"][1]
     COUNTS["primary_only"][1] = (0, 0)
     try:
@@ -268,7 +270,7 @@ def _elected_study(tmp_path):
     d.mkdir()
     (d / "plan.toml").write_text(MR_PLAN)
     (d / "election.json").write_text(json.dumps({"elected": "correct", "time": "2026-02-01T11:00:00Z"}) + "\n")
-    h = lock_plan(d / "plan.toml", now=T0).entry["content_sha256"]
+    h = lock_at(d / "plan.toml", T0).entry["content_sha256"]
     el = election_sha256(d)
     assert el.startswith("sha256:") and len(el) == 71
     for config in COUNTS:
@@ -306,7 +308,7 @@ def test_run_without_a_recorded_election_hash_is_a_warning(tmp_path):
     d = tmp_path / "study"
     d.mkdir()
     (d / "plan.toml").write_text(MR_PLAN)
-    h = lock_plan(d / "plan.toml", now=T0).entry["content_sha256"]
+    h = lock_at(d / "plan.toml", T0).entry["content_sha256"]
     _write_run(d, "tag", 0, h, anchor="elected")  # an older trainer: no hash
     rep = verify_study(d)
     assert rep.exit_code == 0 and any("recorded no election hash" in w for w in rep.warnings)

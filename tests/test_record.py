@@ -60,17 +60,20 @@ def test_committed_record_is_reproduced_from_the_committed_run_logs(study):
 def test_write_record_on_a_synthetic_study(tmp_path):
     from datetime import datetime, timezone
 
-    from prereg_kit.lock import lock_plan
+    from plans import lock_at
+
     from prereg_kit.plan import load_plan
+    from prereg_kit.seal import seal_runs
     from prereg_kit.synth import generate_study
 
     d = tmp_path / "s"
     d.mkdir()
     (d / "plan.toml").write_text((REGISTRY / "cpu-grpo" / "plan.toml").read_text())
-    lock_plan(d / "plan.toml", now=datetime(2025, 1, 1, tzinfo=timezone.utc))
+    lock_at(d / "plan.toml", datetime(2025, 1, 1, tzinfo=timezone.utc))
     pf = load_plan(d)
     generate_study(d, study="cpu-grpo", plan_hash=pf.content_sha256, configurations={"frozen": 0.0, "grpo": 0.05},
                    seeds=range(6), budget_tokens=30000, eval_every=3750, eval_sets={"heldout": 64}, rng=3)
+    seal_runs(d)
     path = write_record(d)
     rep = load_reported(path)
     assert rep.paper == "prereg-kit" and [r.id for r in rep.rows] == ["C1", "C2"]

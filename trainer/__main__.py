@@ -1,7 +1,8 @@
 """One run process: ``python -m trainer RUN_DIR/spec.json`` (what ``prereg run`` launches).
 
 Prints one JSON progress line per iteration on stdout; user errors go to stderr as one line and
-exit with code 2. SIGTERM stops the run cleanly (status ``stopped``; resumable from its last
+exit with code 2 (another writer holds the run, a refused plan, a corrupt log); a run that is
+already complete is left alone with exit code 3. SIGTERM stops the run cleanly (status ``stopped``; resumable from its last
 checkpoint); SIGKILL leaves it ``running`` and equally resumable.
 """
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         train(spec, progress=progress)
     except (PreregError, RunLogError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 3 if getattr(e, "exit_code", 2) == 3 else 2
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130

@@ -4,7 +4,11 @@
   (comment-only edits are allowed); calibration, pilot and smoke runs may run on an unlocked
   plan. Every run's metadata records the canonical hash of the plan it was launched under.
 * A run whose log says ``complete`` is skipped; an incomplete one is resumed from its last
-  checkpoint (``python -m trainer`` does that by itself when its folder holds a log).
+  checkpoint (``python -m trainer`` does that by itself when its folder holds a log). A run that
+  another process is writing (its one-writer lock is held: another ``prereg run``, a cluster job)
+  is not started, and ``prereg run`` exits 1 naming the holder; should two launchers still race
+  to the same run, the trainer's own lock stops the second one before it reads anything.
+* A main-stage run seals itself into the plan's lock chain when it completes (``prereg_kit.seal``).
 * Shared assets (synthetic task, tokenizer, warm start) are built once here, before any run
   process starts, so concurrent runs never race to build them and their time is not a run's.
 * One process per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
@@ -27,7 +31,7 @@ from prereg_kit import __version__
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.lock import check_plan, read_chain
 from prereg_kit.plan import PlanFile, load_plan
-from prereg_kit.runlog import RunLogError, read_meta
+from prereg_kit.runlog import RunLogError, read_meta, run_busy
 from trainer.config import EvalSetSpec, RunSpec, parse_config
 
 SPEC_FILE = "spec.json"
@@ -63,8 +67,8 @@ class Job:
     seed: int
     folder: Path
     spec: RunSpec
-    state: str  # "new" | "resume" | "complete"
-    result: str = ""  # after running: "complete" | "failed (…)"
+    state: str  # "new" | "resume" | "complete" | "busy" (another writer holds it)
+    result: str = ""  # after running: "complete" | "skipped (…)" | "failed (…)"
     progress: dict = field(default_factory=dict)
     process: subprocess.Popen | None = None
 
@@ -102,6 +106,8 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
 
 
 def _state(folder: Path, plan_hash: str) -> str:
+    if run_busy(folder) is not None:
+        return "busy"
     if not (folder / "meta.json").exists():
         return "new"
     try:
@@ -122,7 +128,7 @@ def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
 
     seen = set()
     for j in jobs:
-        if j.state == "complete":
+        if j.state in ("complete", "busy"):
             continue
         cfg = j.spec.config
         n_eval = max([s.n_problems or 64 for s in j.spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
@@ -177,6 +183,8 @@ def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = l
         rc = proc.wait()
     if rc == 0:
         return "complete"
+    if rc == 3:  # the trainer found the run complete: another process finished it meanwhile
+        return "skipped (completed by another process)"
     tail = (job.folder / LOG_FILE).read_text(errors="replace").strip().splitlines()[-1:] or [""]
     return f"failed (exit {rc}: {tail[0][:200]})"
 
@@ -184,7 +192,7 @@ def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = l
 def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callable[[Job], None] = lambda j: None,
              on_done: Callable[[Job], None] = lambda j: None) -> list[Job]:
     """Run the jobs that are not complete, ``n_jobs`` at a time (threads that each wait on a process)."""
-    todo = [j for j in jobs if j.state != "complete"]
+    todo = [j for j in jobs if j.state not in ("complete", "busy")]
     n_default, devices = default_jobs()
     n = max(1, n_jobs or n_default)
     queue = list(todo)
@@ -197,7 +205,9 @@ def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callab
                 if not queue:
                     return
                 job = queue.pop(0)
-            job.result = run_one(job, device, on_progress)
+            holder = run_busy(job.folder)
+            job.result = (f"failed (another writer holds this run: {holder})" if holder is not None
+                          else run_one(job, device, on_progress))
             on_done(job)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(min(n, len(todo)))]
@@ -229,17 +239,23 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
     con = console or Console(stderr=True)
     pf, jobs = plan_jobs(study_dir, stage, configs, seeds)
     done = [j for j in jobs if j.state == "complete"]
+    busy = [j for j in jobs if j.state == "busy"]
+    for j in busy:
+        j.result = f"failed (another writer holds this run: {run_busy(j.folder) or 'released since'})"
     con.print(f"{pf.path}: stage {stage}, {len(jobs)} run(s): {len(done)} complete (skipped), "
-              f"{sum(j.state == 'resume' for j in jobs)} to resume, {sum(j.state == 'new' for j in jobs)} new; "
-              f"plan {pf.content_sha256[:12]}…")
-    if len(done) == len(jobs):
+              f"{sum(j.state == 'resume' for j in jobs)} to resume, {sum(j.state == 'new' for j in jobs)} new"
+              + (f", {len(busy)} held by another writer (not started)" if busy else "")
+              + f"; plan {pf.content_sha256[:12]}…")
+    for j in busy:
+        con.print(f"  {j.configuration} seed {j.seed}: {j.result}")
+    if len(done) + len(busy) == len(jobs):
         return jobs
     t0 = time.perf_counter()
     prepare(jobs, log=lambda m: con.print(m))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=con, transient=False) as bar:
         tasks = {id(j): bar.add_task(f"{j.configuration} seed {j.seed}", total=j.spec.stop_tokens, info=j.state)
-                 for j in jobs if j.state != "complete"}
+                 for j in jobs if j.state not in ("complete", "busy")}
 
         def on_progress(j: Job) -> None:
             p = j.progress
@@ -254,8 +270,9 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
 
         run_jobs(jobs, n_jobs, on_progress, on_done)
     failed = [j for j in jobs if j.result.startswith("failed")]
-    con.print(f"{len(jobs) - len(done) - len(failed)} run(s) finished, {len(failed)} failed, "
-              f"{len(done)} skipped, in {time.perf_counter() - t0:.0f} s")
-    for j in failed:
+    skipped = [j for j in jobs if j.result.startswith("skipped")]
+    con.print(f"{len(jobs) - len(done) - len(failed) - len(skipped)} run(s) finished, {len(failed)} failed, "
+              f"{len(done) + len(skipped)} skipped, in {time.perf_counter() - t0:.0f} s")
+    for j in failed + skipped:
         con.print(f"  {j.configuration} seed {j.seed}: {j.result} (log: {j.folder / LOG_FILE})")
     return jobs

@@ -5,15 +5,21 @@ checkpoint. ``setup`` builds (or resumes) everything the loop needs.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 import torch
 
-from prereg_kit.runlog import RunLogWriter, RunMeta, election_sha256, read_meta, utc_now
+import prereg_kit
+import trainer
+from prereg_kit.errors import PreregError
+from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, utc_now
+from prereg_kit.seal import code_sha256, seal_runs
 from trainer.budget import Counters, Schedule, StageClock
 from trainer.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from trainer.config import RunSpec, derive_seed
@@ -30,9 +36,26 @@ from trainer.verify import get_verifier
 from trainer.warmstart import prepare_assets
 
 
+class RunAlreadyComplete(PreregError):
+    """The run's log says it is complete: it is never reopened (another process may have finished it)."""
+
+    exit_code = 3
+
+
 def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -> Counters:
-    """Train one (configuration, seed) to its budget, logging every iteration and evaluation."""
-    r = setup(spec)
+    """Train one (configuration, seed) to its budget, logging every iteration and evaluation;
+    a main-stage run is sealed into the plan's lock chain when it completes.
+
+    The run folder's one-writer lock is taken before anything of the run is read and held until
+    the seal is written, so a second process on the same run stops at once and loses nothing."""
+    with RunLock(spec.run_dir) as lock:
+        if lock.stale:
+            print(f"warning: {spec.run_dir}: {lock.stale}; taking the run over", file=sys.stderr)
+        return _train(spec, progress, lock)
+
+
+def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Counters:
+    r = setup(spec, lock)
     cfg, c, G = spec.config, r.counters, spec.config.group_size
     with r.writer:
         if c.eval_index == 0:  # the evaluation at the start, before any update
@@ -77,7 +100,16 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
         r.writer.finish("complete")
     if not cfg.keep_checkpoint:
         remove_checkpoint(spec.run_dir)
+    if spec.stage == "main":
+        seal_run(spec)
     return c
+
+
+def seal_run(spec: RunSpec) -> None:
+    """Seal the completed main run into the plan's lock chain (``prereg_kit.seal``)."""
+    res = seal_runs(spec.study_dir, [spec.run_dir])
+    if res.refused:
+        raise PreregError(f"the run completed but was not sealed: {res.refused[0]}")
 
 
 def _evaluate_log_checkpoint(r: "Run", spec: RunSpec, row: dict | None, progress) -> None:
@@ -167,10 +199,14 @@ class Run:
     dense: DenseState = field(default_factory=DenseState)  # dense rewards (issue 6): the critic's buffer, π_ref
 
 
-def setup(spec: RunSpec) -> Run:
+def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     """Load the policy, data and evaluation sets; open the run log (new, or resumed from the last
-    checkpoint, dropping rows logged after it)."""
+    checkpoint, dropping rows logged after it). ``lock``: the run's one-writer lock, held by the caller."""
     cfg = spec.config
+    done = _complete_meta(spec.run_dir)
+    if done is not None:
+        raise RunAlreadyComplete(f"{spec.run_dir}: already complete (ended {done.ended_at}); a complete run is never "
+                                 "reopened (move the folder aside to train it again)")
     n_eval = max([s.n_problems or 64 for s in spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
     assets = prepare_assets(cfg, spec.cache_dir, spec.study_dir, n_eval)
     policy = load_policy(cfg, assets.model_path)
@@ -192,15 +228,17 @@ def setup(spec: RunSpec) -> Run:
                    election_sha256=election_sha256(spec.study_dir) if cfg.anchor == "elected" else "",  # audited
                    device=_device_name(policy.device), tool_version=spec.tool_version,
                    engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
-                   model_path=str(assets.model_path), train_pool=len(pool))
+                   model_path=str(assets.model_path), train_pool=len(pool),
+                   code_sha256=code_sha256([Path(prereg_kit.__file__).parent, Path(trainer.__file__).parent]))
     folder = spec.run_dir
     extra: dict = {}
     if _has_meta(folder):
         counters = load_checkpoint(folder, policy.model, optimizer, extra=extra) or Counters()
-        writer = RunLogWriter(folder, meta, resume=True, at_iteration=counters.iteration, at_eval=counters.eval_index)
+        writer = RunLogWriter(folder, meta, resume=True, at_iteration=counters.iteration, at_eval=counters.eval_index,
+                              lock=lock)
     else:
         counters = Counters()
-        writer = RunLogWriter(folder, meta)
+        writer = RunLogWriter(folder, meta, lock=lock)
     rewarder = make_rewarder(cfg, spec.study_dir)  # anchor = "elected": reads election.json now
     ref = None
     if rewarder.kl_beta > 0:  # additive_kl: KL to the base (initial) policy, frozen
@@ -224,6 +262,14 @@ def _has_meta(folder: str) -> bool:
         return True
     except Exception:  # noqa: BLE001 — no (readable) metadata: a new run
         return False
+
+
+def _complete_meta(folder: str) -> RunMeta | None:
+    try:
+        meta = read_meta(folder)
+    except RunLogError:
+        return None
+    return meta if meta.status == "complete" else None
 
 
 def _device_name(device: torch.device) -> str:

@@ -1,0 +1,160 @@
+"""The plan's design, enforced on the run folders: exactly the configurations, seeds, stages and
+evaluation problems the plan names.
+
+The dense-rewards paper fixes each study's seeds and evaluation sets before its runs (paper 1
+§2.3, C.1; extract §3.18) and names seeds added after a result as optional stopping (S11). A run
+log that the plan did not ask for, or a planned run that is absent, changes what a contrast means,
+so neither is ever used or dropped silently:
+
+- :func:`unexpected_runs` (checked by ``prereg verify`` at any time): every folder under
+  ``runs/`` must be ``<configuration>/seed-<n>`` for a configuration and seed of the plan's main
+  stage, holding a main-stage run whose ``meta.json`` names the same configuration and seed; every
+  folder under ``stages/`` must be a non-main stage the plan has, with that stage's
+  configurations and seeds. Anything else is listed by name.
+- :func:`missing_runs` (checked by ``prereg analyze``): every planned main run must be there —
+  unless the plan's ``admission.allow_missing_seeds`` says a missing seed is an exclusion.
+- :func:`eval_problem_violations` (``prereg analyze``): every evaluation of every run holds
+  exactly the plan's evaluation sets, each with the plan's ``n_problems`` and the same problem ids
+  as every other evaluation of that set.
+
+Hidden files (a leading ``.``, e.g. an editor's or the OS's) are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from .plan import Plan
+from .runlog import META_FILE, RunLogError, read_meta
+
+_SEED_DIR = re.compile(r"^seed-(0|[1-9][0-9]*)$")
+
+
+def planned_runs(plan: Plan, stage: str = "main") -> list[tuple[str, int]]:
+    """Every (configuration, seed) of a stage, in the plan's order."""
+    return [(c, s) for c in plan.configurations_for(stage) for s in plan.seeds_for(stage)]
+
+
+def _visible(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def _check_tree(base: Path, study: Path, stage: str, plan: Plan) -> list[str]:
+    """Violations under one stage's folder (``runs/`` for main, ``stages/<stage>/`` otherwise)."""
+    out: list[str] = []
+    configs, seeds = plan.configurations_for(stage), set(plan.seeds_for(stage))
+    rel = lambda p: p.relative_to(study).as_posix()  # noqa: E731
+    for cdir in _visible(base):
+        if not cdir.is_dir():
+            out.append(f"{rel(cdir)}: a file where only configuration folders belong")
+            continue
+        if cdir.name not in configs:
+            out.append(f"{rel(cdir)}: configuration {cdir.name!r} is not in the plan's {stage} stage "
+                       f"(have: {', '.join(configs)})")
+            continue
+        for sdir in _visible(cdir):
+            m = _SEED_DIR.match(sdir.name)
+            if not sdir.is_dir() or not m:
+                out.append(f"{rel(sdir)}: not a run folder (runs are {rel(cdir)}/seed-<n>)")
+                continue
+            seed = int(m.group(1))
+            if seed not in seeds:
+                out.append(f"{rel(sdir)}: seed {seed} is not a seed of the plan's {stage} stage "
+                           f"({_seed_list(plan.seeds_for(stage))})")
+                continue
+            if not (sdir / META_FILE).is_file():
+                out.append(f"{rel(sdir)}: a run folder without {META_FILE}")
+                continue
+            try:
+                meta = read_meta(sdir)
+            except RunLogError:
+                continue  # the audit reports unreadable metadata
+            if (meta.configuration, meta.seed) != (cdir.name, seed):
+                out.append(f"{rel(sdir)}: {META_FILE} says configuration {meta.configuration!r} seed {meta.seed}, "
+                           "not the folder's (a run moved or renamed)")
+            elif meta.stage != stage:
+                out.append(f"{rel(sdir)}: a {meta.stage}-stage run in the {stage} stage's folder")
+    return out
+
+
+def _seed_list(seeds: list[int]) -> str:
+    s = sorted(seeds)
+    if s == list(range(s[0], s[-1] + 1)) and len(s) > 3:
+        return f"seeds {s[0]}-{s[-1]}"
+    return "seeds " + ", ".join(map(str, s))
+
+
+def unexpected_runs(study_dir: str | Path, plan: Plan) -> list[str]:
+    """Folders and runs under ``runs/`` and ``stages/`` that the plan does not name, one line each."""
+    study = Path(study_dir)
+    out: list[str] = []
+    if (study / "runs").is_dir():
+        out += _check_tree(study / "runs", study, "main", plan)
+    stages_dir = study / "stages"
+    if stages_dir.is_dir():
+        names = [s.name for s in plan.stages if s.name != "main"]
+        for sdir in _visible(stages_dir):
+            if not sdir.is_dir() or sdir.name not in names:
+                out.append(f"stages/{sdir.name}: not a stage of the plan (have: {', '.join(names) or 'main only'})")
+                continue
+            out += _check_tree(sdir, study, sdir.name, plan)
+    return out
+
+
+def missing_runs(plan: Plan, present: set[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Planned main runs that are not in ``present`` (configuration, seed), in the plan's order."""
+    return [k for k in planned_runs(plan) if k not in present]
+
+
+def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[str]:
+    """Every evaluation of every run must hold the plan's evaluation sets, each with the same
+    problems (the plan's ``n_problems`` of them, when it names a number). One line per run: the
+    first evaluation that differs, and how.
+
+    ``evals``: the study's eval rows with ``configuration`` and ``seed`` columns.
+    """
+    if not len(evals):
+        return []
+    out: list[str] = []
+    planned = {s.name: s for s in plan.evaluation.sets}
+    runs = evals[["configuration", "seed"]].drop_duplicates()
+    extra = evals[~evals["eval_set"].isin(list(planned))]
+    for (c, s), g in extra.groupby(["configuration", "seed"], sort=True):
+        names = sorted(g["eval_set"].unique())
+        out.append(f"runs/{c}/seed-{s}: evaluation set(s) {', '.join(map(repr, names))} are not in the plan "
+                   f"(have: {', '.join(planned)})")
+    for name, spec in planned.items():
+        rows = evals[evals["eval_set"] == name]
+        have = rows[["configuration", "seed"]].drop_duplicates()
+        lacking = runs.merge(have, how="left", indicator=True)
+        for r in lacking[lacking["_merge"] == "left_only"].itertuples(index=False):
+            out.append(f"runs/{r.configuration}/seed-{r.seed}: never evaluated on the plan's set {name!r}")
+        if not len(rows):
+            continue
+        sets = rows.groupby(["configuration", "seed", "eval_index"], sort=True)["problem_id"].agg(
+            lambda p: frozenset(p.astype(str)))
+        counts = sets.value_counts()
+        reference = counts.index[0]
+        if spec.n_problems is not None:
+            sized = [x for x in counts.index if len(x) == spec.n_problems]
+            reference = sized[0] if sized else reference
+        seen: set[tuple[str, int]] = set()
+        for (c, s, e), problems in sets.items():
+            if problems == reference and (spec.n_problems is None or len(problems) == spec.n_problems):
+                continue
+            if (c, s) in seen:
+                continue
+            seen.add((c, s))
+            if spec.n_problems is not None and len(problems) != spec.n_problems:
+                how = f"has {len(problems)} problems, the plan names {spec.n_problems}"
+            else:
+                how = (f"differs from the other runs' {len(reference)} problems "
+                       f"({len(reference - problems)} missing, {len(problems - reference)} extra)")
+            out.append(f"runs/{c}/seed-{s}: evaluation {e} of set {name!r} {how}")
+    return out
+
+
+__all__ = ["planned_runs", "unexpected_runs", "missing_runs", "eval_problem_violations"]
