@@ -16,7 +16,7 @@ Completed runs are *sealed* into the same chain (entries of kind ``seal``, writt
 :mod:`prereg_kit.seal`): the hashes of a run's files, chained after the plan entries they ran
 under. Every entry's time is the clock's at the moment it is appended — no caller can choose it —
 and times never decrease along the chain. Appends take an OS lock beside the file
-(:data:`GUARD_SUFFIX`), so runs that finish at once, or an amendment during runs, never lose an
+(``.plan.lock.guard``), so runs that finish at once, or an amendment during runs, never lose an
 entry.
 
 The file itself is written in one canonical JSON form, so any hand edit, even of white space,
@@ -47,7 +47,7 @@ from .plan import PlanFile, load_plan, read_toml, resolve_plan_path
 FORMAT = "prereg-lock/1"
 PLAN_KINDS = ("lock", "amendment")
 KINDS = (*PLAN_KINDS, "seal")
-GUARD_SUFFIX = ".lock.guard"  # plan.lock.guard: the OS lock held while the chain is appended to
+GUARD_PREFIX = "."  # .plan.lock.guard beside plan.lock: the OS lock held while the chain is appended to
 GUARD_TIMEOUT_S = 60.0
 
 
@@ -192,7 +192,8 @@ def _write(lp: Path, entries: list[dict[str, Any]]) -> None:
 def chain_guard(plan_path: str | Path) -> Iterator[None]:
     """Hold the OS lock that serializes appends to ``plan.lock`` (runs sealing at once, an amendment
     during runs). Readers need no lock: the file is only ever replaced whole, atomically."""
-    guard = lock_path(plan_path).with_suffix(GUARD_SUFFIX)
+    lp = lock_path(plan_path)
+    guard = lp.with_name(f"{GUARD_PREFIX}{lp.name}.guard")
     try:
         with FileLock(guard, timeout=GUARD_TIMEOUT_S):
             yield
