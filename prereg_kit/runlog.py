@@ -640,7 +640,7 @@ def read_table(folder: str | Path, kind: str) -> tuple[pd.DataFrame | None, list
                 return df, problems
             problems.append(LogProblem(str(pp), None, "stale", "Parquet older than its JSON lines; JSON lines used"))
     if not jp.exists():
-        problems.append(LogProblem(str(jp), None, "missing", "file missing"))
+        problems.append(LogProblem(str(jp), None, "missing", f"no {kind} table: neither {kind}.parquet nor {kind}.jsonl is there"))
         return None, problems
     df, lines = _load_jsonl(jp, kind)
     if lines.torn is not None:

@@ -81,7 +81,10 @@ def _seal_fields(study_dir: Path, folder: Path, chain: Chain) -> dict[str, Any]:
     meta = read_meta(folder)
     if meta.status != "complete":
         raise PreregError(f"{folder}: run status is '{meta.status}': only a complete run is sealed")
-    bad = [p for p in read_run(folder).problems if p.kind != "status"]  # never seal what analysis cannot read
+    try:  # never seal what the analysis cannot read
+        bad = [p for p in read_run(folder).problems if p.kind != "status"]
+    except RunLogError as e:
+        bad = [e]
     if bad:
         raise PreregError(f"{folder}: not sealed: {bad[0]}")
     by_hash = {e["content_sha256"]: e["index"] for e in chain.plan_entries}
@@ -204,7 +207,15 @@ def check_seals(study_dir: str | Path, chain: Chain) -> SealCheck:
             meta = read_meta(folder)
         except RunLogError:
             continue  # reported by the audit as unreadable metadata
-        if meta.status == "complete":
+        if meta.status != "complete":
+            continue
+        try:  # an unsealed run is read, so that a log that cannot be sealed names its real cause
+            bad = [p for p in read_run(folder).problems if p.kind != "status"]
+        except RunLogError as e:
+            bad = [e]
+        if bad:
+            rep.violations.append(f"{key}: unreadable run log, so it cannot be sealed: {bad[0]}")
+        else:
             unsealed.append(key)
     if unsealed:
         names = ", ".join(unsealed[:8]) + (f" and {len(unsealed) - 8} more" if len(unsealed) > 8 else "")
