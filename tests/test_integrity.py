@@ -213,7 +213,7 @@ def test_seal_refuses_an_unreadable_or_incomplete_run(tmp_path):
 def test_many_runs_sealing_at_once_lose_no_entry(tmp_path):
     d = _study(tmp_path, seal=False)
     folders = sorted(str(p.parent) for p in (d / "runs").glob("*/seed-*/meta.json"))
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     with ctx.Pool(4) as pool:
         pool.starmap(seal_runs, [(str(d), [f]) for f in folders])
     chain = read_chain(d)
@@ -373,7 +373,7 @@ def test_a_second_writer_is_refused_and_loses_nothing(tmp_path):
 
 
 def test_the_lock_is_held_across_processes_and_released_on_exit(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     ready, release = ctx.Event(), ctx.Event()
     p = ctx.Process(target=_hold, args=(str(tmp_path / "run"), ready, release))
     p.start()
@@ -389,7 +389,7 @@ def test_the_lock_is_held_across_processes_and_released_on_exit(tmp_path):
 
 
 def test_a_killed_writer_leaves_a_stale_lock_that_is_reported(tmp_path):
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     ready, release = ctx.Event(), ctx.Event()
     p = ctx.Process(target=_hold, args=(str(tmp_path / "run"), ready, release))
     p.start()

@@ -162,3 +162,41 @@ def test_prereg_run_smoke_then_skips_completed_runs(tmp_path, cache):
     res = _cli("run", study, "--stage", "smoke")
     assert res.exit_code == 0 and "1 complete (skipped)" in res.output
     assert read_meta(folder).ended_at == meta.ended_at
+
+
+@pytest.mark.slow
+def test_two_prereg_run_processes_on_one_study(tmp_path, cache):
+    """The second `prereg run` on a run another process is training exits 1 naming the holder;
+    the first completes with every row, sealed, and the study verifies."""
+    study = _study(tmp_path, cache, tokens=4000)
+    lock_plan(study / "plan.toml")
+    folder = study / "runs" / "grpo" / "seed-0"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "prereg_kit", "run", str(study), "--configs", "grpo", "--seeds", "0"]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while not (folder / ".writer.json").exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)  # the trainer holds the run's one-writer lock from here on
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    # two launchers that both found the run free: the trainer's own lock stops the second one
+    trainer = subprocess.run([sys.executable, "-m", "trainer", str(folder / "spec.json")], env=env,
+                             capture_output=True, text=True, timeout=240)
+    out1, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out1
+    assert second.returncode == 1, second.stderr
+    assert "grpo seed 0: failed (another writer holds this run: pid" in second.stderr and "Traceback" not in second.stderr
+    assert trainer.returncode in (2, 3), trainer.stderr  # 3: it started after the first had finished
+    if trainer.returncode == 2:
+        assert trainer.stderr.startswith(f"error: {folder}: another writer holds this run (pid ")
+    run = read_run(folder, strict=True)
+    assert run.meta.status == "complete" and not run.problems
+    it, ev = run.iterations, run.evals  # every row, once: nothing of the first run was lost
+    assert it["iteration"].tolist() == list(range(len(it))) and it["tokens_total"].sum() >= 4000
+    per_eval = ev.groupby("eval_index").size()
+    assert per_eval.index.tolist() == list(range(len(per_eval))) and (per_eval == 6).all()
+    assert ev["tokens"].max() == it["tokens_total"].sum()
+    from prereg_kit.verify import verify_study
+
+    rep = verify_study(study)
+    assert rep.exit_code == 0, rep.violations
+    assert rep.seals.sealed["runs/grpo/seed-0"]["files"].keys() >= {"meta.json", "evals.parquet"}
