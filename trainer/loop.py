@@ -24,7 +24,7 @@ from trainer.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
 from trainer.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
                             set_determinism, synchronize, update_step)
 from trainer.reuse import reuse_update, steps_per_iteration, uses_reuse_update
-from trainer.rewards import Rewarder, make_rewarder, state_from_dict, state_to_dict
+from trainer.rewards import Rewarder, judge_meta, make_rewarder, state_from_dict, state_to_dict
 from trainer.select import Selector
 from trainer.verify import get_verifier
 from trainer.warmstart import prepare_assets
@@ -192,7 +192,8 @@ def setup(spec: RunSpec) -> Run:
                    election_sha256=election_sha256(spec.study_dir) if cfg.anchor == "elected" else "",  # audited
                    device=_device_name(policy.device), tool_version=spec.tool_version,
                    engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
-                   model_path=str(assets.model_path), train_pool=len(pool))
+                   model_path=str(assets.model_path), train_pool=len(pool),
+                   **judge_meta(spec))  # code runs: judge_isolation; refuses a weak judge
     folder = spec.run_dir
     extra: dict = {}
     if _has_meta(folder):
