@@ -11,9 +11,10 @@ What one test run is here (``docs/multi-reward.md`` lists what this machine enfo
   inside an OS sandbox where the machine grants one (isolation mode ``"bwrap"``): bubblewrap
   with new mount, PID, network, IPC, UTS and user namespaces, a read-only root holding only the
   interpreter (``/usr``, its prefix, stdlib and site-packages), a fresh ``/proc``, a minimal
-  ``/dev``, private size-capped tmpfs on ``/tmp`` and ``/dev/shm``, and the test's scratch folder
-  as the only writable bind; when the trainer runs as root, bubblewrap itself runs under an
-  unprivileged uid/gid (``SandboxLimits.drop_uid`` + slot) so RLIMIT_NPROC bites;
+  ``/dev``, and private size-capped tmpfs on ``/tmp``, ``/dev/shm`` and the scratch folder's
+  path (its cwd); no host folder is writable or needs to be reachable by the sandbox uid; when
+  the trainer runs as root, bubblewrap itself runs under an unprivileged uid/gid
+  (``SandboxLimits.drop_uid`` + slot) so RLIMIT_NPROC bites;
 * without bubblewrap (or user namespaces) the weaker modes of ``probe_isolation``: ``unshare -n
   -p -f`` (network and PID namespaces, the host filesystem visible under the dropped uid), a
   plain uid drop, or nothing but rlimits. ``Isolation.os_sandbox`` says which; the trainer
@@ -28,8 +29,9 @@ What one test run is here (``docs/multi-reward.md`` lists what this machine enfo
   outside it, create a socket, start a process (fork, exec, spawn, system, subprocess), send a
   signal, walk the heap (gc.get_objects/referrers), or import ctypes/_posixsubprocess/
   multiprocessing/socket, and only then runs the program as ``__main__``;
-* cwd = a fresh scratch folder, removed afterwards; stdin/stdout/stderr are files (RLIMIT_FSIZE
-  caps the output, so a program printing forever fails with EFBIG, not the trainer's memory);
+* cwd = a fresh scratch folder (bwrap: a tmpfs at its path), removed afterwards; stdin/stdout/
+  stderr are files (RLIMIT_FSIZE caps the output, so a program printing forever fails with
+  EFBIG, not the trainer's memory);
 * its own session (``start_new_session``): at the end, timeout or not, the namespace init and
   then the whole process group are SIGKILLed before the leader is reaped;
 * CPU time from the child's rusage (``os.wait4``, user + system, the whole tree); T is, by
