@@ -23,7 +23,7 @@ from trainer.codetask import (
 )
 from trainer.config import ConfigError, RunSpec, parse_config
 from trainer.data import DataError, Problem, find_near_duplicates, load_problems
-from trainer.sandbox import ProgramTest, Sandbox, SandboxLimits
+from trainer.sandbox import ProgramTest, Sandbox, SandboxLimits, probe_isolation
 from trainer.synthetic import TaskError
 from trainer.verify import get_verifier
 
@@ -251,6 +251,9 @@ def test_short_code_run_logs_channels_and_survives_a_hostile_program(tmp_path_fa
     run = read_run(jobs[0].spec.run_dir, strict=True)
     it, ev = run.iterations, run.evals
     assert not run.problems and run.meta.status == "complete" and 2 <= len(it) <= 3
+    # the judge's isolation is recorded (a smoke run may go on with weak isolation)
+    lim = SandboxLimits()
+    assert run.meta.model_extra["judge_isolation"] == probe_isolation(lim.python, lim.drop_uid, lim.network, lim.bwrap).mode
     for col in ("channel/program_correct", "channel/program_fast", "shaped_reward", "program/seconds",
                 "program/timeout_rate"):
         assert col in it.columns and it[col].notna().all(), col

@@ -60,6 +60,8 @@ class SandboxSettings(_Strict):
     stop_on_failure: bool = False  # stop a program's small/mid tests at its first failure
     network: Literal["auto", "require", "off"] = "auto"  # "require": refuse to run without a network namespace
     cpu_basis: Literal["program", "process"] = "program"  # T without / with the interpreter's start-up
+    # main/calibration code rewards without an OS sandbox (bubblewrap) are refused unless true
+    allow_weak_isolation: bool = Field(False, strict=True)
 
 
 class TrainerConfig(_Strict):

@@ -124,13 +124,18 @@ def _state(folder: Path, plan_hash: str) -> str:
 
 def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
     """Build each distinct configuration's assets (task files, warm start) once, in this process."""
+    from trainer.rewards import judge_meta  # noqa: PLC0415
     from trainer.warmstart import prepare_assets  # noqa: PLC0415 — torch only when running
 
     seen = set()
+    judged = set()
     for j in jobs:
         if j.state in ("complete", "busy"):
             continue
         cfg = j.spec.config
+        if cfg.task == "code" and (cfg.sandbox, cfg.train_file) not in judged:  # refuse a weak judge before any run
+            judged.add((cfg.sandbox, cfg.train_file))
+            judge_meta(j.spec, where=f"{j.configuration}: ")
         n_eval = max([s.n_problems or 64 for s in j.spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
         key = cfg.model_dump_json(include={"task", "train_file", "task_levels", "task_train_problems", "task_seed",
                                            "model", "tiny", "warm_start"}) + str(n_eval)

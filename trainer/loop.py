@@ -30,7 +30,7 @@ from trainer.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
 from trainer.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
                             set_determinism, synchronize, update_step)
 from trainer.reuse import reuse_update, steps_per_iteration, uses_reuse_update
-from trainer.rewards import Rewarder, make_rewarder, state_from_dict, state_to_dict
+from trainer.rewards import Rewarder, judge_meta, make_rewarder, state_from_dict, state_to_dict
 from trainer.select import Selector
 from trainer.verify import get_verifier
 from trainer.warmstart import prepare_assets
@@ -229,7 +229,8 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
                    device=_device_name(policy.device), tool_version=spec.tool_version,
                    engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
                    model_path=str(assets.model_path), train_pool=len(pool),
-                   code_sha256=code_sha256([Path(prereg_kit.__file__).parent, Path(trainer.__file__).parent]))
+                   code_sha256=code_sha256([Path(prereg_kit.__file__).parent, Path(trainer.__file__).parent]),
+                   **judge_meta(spec))  # code runs: judge_isolation; refuses a weak judge
     folder = spec.run_dir
     extra: dict = {}
     if _has_meta(folder):
