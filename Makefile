@@ -8,7 +8,7 @@ DEMO_DIR ?= build/demo
 ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
 
-.PHONY: install demo test figures cpu-studies clean
+.PHONY: install demo test test-slow figures cpu-studies clean
 
 .make-installed: pyproject.toml
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
@@ -29,8 +29,12 @@ demo: .make-installed
 	$(PREREG) analyze $(DEMO_DIR)
 	@echo "report: $(DEMO_DIR)/report/report.md"
 
+# The default suite (a few minutes on 2 cores); `make test-slow` runs the longer training tests.
 test: .make-installed
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -m "not slow"
+
+test-slow: .make-installed
+	$(PYTHON) -m pytest -m slow
 
 # Every table and figure into figures/out/ (index: figures/out/INDEX.md). The CPU studies' run
 # logs are committed in registry/cpu-*/, so no training happens unless they were removed.
