@@ -324,10 +324,6 @@ def _load_certs(trusted) -> list:
     return certs
 
 
-def _cert_hash(cert_der: bytes, algo: str) -> bytes:
-    return hashlib.new(algo, cert_der).digest()
-
-
 def _signer(signed_data, what: str):
     """The signerInfo and the embedded certificate (asn1crypto) it names."""
     infos = signed_data["signer_infos"]
@@ -335,7 +331,7 @@ def _signer(signed_data, what: str):
         raise TimestampError(f"{what} has {len(infos)} signers, not one")
     si = infos[0]
     sid = si["sid"]
-    # unsigned fields, held to RFC 5652 so that no byte of a receipt can change unnoticed
+    # unsigned fields, held to RFC 5652 so that a changed byte there is noticed too
     if signed_data["version"].native != "v3":
         raise TimestampError(f"{what} is malformed: SignedData {signed_data['version'].native}, not v3")
     want = "v1" if sid.name == "issuer_and_serial_number" else "v3"
@@ -390,7 +386,7 @@ def _check_signature(si, cert, econtent: bytes, what: str) -> None:
         raise TimestampError(f"{what} does not name its signing certificate (ESS attribute missing)")
     first = ess[0][0]["certs"][0]
     algo = first["hash_algorithm"]["algorithm"].native if "hash_algorithm" in first else "sha1"
-    if algo not in _SIGNING_DIGESTS | {"sha1"} or first["cert_hash"].native != _cert_hash(cert_der, algo):
+    if algo not in _SIGNING_DIGESTS | {"sha1"} or first["cert_hash"].native != hashlib.new(algo, cert_der).digest():
         raise TimestampError(f"{what}: its embedded certificate is not the one it was signed with")
 
     sig = si["signature"].native
@@ -439,8 +435,9 @@ def _check_tsa_cert(cert, gen_time: datetime, what: str) -> None:
 def _check_embedded_chain(signer, signed_data, what: str) -> None:
     """Every embedded certificate is on the signer's chain and signed by the next one up.
 
-    Only the signer's certificate is bound by the signature (ESS); this makes the others
-    tamper-evident too, so that no byte of a receipt changes unnoticed.
+    Only the signer's certificate is bound by the token's signature (ESS); this makes the others
+    tamper-evident as far as offline checking can: the top one, when its issuer is not embedded,
+    is checked only against ``trusted`` roots (and is relied on for nothing otherwise).
     """
     from cryptography.exceptions import InvalidSignature
     from cryptography.x509 import load_der_x509_certificate

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from tsa import LocalTSA, make_tsa_cert, resign, tsa, tsa_factory  # noqa: F401 (fixtures)
+from tsa import LocalTSA, make_tsa_cert, resign
 
 from prereg_kit.errors import PreregError
 from prereg_kit.lock import amend_plan, entry_hash, lock_plan, read_chain, serialize
@@ -86,8 +86,7 @@ def test_openssl_verifies_the_receipt_independently(tsa, tmp_path):
     """The imprint is the entry hash itself: `openssl ts -verify -digest <hex>` agrees."""
     f = tmp_path / (DIGEST.hex() + ".tsr")
     f.write_bytes(request_timestamp(DIGEST, tsa.url))
-    cmd = ["openssl", "ts", "-verify", "-in", str(f), "-CAfile", str(tsa.ca_pem_path),
-           "-untrusted", str(tsa.tsa_pem_path)]
+    cmd = ["openssl", "ts", "-verify", "-in", str(f), "-CAfile", str(tsa.ca_pem_path)]
     assert subprocess.run([*cmd, "-digest", DIGEST.hex()], capture_output=True).returncode == 0
     assert subprocess.run([*cmd, "-digest", OTHER.hex()], capture_output=True).returncode != 0
 
@@ -212,6 +211,24 @@ def test_certificate_not_valid_at_stamped_time_fails(tsa):
     assert "the TSA certificate was not valid at the stamped time" in _one_line(e)
 
 
+def test_expired_tsa_certificate_still_proves_what_it_stamped_while_valid(tsa):
+    """The chain is checked at the stamped time: a receipt outlives its TSA certificate."""
+    from asn1crypto import tsp
+
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    cert = make_tsa_cert(tsa.ca_key, tsa.ca_cert, tsa.key, "Test TSA", not_before=now - timedelta(hours=20),
+                         not_after=now - timedelta(hours=1))
+    receipt = request_timestamp(DIGEST, tsa.url)
+    tst = tsp.TimeStampResp.load(receipt)["time_stamp_token"]["content"]["encap_content_info"]["content"].parsed
+    fields = ("version", "policy", "message_imprint", "serial_number", "accuracy", "ordering", "nonce", "tsa")
+    then = tsp.TSTInfo({**{k: tst[k] for k in fields}, "gen_time": now - timedelta(hours=12)}).dump()
+    info = verify_receipt(resign(receipt, tsa.key, cert, econtent=then), DIGEST, trusted=tsa.ca_pem_path)
+    assert info.chain_checked and info.gen_time == now - timedelta(hours=12)
+    with pytest.raises(TimestampError) as e:  # the same certificate on a stamp made after it expired
+        verify_receipt(resign(receipt, tsa.key, cert), DIGEST, trusted=tsa.ca_pem_path)
+    assert "the TSA certificate was not valid at the stamped time" in _one_line(e)
+
+
 def test_swapped_certificate_fails_the_ess_binding(tsa):
     """Same key, another certificate than the one the signature names (ESS signing-certificate)."""
     other_cert = make_tsa_cert(tsa.ca_key, tsa.ca_cert, tsa.key, "Test TSA")
@@ -280,6 +297,7 @@ def test_embedded_ca_certificate_is_checked_where_it_can_be(tsa_factory):
     ("reject", "refused the request: rejection (Message digest algorithm is not supported; failure: bad_alg)"),
     ("http_error", "answered HTTP 500"),
     ("garbage", "is not an RFC 3161 timestamp response"),
+    ("huge", "answered more than 1048576 bytes"),
 ])
 def test_misbehaving_tsa_is_refused(tsa_factory, mode, reason):
     t = tsa_factory("Bad TSA", mode=mode)

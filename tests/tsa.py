@@ -4,10 +4,11 @@ Certificates are made with ``cryptography`` (EC P-256, the TSA certificate with 
 timeStamping extended key usage); each query is answered by ``openssl ts -reply``, an independent
 implementation, so the client and verifier are tested against a real TSA and not against themselves.
 
-Use the fixtures from any test file by importing them (``from tsa import tsa, tsa_factory``):
+``conftest.py`` registers the fixtures for every test file:
 
-- ``tsa``: a running :class:`LocalTSA` (``.url``, ``.ca_pem_path``, ``.tsa_pem_path``);
-- ``tsa_factory(name, **kw)``: start another, different TSA (its own CA and key).
+- ``tsa``: a running :class:`LocalTSA` (``.url``, ``.ca_pem_path``, ``.tsa_pem_path``, ``.subject``);
+- ``tsa_factory(name, **kw)``: start another, different TSA (its own CA and key), or a misbehaving
+  one (``mode=...``), one that embeds its CA (``embed_chain=True``) or signs with RSA.
 
 Every server listens on loopback only and is shut down at fixture teardown.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-MODES = ("ok", "wrong_imprint", "wrong_nonce", "reject", "http_error", "garbage")
+MODES = ("ok", "wrong_imprint", "wrong_nonce", "reject", "http_error", "garbage", "huge")
 
 
 def _name(cn: str):
@@ -44,7 +45,8 @@ def _key_usage(*, sign: bool, ca: bool):
 
 
 def make_tsa_cert(ca_key, ca_cert, tsa_key, cn: str, *, eku: bool = True, eku_critical: bool = True,
-                  days: int = 30, not_before: dt.datetime | None = None):
+                  days: int = 30, not_before: dt.datetime | None = None,
+                  not_after: dt.datetime | None = None):
     """A TSA certificate for ``tsa_key`` issued by the CA (timeStamping EKU unless told otherwise)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
@@ -53,7 +55,7 @@ def make_tsa_cert(ca_key, ca_cert, tsa_key, cn: str, *, eku: bool = True, eku_cr
     start = not_before or dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
     b = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
          .public_key(tsa_key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(start).not_valid_after(start + dt.timedelta(days=days))
+         .not_valid_before(start).not_valid_after(not_after or start + dt.timedelta(days=days))
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
          .add_extension(_key_usage(sign=True, ca=False), critical=True)
          .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False))
@@ -107,7 +109,7 @@ class LocalTSA:
 
     ``mode`` makes it misbehave: ``wrong_imprint`` / ``wrong_nonce`` sign an altered query,
     ``reject`` answers a rejection (no sha256 support), ``http_error`` answers HTTP 500,
-    ``garbage`` answers 200 with bytes that are no response. ``embed_chain`` adds the CA
+    ``garbage`` answers 200 with bytes that are no response, ``huge`` with 2 MiB. ``embed_chain`` adds the CA
     certificate to every token; ``key_type`` "rsa" signs with RSA PKCS#1 v1.5 instead of ECDSA.
     ``queries`` keeps the DER queries received.
     """
@@ -184,7 +186,8 @@ class LocalTSA:
                 if tsa.mode == "http_error" or self.headers.get("Content-Type") != "application/timestamp-query":
                     self.send_error(500, "TSA failure")
                     return
-                out = b"this is no timestamp response" if tsa.mode == "garbage" else tsa.reply(body)
+                out = {"garbage": b"this is no timestamp response",
+                       "huge": bytes(2 << 20)}.get(tsa.mode) or tsa.reply(body)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/timestamp-reply")
                 self.send_header("Content-Length", str(len(out)))
