@@ -1,4 +1,4 @@
-"""The core package imports without torch (DESIGN: heavy dependencies are optional extras)."""
+"""The core package imports without torch or the timestamp extra (DESIGN: heavy dependencies are optional extras)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 CORE = ["prereg_kit", "prereg_kit.plan", "prereg_kit.lock", "prereg_kit.verify", "prereg_kit.audit",
         "prereg_kit.runlog", "prereg_kit.readings", "prereg_kit.stats", "prereg_kit.analyze", "prereg_kit.report",
-        "prereg_kit.dryrun", "prereg_kit.synth", "prereg_kit.cli"]
+        "prereg_kit.dryrun", "prereg_kit.synth", "prereg_kit.cli", "prereg_kit.timestamp"]
 
 
 def test_core_imports_without_torch():
@@ -15,7 +15,8 @@ def test_core_imports_without_torch():
         "import sys\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('torch', 'transformers', 'vllm'):\n"
+        "        if name.split('.')[0] in ('torch', 'transformers', 'vllm',\n"
+        "                                   'rfc3161_client', 'asn1crypto', 'cryptography'):\n"
         "            raise ImportError(f'{name} is blocked in this test')\n"
         "sys.meta_path.insert(0, Block())\n"
         f"for m in {CORE!r}:\n"
