@@ -159,8 +159,8 @@ def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
     raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
 
 
-def _check_verified(study_dir: Path, exploratory: bool) -> tuple[list[str], dict, list[str]]:
-    rep = verify_study(study_dir)
+def _check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[list[str], dict, list[str]]:
+    rep = verify_study(study_dir, tsa_ca=tsa_ca)
     lines = list(rep.info) + [f"warning: {w}" for w in rep.warnings]
     notes = []
     bad = rep.violations + rep.problems
@@ -182,11 +182,12 @@ def _check_verified(study_dir: Path, exploratory: bool) -> tuple[list[str], dict
 
 
 def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resamples: int | None = None,
-                  progress: bool | None = None) -> Analysis:
-    """Analyze ``study_dir`` (its ``plan.toml``, ``plan.lock`` and ``runs/``) as its plan says."""
+                  progress: bool | None = None, tsa_ca: str | Path | None = None) -> Analysis:
+    """Analyze ``study_dir`` (its ``plan.toml``, ``plan.lock`` and ``runs/``) as its plan says.
+    ``tsa_ca``: the TSA root to check the study's timestamp receipts against (``prereg verify``)."""
     plan_path = resolve_plan_path(study_dir)
     study_dir = plan_path.parent
-    lock_lines, lock_summary, notes = _check_verified(study_dir, exploratory)
+    lock_lines, lock_summary, notes = _check_verified(study_dir, exploratory, tsa_ca)
     pf = load_plan(plan_path)
     plan = pf.plan
     st = load_study(study_dir, progress=progress)

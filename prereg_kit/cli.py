@@ -80,9 +80,33 @@ def new(study_dir: Annotated[Path, typer.Argument(help="Folder for the new study
     out.print(f"wrote {target}: edit it, then `prereg lock {target}`")
 
 
+TimestampOpt = Annotated[str | None, typer.Option(
+    "--timestamp", metavar="URL",
+    help="Also get an RFC 3161 timestamp of the chain's head from this time-stamping authority (kept in timestamps/).")]
+TsaCaOpt = Annotated[Path | None, typer.Option(
+    "--tsa-ca", help="The TSA's root certificate (PEM/DER): receipts must verify against it.")]
+
+
+def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
+    """Timestamp the lock chain's head into STUDY/timestamps/ (no-op when ``url`` is None)."""
+    if url is None:
+        return
+    from .lock import read_chain
+    from .plan import resolve_plan_path
+    from .timestamp import stamp_entry, verify_receipt, digest_of
+
+    plan_path = resolve_plan_path(plan)
+    head = read_chain(plan_path).head
+    path = stamp_entry(plan_path.parent, head, url, trusted=tsa_ca)
+    info = verify_receipt(path.read_bytes(), digest_of(head["hash"]), trusted=tsa_ca)
+    out.print(f"  timestamp: entry {head['index']} ({head['kind']}) existed by {info.gen_time.isoformat()} per {info.tsa}"
+              f" → {path}" + ("" if info.chain_checked else " (TSA not checked against a root: give --tsa-ca)"))
+
+
 @app.command()
 @handles_errors
-def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")]) -> None:
+def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
+         timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Validate and lock a plan: write plan.lock beside it (a no-op if already locked unchanged)."""
     from .lock import lock_plan
 
@@ -90,6 +114,7 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
     e = res.entry
     if res.status == "unchanged":
         out.print(f"{res.path}: already locked at {e['time']}, plan unchanged: nothing to do")
+        _stamp_head(plan, timestamp, tsa_ca)
         return
     git = e["git"]
     if git is None:
@@ -99,12 +124,14 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
         where = f"git {git['commit'][:12] if git['commit'] else '(no commit yet)'}, plan {state}"
     out.print(f"locked {plan} at {e['time']} → {res.path}")
     out.print(f"  content {e['content_sha256'][:23]}…  raw {e['raw_sha256'][:23]}…  ({where})")
+    _stamp_head(plan, timestamp, tsa_ca)
 
 
 @app.command()
 @handles_errors
 def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
-          reason: Annotated[str, typer.Option("--reason", "-r", help="Why the plan changed (required).")] = "") -> None:
+          reason: Annotated[str, typer.Option("--reason", "-r", help="Why the plan changed (required).")] = "",
+          timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Record a dated, reasoned amendment of a locked plan (chained by hash)."""
     from .diff import describe
     from .lock import amend_plan
@@ -116,18 +143,34 @@ def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study fold
         out.print("  comments or layout only; meaning unchanged")
     for c in e["changes"]:
         out.print(f"  {describe(c)}", soft_wrap=True)
+    _stamp_head(plan, timestamp, tsa_ca)
+
+
+@app.command("timestamp")
+@handles_errors
+def timestamp_cmd(study_dir: Annotated[Path, typer.Argument(help="Study folder or its plan.toml.")],
+                  tsa: Annotated[str, typer.Option("--tsa", metavar="URL", help="The time-stamping authority (RFC 3161 over HTTP).")],
+                  tsa_ca: TsaCaOpt = None) -> None:
+    """Timestamp the lock chain's head now, e.g. after the runs are sealed.
+
+    The receipt proves that every entry up to the head existed by the TSA's time. It is kept in
+    STUDY_DIR/timestamps/ and `prereg verify` checks it offline.
+    """
+    _stamp_head(study_dir, tsa, tsa_ca)
 
 
 @app.command()
 @handles_errors
-def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")]) -> None:
-    """Check the lock chain, the plan against its last entry, and the timing of main runs.
+def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
+           tsa_ca: TsaCaOpt = None) -> None:
+    """Check the lock chain, the plan, its git anchors and timestamps, the seals, the run timing and the design.
 
+    Every run folder must be one the plan names and every sealed file as it was sealed.
     Exit 0 clean, 1 violations, 2 unusable input.
     """
     from .verify import verify_study
 
-    rep = verify_study(path)
+    rep = verify_study(path, tsa_ca=tsa_ca)
     for line in rep.info:
         out.print(f"  {line}", soft_wrap=True)
     for line in rep.warnings:
@@ -172,7 +215,8 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
             exploratory: Annotated[bool, typer.Option(
                 "--exploratory", help="Analyze despite failed preregistration checks; label every result exploratory.")] = False,
             resamples: Annotated[int, typer.Option(help="Bootstrap resamples (default: the plan's).")] = 0,
-            out: Annotated[Path, typer.Option(help="Report folder (default STUDY_DIR/report).")] = None) -> None:
+            out: Annotated[Path, typer.Option(help="Report folder (default STUDY_DIR/report).")] = None,
+            tsa_ca: TsaCaOpt = None) -> None:
     """Verify the lock, read the run logs, compute every contrast at matched compute, write the report.
 
     Exit 1 if the preregistration checks fail (plan changed, runs before the lock); 2 for
@@ -181,7 +225,7 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     from .analyze import analyze_study
     from .report import write_report
 
-    a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None)
+    a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None, tsa_ca=tsa_ca)
     target = out or Path(study_dir) / "report"
     files = write_report(a, target)
     _print_contrasts(a)

@@ -35,7 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Union
 
@@ -650,3 +650,95 @@ def check_receipts(entries: list[dict], receipts: dict[str, bytes], *,
                 if best is None or (c.info.gen_time, c.entry) < (best.info.gen_time, best.entry):
                     report.proven[i] = c
     return report
+
+
+# ---------------------------------------------------------------------------------------------
+# a study's receipts: <study>/timestamps/<64 hex>.tsr, checked by `prereg verify`
+
+TIMESTAMPS_DIR = "timestamps"
+CLOCK_SKEW = timedelta(minutes=5)  # an entry may read up to this much later than its TSA time
+LATE_PROOF = timedelta(days=1)  # a lock first stamped later than this proves only the later time
+
+
+def stamp_entry(study_dir: str | Path, entry: dict, url: str, *, trusted: CertSource | None = None,
+                timeout: float = 30) -> Path:
+    """Obtain a receipt for ``entry`` (usually the chain's head) from the TSA at ``url`` and keep it
+    in ``<study>/timestamps/``; with ``trusted`` (the TSA's CA certificate, a file), the receipt must
+    verify against it, and a copy of the certificate is kept beside the receipts for offline checks."""
+    folder = Path(study_dir) / TIMESTAMPS_DIR
+    receipt = request_timestamp(digest_of(entry["hash"]), url, timeout=timeout, trusted=trusted)
+    folder.mkdir(exist_ok=True)
+    if trusted is not None:
+        data = Path(trusted).read_bytes()
+        (folder / f"tsa-ca-{hashlib.sha256(data).hexdigest()[:12]}.pem").write_bytes(data)
+    target = folder / receipt_name(entry["hash"])
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(receipt)
+    tmp.replace(target)
+    return target
+
+
+@dataclass
+class StudyTimestamps:
+    """``prereg verify``'s reading of a study's receipts (empty lists when it has none)."""
+
+    violations: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
+    report: ReceiptReport | None = None
+
+
+def check_study_timestamps(study_dir: str | Path, entries: list[dict], *,
+                           trusted: CertSource | Iterable[CertSource] | None = None) -> StudyTimestamps:
+    """Check every receipt in ``<study>/timestamps/`` against the chain ``entries``.
+
+    A receipt that fails (forged, misnamed, untrusted) or stamps no entry of the chain (the chain was
+    rewritten after it was stamped) is a violation. An entry whose recorded time is later than its
+    TSA time by more than :data:`CLOCK_SKEW` is a warning (its machine's clock ran ahead), and so
+    is a lock first stamped more than :data:`LATE_PROOF` after its recorded time: only the TSA's
+    time is proven. ``trusted``: the TSA roots to check against; by default the ``*.pem`` files kept
+    in the folder (kept by the author, so a reader should compare their fingerprints with the TSA's
+    published root).
+    """
+    out = StudyTimestamps()
+    folder = Path(study_dir) / TIMESTAMPS_DIR
+    receipts = {p.name: p.read_bytes() for p in sorted(folder.glob(f"*{RECEIPT_SUFFIX}"))} if folder.is_dir() else {}
+    if not receipts:
+        return out
+    kept = sorted(folder.glob("*.pem"))
+    roots = trusted if trusted is not None else (kept or None)
+    try:
+        rep = check_receipts(entries, receipts, trusted=roots)
+    except TimestampError as e:  # the extra is missing, or a trusted certificate is unreadable
+        out.problems.append(f"{folder}: {e}")
+        return out
+    out.report = rep
+    out.violations.extend(f"{TIMESTAMPS_DIR}/{c.problem}" for c in rep.checks if c.problem)  # each names its receipt
+    source = ("the given certificates" if trusted is not None else
+              f"{', '.join(p.name for p in kept)} kept in {TIMESTAMPS_DIR}/" if kept else "nothing: self-consistent only")
+    head = len(entries) - 1
+    proof = rep.proven.get(head)
+    stamped = {c.entry for c in rep.checks if c.problem is None and c.entry is not None}
+    out.info.append(f"{len(receipts)} timestamp receipt(s); TSA roots: {source}; "
+                    + (f"the head (entry {head}) existed by {_iso(proof.info.gen_time)} per {proof.info.tsa}"
+                       if proof else f"latest proven entry {max(stamped)} of {head}" if stamped else "no entry proven"))
+    for i, e in enumerate(entries):
+        c = rep.proven.get(i)
+        if c is None or c.entry != i:
+            continue
+        claimed = datetime.fromisoformat(str(e["time"]).replace("Z", "+00:00"))
+        if claimed - c.info.gen_time > CLOCK_SKEW:
+            out.warnings.append(f"entry {i} is dated {e['time']}, after its TSA time {_iso(c.info.gen_time)}: "
+                                "the clock of the machine that wrote it ran ahead")
+    first = rep.proven.get(0)
+    if first is not None:
+        claimed = datetime.fromisoformat(str(entries[0]["time"]).replace("Z", "+00:00"))
+        if first.info.gen_time - claimed > LATE_PROOF:
+            out.warnings.append(f"the lock (entry 0) is dated {entries[0]['time']} but was first timestamped "
+                                f"{_iso(first.info.gen_time)}: only the later time is proven")
+    return out
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")

@@ -26,6 +26,7 @@ from .lock import Chain, check_git_anchors, check_plan, read_chain
 from .plan import load_plan, resolve_plan_path, validate_plan
 from .runlog import ELECTION_FILE, election_sha256
 from .seal import SealCheck, check_seals
+from .timestamp import StudyTimestamps, check_study_timestamps
 
 
 @dataclass
@@ -38,14 +39,17 @@ class VerifyReport:
     info: list[str] = field(default_factory=list)
     audit: AuditReport | None = None
     seals: SealCheck | None = None
+    timestamps: StudyTimestamps | None = None
 
     @property
     def exit_code(self) -> int:
         return 2 if self.problems else 1 if self.violations else 0
 
 
-def verify_study(path: str | Path) -> VerifyReport:
-    """Check ``PLAN`` or ``STUDY_DIR``: chain intact, plan unchanged in meaning, runs after the lock."""
+def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None) -> VerifyReport:
+    """Check ``PLAN`` or ``STUDY_DIR``: chain intact, plan unchanged in meaning, anchors, seals, runs
+    after the lock, no unplanned runs. ``tsa_ca``: the TSA root certificate to check the study's
+    timestamp receipts against (default: the certificates kept with them)."""
     plan_path = resolve_plan_path(path)
     report = VerifyReport(plan_path)
     try:
@@ -76,6 +80,12 @@ def verify_study(path: str | Path) -> VerifyReport:
     report.violations.extend(git_bad)
     report.warnings.extend(git_warn)
     study = plan_path.parent
+    ts = check_study_timestamps(study, chain.entries, trusted=tsa_ca)
+    report.timestamps = ts
+    report.violations.extend(ts.violations)
+    report.problems.extend(ts.problems)
+    report.warnings.extend(ts.warnings)
+    report.info.extend(ts.info)
     seals = check_seals(study, chain)
     report.seals = seals
     report.violations.extend(seals.violations)

@@ -489,3 +489,72 @@ def test_seals_follow_the_lock_in_time_and_a_clock_behind_the_chain_seals_nothin
     chain = read_chain(d)
     times = [parse_time(e["time"]) for e in chain.entries]
     assert times == sorted(times) and [e["kind"] for e in chain.entries] == ["lock"] + ["seal"] * 8
+
+
+# ------------------------------------------------------------------ external timestamps
+
+
+def test_lock_and_seal_timestamps_verify_offline(tmp_path, tsa):
+    d = tmp_path / "study"
+    d.mkdir()
+    (d / "plan.toml").write_text(PLAN)
+    res = CliRunner().invoke(app, ["lock", str(d), "--timestamp", tsa.url, "--tsa-ca", str(tsa.ca_pem_path)])
+    assert res.exit_code == 0, res.output
+    assert "timestamp: entry 0 (lock) existed by" in res.output and tsa.subject in res.output
+    _write_runs(d)
+    seal_runs(d)
+    res = CliRunner().invoke(app, ["timestamp", str(d), "--tsa", tsa.url, "--tsa-ca", str(tsa.ca_pem_path)])
+    assert res.exit_code == 0 and "entry 8 (seal)" in res.output
+    assert len(list((d / "timestamps").glob("*.tsr"))) == 2 and len(list((d / "timestamps").glob("*.pem"))) == 1
+    rep = verify_study(d)
+    assert rep.exit_code == 0, rep.violations
+    assert any("2 timestamp receipt(s)" in line and "the head (entry 8) existed by" in line for line in rep.info)
+    assert rep.timestamps.report.proven[0].info.chain_checked
+
+
+def test_a_chain_rewritten_after_its_timestamp_is_caught(tmp_path, tsa):
+    """The determined author: edit a run, then rewrite the whole chain consistently — every seal,
+    every hash — so that the file alone is a valid chain. The receipt on the old head remains."""
+    d = _study(tmp_path)
+    CliRunner().invoke(app, ["timestamp", str(d), "--tsa", tsa.url])
+    assert verify_study(d).exit_code == 0
+    _rewrite_parquet(d / "runs" / "trt" / "seed-0" / "evals.parquet", lambda df: df.assign(correct=df["samples"]))
+    from prereg_kit.seal import run_files
+
+    doc = json.loads((d / "plan.lock").read_text())
+    prev = None
+    for e in doc["entries"]:
+        if e["kind"] == "seal":
+            e["files"] = run_files(d / e["run"])
+        e["prev"] = prev
+        e["hash"] = entry_hash(e)
+        prev = e["hash"]
+    (d / "plan.lock").write_text(serialize(doc))
+    read_chain(d)  # a valid chain
+    v = verify_study(d).violations
+    assert v[0].startswith("timestamps/") and "which is no entry of the chain: the chain was rewritten after it was stamped" in v[0]
+    lines = _refusal(d)
+    assert "the chain was rewritten after it was stamped" in lines[0]
+
+
+def test_a_receipt_from_another_tsa_is_untrusted_and_a_late_stamp_proves_only_its_time(tmp_path, tsa, tsa_factory):
+    d = tmp_path / "study"
+    d.mkdir()
+    (d / "plan.toml").write_text(PLAN)
+    lock_at(d, utc_now() - timedelta(days=30))  # locked a month ago, stamped only now
+    other = tsa_factory("Another TSA")
+    res = CliRunner().invoke(app, ["timestamp", str(d), "--tsa", other.url])
+    assert res.exit_code == 0, res.output
+    rep = verify_study(d)
+    assert rep.exit_code == 0
+    assert any("was first timestamped" in w and "only the later time is proven" in w for w in rep.warnings)
+    rep = verify_study(d, tsa_ca=tsa.ca_pem_path)  # the reader trusts only the first TSA
+    assert rep.exit_code == 1 and "untrusted" in rep.violations[0]
+    res = CliRunner().invoke(app, ["verify", str(d), "--tsa-ca", str(tsa.ca_pem_path)])
+    assert res.exit_code == 1 and "untrusted" in res.output
+
+
+def test_an_unreachable_tsa_is_one_line_and_locks_anyway(study):
+    res = CliRunner().invoke(app, ["lock", str(study), "--timestamp", "http://127.0.0.1:9/tsr"])
+    assert res.exit_code == 2 and "127.0.0.1:9" in res.output and "Traceback" not in res.output
+    assert read_chain(study).entries[0]["kind"] == "lock" and not (study / "timestamps").exists()
