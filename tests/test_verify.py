@@ -128,6 +128,11 @@ CASES = [
     (f"{B}{{x = 5 \\text{{ or }} x = 7}}", "7", False, False),
     (f"{B}{{1 < x < 5}}", "5", False, False),
     (f"{B}{{3 \\pm 2}}", "2", False, False),
+    (f"{B}{{5 \\\\ 7}}", "7", False, False),  # a LaTeX line break
+    (f"{B}{{5 \\& 7}}", "7", False, False),
+    (f"{B}{{\\mathbf{{5}} \\text{{ and }} \\mathbf{{7}}}}", "7", False, False),
+    (f"{B}{{5\u00a07}}", "57", False, False),  # a no-break space is a space
+    (f"{B}{{5{{}}7}}", "57", True, True),  # an empty group joins nothing: shown and read as 57
     # one expression: still its last number
     (f"{B}{{2 + 3 = 5}}", "5", True, True),
     (f"{B}{{f(2) = 7}}", "7", True, True),
@@ -275,6 +280,7 @@ def test_a_list_is_never_a_number() -> None:
         ("5 7", "5 7"), ("5\\;7", "5 7"), ("5 \n\t 7", "5 7"), ("(1, 2)", "(1,2)"), ("1, 234", "1, 234"),
         ("1, 2345", "1,2345"), ("5. 7", "5. 7"), ("5 .5", "5 .5"), (" x = - 3 ", "x=-3"),
         ("4\u200b2", "42"), ("\u2013\u20603", "-3"), ("\u202e24\u202c", "24"),
+        ("5 \\\\ 7", "5\\\\7"), ("5{}7", "57"), ("5\u00a07", "5 7"),
     ],
 )
 def test_normalize_answer_new_rules(raw: str, norm: str) -> None:

@@ -251,6 +251,7 @@ _DROP_LITERAL = ("\\$", "$", "\\%", "%")  # str.replace: no per-match cost on a 
 # group of exactly three digits); any other LaTeX space is a space.
 _THIN_GROUP = re.compile(r"\\[,!](?:(?<=[0-9]\\[,!])|(?<=[0-9],\\[,!]))(?=[0-9]{3}(?![0-9]))")
 _LATEX_SPACES = ("\\!", "\\,", "\\;", "\\:", "\\ ", "~")
+_MARK = "\u2063"  # an invisible character: never in the text after canonical_chars
 
 
 def _remove_spaces(s: str) -> str:
@@ -303,20 +304,21 @@ def normalize_answer(s: str) -> str:
     Invisible format characters dropped, Unicode minus signs and dashes → '-';
     ``\\dfrac``/``\\tfrac`` → ``\\frac``, ``{,}`` → ``,``; ``\\text{…}``-style groups after the last
     number dropped as units (with an exponent: ``\\text{ cm}^2``), others replaced by their text;
-    drop ``$``, ``\\left``/``\\right``, degrees, ``%``/``\\%`` and ``\\$``; ``10\\,000`` and
-    ``10,\\!000`` are digit groups, other LaTeX spaces (``\\! \\, \\; \\: \\ ``, ``~``) are spaces;
-    remove whitespace except where it separates two numbers (``5 7`` stays two numbers); drop
-    one trailing period; strip matching outer braces.
+    drop ``$``, ``\\left``/``\\right``, degrees, ``%``/``\\%``, ``\\$`` and empty groups ``{}``;
+    ``10\\,000`` and ``10,\\!000`` are digit groups, other LaTeX spaces (``\\! \\, \\; \\: \\ ``,
+    ``~``) are spaces; remove whitespace except where it separates two numbers (``5 7`` stays
+    two numbers); drop one trailing period; strip matching outer braces.
     """
     s = canonical_chars(s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("{,}", ",")
     s = _text_groups(s)
     for lit in _DROP_LITERAL:
         s = s.replace(lit, "")
-    s = _THIN_GROUP.sub("", _DROP.sub("", s))
+    s = _THIN_GROUP.sub("", _DROP.sub("", s)).replace("{}", "")
+    s = s.replace("\\\\", _MARK)  # a LaTeX line break, whose second backslash opens no space
     for space in _LATEX_SPACES:
         s = s.replace(space, " ")
-    s = _remove_spaces(s)
+    s = _remove_spaces(s).replace(_MARK, "\\\\")
     if s.endswith("."):
         s = s[:-1]
     # Outer braces around a brace-free core ("{{12}}" -> "12"); one pass, no repeated peeling.
