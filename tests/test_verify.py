@@ -6,22 +6,27 @@ import importlib.util
 import subprocess
 import sys
 import time
+import unicodedata
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from trainer.verify import (
+    MINUS_SIGNS,
     MathVerifyVerifier,
     UnknownVerifierError,
     Verifier,
     VerifierLike,
     VerifierUnavailableError,
+    canonical_chars,
     extract_answer,
     extract_boxed,
     get_verifier,
     has_boxed,
     is_correct,
+    is_placeholder_box,
+    last_number,
     normalize_answer,
     parse_number,
     strip_think,
@@ -100,6 +105,107 @@ CASES = [
     # strict rejects unboxed answers
     ("The answer is 12", "12", True, False),
     ("12", "12", True, False),
+    # several numbers in one box: a list, not one number (and never the numbers glued together)
+    (f"{B}{{5 \\text{{ and }} 7}}", "57", False, False),
+    (f"{B}{{5 \\text{{ and }} 7}}", "7", False, False),
+    (f"{B}{{5 \\text{{ and }} 7}}", "5", False, False),
+    (f"{B}{{5 \\text{{ and }} 7}}", "5 and 7", True, True),  # the whole box as a string
+    (f"{B}{{5 \\mbox{{ or }} 7}}", "57", False, False),
+    (f"{B}{{\\text{{5 and 7}}}}", "7", False, False),
+    (f"{B}{{5 and 7}}", "7", False, False),
+    (f"{B}{{5 7}}", "57", False, False),
+    (f"{B}{{5 7}}", "7", False, False),
+    (f"{B}{{5\\ 7}}", "57", False, False),
+    (f"{B}{{5~7}}", "57", False, False),
+    (f"{B}{{5\\,7}}", "57", False, False),
+    (f"{B}{{5\\!7}}", "57", False, False),
+    (f"{B}{{5\\text{{ }}7}}", "57", False, False),
+    (f"{B}{{5 \\quad 7}}", "7", False, False),
+    (f"{B}{{5, 7}}", "7", False, False),
+    (f"{B}{{1, 234}}", "1234", False, False),  # a comma and a space: a list, not 1,234
+    (f"{B}{{5; 7}}", "7", False, False),
+    (f"{B}{{5. 7}}", "5.7", False, False),
+    (f"{B}{{x = 5 \\text{{ or }} x = 7}}", "7", False, False),
+    (f"{B}{{1 < x < 5}}", "5", False, False),
+    (f"{B}{{3 \\pm 2}}", "2", False, False),
+    (f"{B}{{5 \\\\ 7}}", "7", False, False),  # a LaTeX line break
+    (f"{B}{{5 \\& 7}}", "7", False, False),
+    (f"{B}{{\\mathbf{{5}} \\text{{ and }} \\mathbf{{7}}}}", "7", False, False),
+    (f"{B}{{5\u00a07}}", "57", False, False),  # a no-break space is a space
+    (f"{B}{{5{{}}7}}", "57", True, True),  # an empty group joins nothing: shown and read as 57
+    # one expression: still its last number
+    (f"{B}{{2 + 3 = 5}}", "5", True, True),
+    (f"{B}{{f(2) = 7}}", "7", True, True),
+    (f"{B}{{a_{{10}} = 55}}", "55", True, True),
+    (f"{B}{{\\text{{Area}} = 12}}", "12", True, True),
+    (f"{B}{{12\\text{{ cm}}^2}}", "12", True, True),  # a unit with an exponent
+    # digit grouping stays one number
+    (f"{B}{{10\\,000}}", "10000", True, True),
+    (f"{B}{{10,\\!000}}", "10000", True, True),
+    (f"{B}{{1{{,}}000}}", "1000", True, True),
+    (f"{B}{{1\\,2345}}", "12345", False, False),  # not a group of three
+    # invisible characters inside a number
+    (f"{B}{{4\u200b2}}", "42", True, True),
+    (f"{B}{{4\u200b2}}", "2", False, False),
+    (f"{B}{{4\u200c2}}", "42", True, True),
+    (f"{B}{{4\u200d2}}", "42", True, True),
+    (f"{B}{{4\u20602}}", "42", True, True),
+    (f"{B}{{4\ufeff2}}", "42", True, True),
+    (f"{B}{{4\u00ad2}}", "42", True, True),  # soft hyphen
+    (f"{B}{{\ufeff-\u200b4\u200b2}}", "-42", True, True),
+    ("The answer is 4\u200b2.", "42", True, False),
+    ("The answer is 4\u200b2.", "2", False, False),
+    ("#### 4\u2060,\u2060000", "4000", True, False),
+    (f"{B}{{42}}", "4\u200b2", True, True),  # in the gold too
+    (f"{B}{{\u202e24\u202c}}", "24", False, False),  # bidi override: shows 42, reads 24: refused
+    (f"{B}{{\u202e24\u202c}}", "42", False, False),
+    ("The answer is \u206724\u2069", "24", False, False),  # bidi isolate: refused
+    # Unicode minus signs and dashes
+    (f"{B}{{\u20135}}", "-5", True, True),  # en dash
+    (f"{B}{{\u20135}}", "5", False, False),
+    (f"{B}{{\u22125}}", "-5", True, True),  # minus sign
+    (f"{B}{{\u20145}}", "-5", True, True),  # em dash
+    (f"{B}{{\ufe635}}", "-5", True, True),  # small hyphen-minus
+    (f"{B}{{\uff0d5}}", "-5", True, True),  # fullwidth hyphen-minus
+    (f"{B}{{\u20125}}", "-5", True, True),  # figure dash
+    (f"{B}{{\u2013\\frac{{1}}{{2}}}}", "-0.5", True, True),
+    ("It is \u20135.", "-5", True, False),
+    ("It is \u20135.", "5", False, False),
+    ("#### \u20141,234", "-1234", True, False),
+    ("The value is 5\u20133", "3", True, False),  # after a digit a dash is an operator, as '-'
+    (f"{B}{{-5}}", "\u20135", True, True),  # in the gold too
+    # echoed placeholder boxes after the answer do not replace it
+    (f"{B}{{12}}. Put your final answer in {B}{{}}.", "12", True, True),
+    (f"{B}{{12}} {B}{{ }}", "12", True, True),
+    (f"{B}{{12}} {B} {{}}", "12", True, True),
+    (f"{B}{{12}} \\fbox{{}}", "12", True, True),
+    (f"{B}{{12}} {B}{{\\,}}", "12", True, True),
+    (f"{B}{{12}} {B}{{$ $}}", "12", True, True),
+    (f"{B}{{12}} {B}{{{{}}}}", "12", True, True),
+    (f"{B}{{12}} {B}{{\u200b}}", "12", True, True),
+    (f"{B}{{12}} {B}{{{B}{{}}}}", "12", True, True),
+    (f"{B}{{12}} {B}{{...}}", "12", True, True),
+    (f"{B}{{12}} {B}{{\\ldots}}", "12", True, True),
+    (f"{B}{{12}} {B}{{\u2026}}", "12", True, True),
+    (f"{B}{{12}} {B}{{?}}", "12", True, True),
+    (f"{B}{{12}} {B}{{\\_\\_}}", "12", True, True),
+    (f"{B}{{12}} {B}{{answer}}", "12", True, True),
+    (f"{B}{{12}} {B}{{Your Final Answer}}", "12", True, True),
+    (f"{B}{{12}} {B}{{\\text{{the answer}}}}", "12", True, True),
+    (f"{B}{{12}} {B}{{$\\text{{answer here}}$}}", "12", True, True),
+    (f"{B}{{12}} {B}{{}} {B}{{5", "12", True, True),  # then an unclosed box
+    # ... but a box with an answer in it still replaces an earlier one
+    (f"{B}{{12}} {B}{{13}}", "12", False, False),
+    (f"{B}{{12}} {B}{{0}}", "12", False, False),
+    (f"{B}{{12}} {B}{{x}}", "12", False, False),
+    (f"{B}{{12}} {B}{{N}}", "12", False, False),
+    (f"{B}{{12}} {B}{{answer = 13}}", "12", False, False),
+    (f"{B}{{12}} {B}{{\\text{{answers}}}}", "12", False, False),
+    (f"{B}{{12}} {B}{{{B}{{13}}}}", "12", False, False),
+    # only placeholders: no answer, and no fallback past them
+    (f"The answer is 12. {B}{{}}", "12", False, False),
+    (f"The answer is 12. {B}{{answer}}", "12", False, False),
+    (f"<think>{B}{{12}}</think> {B}{{}}", "12", False, False),  # a box in the reasoning is not one
 ]
 
 
@@ -126,11 +232,120 @@ def test_table_is_large_enough() -> None:
         ("no", None),
         (f"{B}{{}}", None),
         (f"{B}{{\\text{{yes}}}}", "yes"),
-        (f"{B}{{\\{{1,2\\}}}}", "2"),  # escaped braces are literal
+        (f"{B}{{\\{{1,2\\}}}}", "\\{1,2\\}"),  # escaped braces are literal; a list is no number
+        (f"{B}{{\\{{2\\}}}}", "2"),
     ],
 )
 def test_extract_answer_canonical(text: str, answer: str | None) -> None:
     assert extract_answer(text) == answer
+
+
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        (f"{B}{{5 \\text{{ and }} 7}}", "5and7"),  # a list: the content, not 57 nor 7
+        (f"{B}{{5 7}}", "5 7"),
+        (f"{B}{{1, 234}}", "1, 234"),
+        (f"{B}{{(1, 2)}}", "(1,2)"),
+        (f"{B}{{x = 5}}", "5"),
+        (f"{B}{{4\u200b2}}", "42"),
+        ("so 4\u2060\u20602", "42"),
+        (f"{B}{{\u20135}}", "-5"),
+        ("It is \uff0d7", "-7"),
+        (f"{B}{{12}} {B}{{}}", "12"),
+        (f"{B}{{\u202e24\u202c}}", None),
+    ],
+)
+def test_extract_answer_new_rules(text: str, answer: str | None) -> None:
+    assert extract_answer(text) == answer
+    if B in text:
+        assert extract_answer(text, strict=True) == answer
+
+
+def test_a_list_is_never_a_number() -> None:
+    """What extract_answer gives for a list compares as a string: it never parses as a number,
+    and normalizing it again keeps it a list (answers_match normalizes the answer once more)."""
+    for content in ("5 \\text{ and } 7", "5 7", "5\\,7", "1, 234", "5. 7", "5 .5", "5; 7", "1 < x < 5"):
+        a = extract_answer(f"{B}{{{content}}}")
+        assert a is not None and parse_number(normalize_answer(a)) is None, content
+        assert normalize_answer(a) == a, content
+
+
+@pytest.mark.parametrize(
+    ("raw", "norm"),
+    [
+        ("5 \\text{ and } 7", "5and7"), ("10\\text{ cm}", "10"), ("12\\text{ cm}^{2}", "12"),
+        ("\\text{Area: }12\\text{ m}^2", "Area:12"), ("\\text{m}^2", "m^2"), ("\\text{yes}", "yes"),
+        ("10\\,000", "10000"), ("10,\\!000", "10,000"), ("1{,}000", "1,000"), ("1\\,2345", "1 2345"),
+        ("5 7", "5 7"), ("5\\;7", "5 7"), ("5 \n\t 7", "5 7"), ("(1, 2)", "(1,2)"), ("1, 234", "1, 234"),
+        ("1, 2345", "1,2345"), ("5. 7", "5. 7"), ("5 .5", "5 .5"), (" x = - 3 ", "x=-3"),
+        ("4\u200b2", "42"), ("\u2013\u20603", "-3"), ("\u202e24\u202c", "24"),
+        ("5 \\\\ 7", "5\\\\7"), ("5{}7", "57"), ("5\u00a07", "5 7"),
+    ],
+)
+def test_normalize_answer_new_rules(raw: str, norm: str) -> None:
+    assert normalize_answer(raw) == norm
+    assert normalize_answer(norm) == norm  # idempotent on these
+
+
+@pytest.mark.parametrize("minus", list(MINUS_SIGNS))
+def test_every_minus_sign(minus: str) -> None:
+    assert extract_answer(f"{B}{{{minus}5}}") == "-5"
+    assert extract_answer(f"{B}{{{minus}5}}", strict=True) == "-5"
+    assert extract_answer(f"It is {minus}5.") == "-5"
+    assert extract_answer(f"It is 7{minus}5.") == "5"  # after a digit: an operator
+    assert is_correct(f"{B}{{{minus}\\frac{{1}}{{4}}}}", "-0.25")
+    assert normalize_answer(f"{minus}3") == "-3"
+
+
+def _format_chars() -> list[str]:
+    return [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+
+
+def test_every_format_character_inside_a_number() -> None:
+    """Every format (Cf) character of this Python's Unicode inside 42 reads 42 or is refused,
+    never another number; the same for the other invisible (default-ignorable) characters."""
+    others = ["\u034f", "\u115f", "\u17b4", "\u180b", "\u3164", "\ufe0f", "\uffa0", "\U000e0100"]
+    chars = _format_chars() + others
+    assert len(chars) > 150
+    for c in chars:
+        for text, strict in ((f"{B}{{4{c}2}}", True), (f"{B}{{4{c}2}}", False), (f"so 4{c}2", False)):
+            assert extract_answer(text, strict=strict) in ("42", None), (hex(ord(c)), text)
+        assert normalize_answer(f"4{c}2") == "42", hex(ord(c))
+    bidi = [c for c in chars if 0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069]
+    assert len(bidi) == 9
+    for c in bidi:
+        assert extract_answer(f"{B}{{4{c}2}}") is None and extract_answer(f"so 4{c}2") is None
+
+
+def test_canonical_chars() -> None:
+    assert canonical_chars("a\u200bb\u2013c") == "ab-c"
+    assert canonical_chars("x\u202ey") == "xy"
+    assert canonical_chars("x\u202ey", keep_bidi=True) == "x\u202ey"
+    assert canonical_chars("plain ascii") == "plain ascii"
+    assert canonical_chars("caf\u00e9 \ud800") == "caf\u00e9 \ud800"  # other characters kept
+
+
+@pytest.mark.parametrize(
+    ("content", "placeholder"),
+    [
+        ("", True), ("  ", True), ("\\,\\;", True), ("$ $", True), ("{}", True), ("...", True),
+        ("\\cdots", True), ("?", True), ("___", True), ("\\square", True), ("ANSWER", True),
+        ("your answer", True), ("\\textbf{Final Answer}", True), (f"{B}{{}}", True),
+        ("0", False), ("x", False), ("N", False), (".", False), ("answers", False),
+        ("answer: 3", False), ("\\dotsb", False), (f"{B}{{3}}", False), ("\\text{yes}", False),
+    ],
+)
+def test_is_placeholder_box(content: str, placeholder: bool) -> None:
+    assert is_placeholder_box(content) is placeholder
+
+
+def test_placeholder_skip_is_bounded() -> None:
+    """At most 256 placeholder boxes after the answer are skipped; a placeholder is short."""
+    assert extract_answer(f"{B}{{12}}" + f"{B}{{}}" * 256, strict=True) == "12"
+    assert extract_answer(f"{B}{{12}}" + f"{B}{{}}" * 257, strict=True) is None
+    assert extract_answer(f"{B}{{12}}" + f"{B}{{ answer}}" * 256) == "12"
+    assert extract_answer(f"{B}{{12}}{B}{{" + " " * 300 + "}") is None  # too long: the final box
 
 
 def test_gold_as_number() -> None:
@@ -238,6 +453,50 @@ def test_thousands_commas(n: int) -> None:
     assert extract_answer(f"The total is {n:,} dollars.") == str(n)
 
 
+_INVISIBLES = st.sampled_from(["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u2063"])
+
+
+@_FAST
+@given(n=st.integers(min_value=-10**9, max_value=10**9), data=st.data())
+def test_invisible_characters_never_change_the_number(n: int, data: st.DataObject) -> None:
+    digits = list(str(n))
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        digits.insert(data.draw(st.integers(min_value=0, max_value=len(digits))), data.draw(_INVISIBLES))
+    text = "".join(digits)
+    assert extract_answer(f"{B}{{{text}}}", strict=True) == str(n)
+    assert extract_answer(f"The answer is {text}.") == str(n)
+
+
+_SEPARATORS = st.sampled_from([" ", "  ", "\\ ", "~", "\\,", "\\;", "\\quad ", ", ", ",", "; ", " and ",
+                               "\\text{ and }", "\\text{ or }", "\\mbox{ and }", "\\text{ }", " \\text{or} "])
+
+
+@_FAST
+@given(nums=st.lists(st.integers(min_value=0, max_value=999), min_size=2, max_size=4), sep=_SEPARATORS)
+def test_a_boxed_list_matches_no_single_number(nums: list[int], sep: str) -> None:
+    # "5,100" and "5\\,100" are digit grouping (one number 5100), as documented
+    assume(not (sep in (",", "\\,") and any(len(str(n)) == 3 for n in nums[1:])))
+    text = f"{B}{{{sep.join(map(str, nums))}}}"
+    for gold in {*map(str, nums), "".join(map(str, nums))}:
+        assert not is_correct(text, gold), (text, gold)
+        assert not is_correct(text, gold, strict=True), (text, gold)
+
+
+_PLACEHOLDERS = st.sampled_from([f"{B}{{}}", f"{B}{{ }}", f"{B} {{}}", "\\fbox{}", f"{B}{{...}}",
+                                 f"{B}{{answer}}", f"{B}{{\\text{{your answer}}}}", f"{B}{{{B}{{}}}}",
+                                 f"{B}{{$\\,$}}"])
+
+
+@_FAST
+@given(n=st.integers(min_value=-10**6, max_value=10**6),
+       echoes=st.lists(st.tuples(st.text(alphabet="abc .,\n", max_size=10), _PLACEHOLDERS),
+                       min_size=1, max_size=5))
+def test_echoed_placeholders_keep_the_answer(n: int, echoes: list[tuple[str, str]]) -> None:
+    text = f"So {B}{{{n}}}" + "".join(filler + box for filler, box in echoes)
+    assert extract_answer(text) == str(n)
+    assert extract_answer(text, strict=True) == str(n)
+
+
 _PIECES = st.sampled_from(["1", "23", "456", ",", ".", "-", "/", "{", "}", "\\frac", "\\dfrac", " ",
                            "x", "a", "d", "\\", "(", "7,000", "\\frac{1}{2}", "12/5"])
 
@@ -286,6 +545,16 @@ ADVERSARIAL = {
     "minus run": "-" * 3_000_000 + "5",
     "braces then box": "{}" * 2_000_000 + B + "{4}",
     "dotted digits": "1." * 2_000_000,
+    "answer then 500k empty boxes": B + "{12}" + (B + "{}") * 500_000,
+    "answer then 300k placeholders": B + "{12}" + (B + "{ \\text{answer} }") * 300_000,
+    "250k nested placeholders": B + "{12}" + (B + "{" + B + "{}}") * 250_000,
+    "boxed spaced numbers": B + "{" + "1 " * 500_000 + "}",
+    "boxed 200k words between numbers": B + "{" + "5\\text{ and }" * 200_000 + "7}",
+    "boxed thin-space groups": B + "{1" + "\\,000" * 300_000 + "}",
+    "zero-width run": "4" + "\u200b" * 2_000_000 + "2",
+    "en-dash run": "\u2013" * 2_000_000 + "5",
+    "non-ASCII prose": "caf\u00e9 " * 800_000 + B + "{3}",
+    "bidi controls": "\u202e" * 1_000_000 + "5",
 }
 
 
@@ -310,3 +579,12 @@ def test_adversarial_answers() -> None:
     assert extract_answer(ADVERSARIAL["600k spaced box openings"], strict=True) == "3"
     assert extract_answer(ADVERSARIAL["braces then box"], strict=True) == "4"
     assert extract_answer(ADVERSARIAL["minus run"]) == "-5"
+    assert extract_answer(ADVERSARIAL["answer then 500k empty boxes"]) is None  # past the skip bound
+    assert extract_answer(ADVERSARIAL["250k nested placeholders"], strict=True) is None
+    assert extract_answer(ADVERSARIAL["boxed spaced numbers"]) == "1 " * 499_999 + "1"
+    assert extract_answer(ADVERSARIAL["boxed 200k words between numbers"]) == "5and" * 200_000 + "7"
+    assert extract_answer(ADVERSARIAL["boxed thin-space groups"]) == "1" + "000" * 300_000
+    assert extract_answer(ADVERSARIAL["zero-width run"]) == "42"
+    assert extract_answer(ADVERSARIAL["en-dash run"]) == "-5"
+    assert extract_answer(ADVERSARIAL["non-ASCII prose"], strict=True) == "3"
+    assert extract_answer(ADVERSARIAL["bidi controls"]) is None
