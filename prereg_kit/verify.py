@@ -54,11 +54,10 @@ def verify_study(path: str | Path) -> VerifyReport:
     elif pc.state == "changed":
         report.violations.extend(pc.lines(plan_path))
     study_id = chain.last["content"].get("study", {}).get("id")
-    if pc.state != "changed":
-        try:
-            load_plan(plan_path)  # the locked content must still validate under this tool version
-        except PreregError as e:
-            report.problems.extend(e.lines)
+    try:  # the locked content must still validate under this tool version, and an edited plan too
+        load_plan(plan_path)
+    except PreregError as e:
+        report.problems.extend(e.lines)
     audit = audit_runs(plan_path.parent, chain, study_id=study_id)
     report.audit = audit
     report.violations.extend(audit.violations)
