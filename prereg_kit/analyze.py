@@ -165,7 +165,7 @@ def _check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[li
     notes = []
     bad = rep.violations + rep.problems
     if bad and not exploratory:
-        cls = PreregError if rep.problems and not rep.violations else ViolationError
+        cls = PreregError if rep.problems else ViolationError  # as verify: unusable input (2) first
         raise cls(*[f"preregistration check failed: {b}" if not b.startswith("  ") else b for b in bad], _HINT)
     if bad:
         notes += [f"preregistration check failed: {b.strip()}" for b in bad]

@@ -1,19 +1,24 @@
 """The ``prereg`` command: new, lock, amend, verify (and, as they land, run, analyze, ...).
 
 User errors print one line each on stderr, without traceback, and exit with the error's code
-(2 unusable input, 1 violation or refusal).
+(2 unusable input, 1 violation or refusal). An input too large or deep for memory or the stack
+exits 2; any other unexpected exception is a bug in prereg-kit: one line, exit 3 (set
+``PREREG_TRACEBACK=1`` to see the traceback instead).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .errors import PreregError
@@ -39,8 +44,16 @@ out = out_console = _console()
 err = _console(stderr=True)
 
 
+INTERNAL_ERROR = 3  # exit code of a bug in prereg-kit: never 1, which means a violation
+TRACEBACK_ENV = "PREREG_TRACEBACK"
+
+
 def handles_errors(fn):
-    """Turn :class:`PreregError` into its lines on stderr and its exit code."""
+    """Turn :class:`PreregError` into its lines on stderr and its exit code; never show a traceback.
+
+    Memory or stack exhausted by an input is unusable input (exit 2); any other exception is
+    reported in one line as an internal error (exit 3) unless ``PREREG_TRACEBACK`` is set.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -48,8 +61,24 @@ def handles_errors(fn):
             return fn(*args, **kwargs)
         except PreregError as e:
             for line in e.lines:
-                err.print(f"[red]error:[/red] {line}" if not line.startswith("  ") else line, soft_wrap=True)
+                err.print(f"[red]error:[/red] {escape(line)}" if not line.startswith("  ") else escape(line), soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise  # the command's own exit
+        except (MemoryError, RecursionError) as e:
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            what = "memory" if isinstance(e, MemoryError) else "the stack"
+            err.print(f"[red]error:[/red] the input exhausted {what} ({type(e).__name__}): it is too large or nested too deep",
+                      soft_wrap=True)
+            raise typer.Exit(2) from None
+        except Exception as e:  # noqa: BLE001 - the last line of defence against a traceback
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            first = " ".join(str(e).split())[:300]
+            err.print(f"[red]error:[/red] internal error in prereg-kit: {escape(type(e).__name__)}: {escape(first)} "
+                      f"(a bug; {TRACEBACK_ENV}=1 shows the traceback)", soft_wrap=True)
+            raise typer.Exit(INTERNAL_ERROR) from None
 
     return wrapper
 
@@ -99,8 +128,8 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
     head = read_chain(plan_path).head
     path = stamp_entry(plan_path.parent, head, url, trusted=tsa_ca)
     info = verify_receipt(path.read_bytes(), digest_of(head["hash"]), trusted=tsa_ca)
-    out.print(f"  timestamp: entry {head['index']} ({head['kind']}) existed by {info.gen_time.isoformat()} per {info.tsa}"
-              f" → {path}" + ("" if info.chain_checked else " (TSA not checked against a root: give --tsa-ca)"))
+    out.print(escape(f"  timestamp: entry {head['index']} ({head['kind']}) existed by {info.gen_time.isoformat()} per {info.tsa}"
+                     f" → {path}" + ("" if info.chain_checked else " (TSA not checked against a root: give --tsa-ca)")))
 
 
 @app.command()
@@ -113,7 +142,7 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
     res = lock_plan(plan)
     e = res.entry
     if res.status == "unchanged":
-        out.print(f"{res.path}: already locked at {e['time']}, plan unchanged: nothing to do")
+        out.print(escape(f"{res.path}: already locked at {e['time']}, plan unchanged: nothing to do"))
         _stamp_head(plan, timestamp, tsa_ca)
         return
     git = e["git"]
@@ -122,7 +151,7 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
     else:
         state = "committed and clean" if git["clean"] else "has uncommitted changes" if git["tracked"] else "not committed"
         where = f"git {git['commit'][:12] if git['commit'] else '(no commit yet)'}, plan {state}"
-    out.print(f"locked {plan} at {e['time']} → {res.path}")
+    out.print(escape(f"locked {plan} at {e['time']} → {res.path}"))
     out.print(f"  content {e['content_sha256'][:23]}…  raw {e['raw_sha256'][:23]}…  ({where})")
     _stamp_head(plan, timestamp, tsa_ca)
 
@@ -138,11 +167,11 @@ def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study fold
 
     res = amend_plan(plan, reason)
     e = res.entry
-    out.print(f"amendment {e['index']} recorded at {e['time']} → {res.path}")
+    out.print(escape(f"amendment {e['index']} recorded at {e['time']} → {res.path}"))
     if e["comment_only"]:
         out.print("  comments or layout only; meaning unchanged")
     for c in e["changes"]:
-        out.print(f"  {describe(c)}", soft_wrap=True)
+        out.print(escape(f"  {describe(c)}"), soft_wrap=True)
     _stamp_head(plan, timestamp, tsa_ca)
 
 
@@ -171,17 +200,17 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     from .verify import verify_study
 
     rep = verify_study(path, tsa_ca=tsa_ca)
-    for line in rep.info:
-        out.print(f"  {line}", soft_wrap=True)
+    for line in rep.info:  # plan values and paths are printed as text, never as rich markup
+        out.print(f"  {escape(line)}", soft_wrap=True)
     for line in rep.warnings:
-        err.print(f"[yellow]warning:[/yellow] {line}", soft_wrap=True)
+        err.print(f"[yellow]warning:[/yellow] {escape(line)}", soft_wrap=True)
     for line in rep.violations:
-        err.print(line if line.startswith("  ") else f"[red]violation:[/red] {line}", soft_wrap=True)
+        err.print(escape(line) if line.startswith("  ") else f"[red]violation:[/red] {escape(line)}", soft_wrap=True)
     for line in rep.problems:
-        err.print(f"[red]error:[/red] {line}", soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True)
     code = rep.exit_code
     verdict = {0: "[green]OK[/green]", 1: "[red]VIOLATIONS[/red]", 2: "[red]UNUSABLE INPUT[/red]"}[code]
-    out.print(f"{rep.plan_path}: {verdict}")
+    out.print(f"{escape(str(rep.plan_path))}: {verdict}")
     raise typer.Exit(code)
 
 
@@ -198,11 +227,11 @@ def seal(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.toml
 
     res = seal_runs(study_dir)
     for key in res.sealed:
-        out.print(f"  sealed {key}")
+        out.print(escape(f"  sealed {key}"))
     if res.already:
         out.print(f"  {len(res.already)} run(s) sealed before, unchanged")
     for line in res.refused:
-        err.print(f"[red]refused:[/red] {line}", soft_wrap=True)
+        err.print(f"[red]refused:[/red] {escape(line)}", soft_wrap=True)
     entry = res.entries[-1] if res.entries else None
     out.print(f"{len(res.sealed)} run(s) sealed" + (f" (entries {res.entries[0]['index']}–{entry['index']}, {entry['time']})"
                                                     if entry else ""))
@@ -230,10 +259,10 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     files = write_report(a, target)
     _print_contrasts(a)
     for h in a.hypotheses.itertuples():
-        out_console.print(f"{h.id}: {h.outcome} → {h.reading}", soft_wrap=True)
+        out_console.print(escape(f"{h.id}: {h.outcome} → {h.reading}"), soft_wrap=True)
     for n in a.notes:
-        err.print(f"[yellow]note:[/yellow] {n}", soft_wrap=True)
-    out_console.print(f"report: {target / 'report.md'} ({len(files)} files)")
+        err.print(f"[yellow]note:[/yellow] {escape(n)}", soft_wrap=True)
+    out_console.print(escape(f"report: {target / 'report.md'} ({len(files)} files)"))
 
 
 def _print_contrasts(a) -> None:
@@ -295,7 +324,7 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
         for row in res.power.itertuples(index=False):
             t.add_row(*[f"{x:.2f}" if isinstance(x, float) else str(x) for x in row])
         out_console.print(t)
-    out_console.print(f"synthetic study: {res.folder}; report: {res.folder / 'report' / 'report.md'}")
+    out_console.print(escape(f"synthetic study: {res.folder}; report: {res.folder / 'report' / 'report.md'}"))
 
 
 @app.command()

@@ -7,13 +7,18 @@ outcome, a shared recipe with named configurations as overrides, the comparator,
 ``2B``), metric, evaluation sets and verifier, contrasts with their reading point, tier and kind,
 Holm families, admission rules and stages. See ``docs/plan-format.md``.
 
-Every problem is reported as one line ``FILE:LINE: key.path: message`` (exit code 2).
+Every problem is reported as one line ``FILE:LINE: key.path: message`` (exit code 2). Input is
+bounded before it is trusted: file size, nesting depth, finite numbers, 64-bit integers, the
+number of seeds, and names that become folder names (``runs/<configuration>/seed-<n>``).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,17 +27,26 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from .canonical import content_hash, sha256_hex
 from .errors import PlanError
-from .tomlpos import format_path, key_lines, line_of
+from .tomlpos import key_lines, line_of
 
 PLAN_FILE = "plan.toml"
 STAGE_NAMES = ("calibration", "pilot", "smoke", "main")
+
+# Bounds on what a plan may hold (docs/plan-format.md, "Limits"). They keep a hostile or broken
+# file from exhausting memory, the stack or the clock before it is reported as an error.
+MAX_PLAN_BYTES = 1 << 20  # 1 MiB; the largest plan in the registry is a few KiB
+MAX_DEPTH = 32  # tables and arrays inside one another; plans use about 5
+MAX_SEEDS = 10_000  # seeds per study or stage
+MAX_NAME = 80  # characters in a configuration name, id or set name
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit
+MAX_MULTIPLE = 1e6  # a run length or reading point k·B; far beyond any study
 
 # --------------------------------------------------------------------------- quantities
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 _TOKENS = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([KkMmGg]?)\s*$")
 _MULTIPLE = re.compile(r"^\s*([0-9]*\.?[0-9]*)\s*[*·]?\s*B\s*$")
-_FRACTION = re.compile(r"^\s*B\s*/\s*([0-9]+)\s*$")
+_FRACTION = re.compile(r"^\s*B\s*/\s*([0-9]{1,19})\s*$")
 _METRIC = re.compile(r"^(accuracy|greedy_accuracy|pass@[1-9][0-9]*|[a-z][a-z0-9_]*_rate|relative_accuracy|collapse)$")
 METRICS_HELP = "accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy or collapse"
 # Metrics derived from a run's accuracy curve and read only at token reading points (B, k·B):
@@ -49,11 +63,14 @@ def parse_tokens(value: Any) -> int:
     if isinstance(value, int):
         n = value
     elif isinstance(value, str) and (m := _TOKENS.match(value)):
-        n = round(float(m.group(1).replace("_", "")) * _SUFFIX[m.group(2).upper()])
+        x = float(m.group(1).replace("_", "")) * _SUFFIX[m.group(2).upper()]
+        n = round(x) if math.isfinite(x) and x <= INT_MAX else INT_MAX + 1
     else:
-        raise ValueError(f"expected a token count such as 12250000 or \"12.25M\", got {value!r}")
+        raise ValueError(f"expected a token count such as 12250000 or \"12.25M\", got {_short(value)}")
     if n <= 0:
-        raise ValueError(f"a token count must be positive, got {value!r}")
+        raise ValueError(f"a token count must be positive, got {_short(value)}")
+    if n > INT_MAX:
+        raise ValueError(f"a token count must be below 2^63, got {_short(value)}")
     return n
 
 
@@ -61,35 +78,86 @@ def parse_multiple(value: Any) -> float:
     """A multiple of the budget B: ``"B"`` → 1, ``"2B"`` → 2, ``"1.25B"`` → 1.25."""
     if isinstance(value, str) and (m := _MULTIPLE.match(value)):
         k = float(m.group(1)) if m.group(1) not in ("", ".") else 1.0
-        if k > 0:
+        if 0 < k <= MAX_MULTIPLE:
             return k
-    raise ValueError(f"expected a multiple of the budget such as \"B\", \"2B\" or \"1.25B\", got {value!r}")
+    raise ValueError(f"expected a multiple of the budget such as \"B\", \"2B\" or \"1.25B\" "
+                     f"(above 0, at most {MAX_MULTIPLE:g}B), got {_short(value)}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters so that a huge value still gives a short line."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _seeds(value: Any) -> Any:
-    """Seeds as a list, a range string ``"5-16"`` (inclusive) or a table ``{first, last}``."""
+    """Seeds as a list, a range string ``"5-16"`` (inclusive) or a table ``{first, last}``.
+
+    A range is sized before it is expanded: more than ``MAX_SEEDS`` seeds is refused without
+    building the list.
+    """
     if isinstance(value, str):
-        m = re.match(r"^\s*(\d+)\s*(?:-|\.\.)\s*(\d+)\s*$", value)
+        m = re.match(r"^\s*(\d{1,19})\s*(?:-|\.\.)\s*(\d{1,19})\s*$", value)
         if not m:
-            raise ValueError(f"expected a list of seeds or a range such as \"5-16\", got {value!r}")
+            raise ValueError(f"expected a list of seeds or a range such as \"5-16\", got {_short(value)}")
         value = {"first": int(m.group(1)), "last": int(m.group(2))}
     if isinstance(value, dict):
         if set(value) != {"first", "last"} or not all(type(v) is int for v in value.values()):
             raise ValueError("a seed range is a table with integer keys 'first' and 'last'")
-        if value["last"] < value["first"]:
+        first, last = value["first"], value["last"]
+        if last < first:
             raise ValueError("a seed range needs last >= first")
-        return list(range(value["first"], value["last"] + 1))
+        if first < 0 or last > INT_MAX:
+            raise ValueError(f"seeds are integers from 0 to 2^63-1, got the range {first}-{last}")
+        if last - first + 1 > MAX_SEEDS:
+            raise ValueError(f"the range {first}-{last} holds {last - first + 1} seeds; a study or stage "
+                             f"may have at most {MAX_SEEDS}")
+        return list(range(first, last + 1))
     return value
 
 
 def _check_seeds(value: list[int]) -> list[int]:
+    """At least one seed, at most ``MAX_SEEDS``, none negative, no duplicates (linear time)."""
     if not value:
         raise ValueError("at least one seed is needed")
-    dup = sorted({s for s in value if value.count(s) > 1})
+    if len(value) > MAX_SEEDS:
+        raise ValueError(f"{len(value)} seeds; a study or stage may have at most {MAX_SEEDS}")
+    dup = sorted(s for s, n in Counter(value).items() if n > 1)
     if dup:
-        raise ValueError(f"duplicate seeds: {', '.join(map(str, dup))}")
+        shown = ", ".join(map(str, dup[:10])) + (f" (and {len(dup) - 10} more)" if len(dup) > 10 else "")
+        raise ValueError(f"duplicate seeds: {shown}")
     if min(value) < 0:
         raise ValueError("seeds must be non-negative")
+    return value
+
+
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.+-]*")
+NAME_RULE = (f"1 to {MAX_NAME} characters from A-Z a-z 0-9 _ . + -, starting with a letter or digit, "
+             "without '..'")
+
+
+def check_name(value: str) -> str:
+    """A name that becomes a folder name or an id (configurations, study, contrast and set ids).
+
+    Configuration names build run folders (``runs/<configuration>/seed-<n>``), so a name may not
+    leave its folder: no ``/`` or ``\\``, no leading dot, no ``..``, bounded length.
+    """
+    why = None
+    if not value:
+        why = "is empty"
+    elif len(value) > MAX_NAME:
+        why = f"is {len(value)} characters long"
+    elif bad := next((ch for ch in value if not _NAME_CHARS.fullmatch(ch)), None):
+        why = f"contains {bad!r}"
+    elif not value[0].isalnum():
+        why = f"starts with {value[0]!r}"
+    elif ".." in value:
+        why = "contains '..'"
+    if why:
+        raise ValueError(f"{_short(value)} is not a safe name: it {why} (a name is {NAME_RULE})")
     return value
 
 
@@ -101,7 +169,7 @@ def _check_multiple(v: str) -> str:
 Seeds = Annotated[list[int], BeforeValidator(_seeds)]
 Multiple = Annotated[str, AfterValidator(_check_multiple)]
 Tokens = Annotated[int, BeforeValidator(parse_tokens)]
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=80)]
+Name = Annotated[str, AfterValidator(check_name)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +202,7 @@ def parse_reading_point(value: str) -> ReadingPoint:
         return ReadingPoint("tokens", parse_multiple(v))
     except ValueError:
         raise ValueError(
-            f"expected a reading point: \"B\", \"2B\" (k·B), \"time\", \"control-time\" or \"updates\"; got {value!r}"
+            f"expected a reading point: \"B\", \"2B\" (k·B), \"time\", \"control-time\" or \"updates\"; got {_short(value)}"
         ) from None
 
 
@@ -176,7 +244,10 @@ class Budget(_Model):
     @field_validator("eval_every")
     @classmethod
     def _interval(cls, v: str | int) -> str | int:
-        if isinstance(v, str) and not _FRACTION.match(v):
+        if isinstance(v, str) and (m := _FRACTION.match(v)):
+            if not 0 < int(m.group(1)) <= INT_MAX:
+                raise ValueError(f"the evaluation interval B/n needs n from 1 to 2^63-1, got {_short(v)}")
+        elif isinstance(v, str):
             parse_tokens(v)
         elif isinstance(v, int) and v <= 0:
             raise ValueError("the evaluation interval must be positive")
@@ -320,7 +391,7 @@ class Plan(_Model):
     study: Study
     hypotheses: list[Hypothesis] = []
     recipe: dict[str, Any] = {}
-    configurations: dict[str, Configuration] = Field(min_length=1)
+    configurations: dict[Name, Configuration] = Field(min_length=1)  # names become run folders
     budget: Budget
     evaluation: Evaluation
     contrasts: list[Contrast] = Field(min_length=1)
@@ -355,7 +426,9 @@ class Plan(_Model):
 
     def train_to(self, configuration: str, stage: str = "main") -> float:
         """Run length of a configuration as a multiple of B (stage, then configuration, then budget)."""
-        s = self.stage(stage)
+        return self._run_length(configuration, self.stage(stage))
+
+    def _run_length(self, configuration: str, s: Stage | None) -> float:
         for v in (s.train_to if s else None, self.configurations[configuration].train_to, self.budget.train_to):
             if v is not None:
                 return parse_multiple(v)
@@ -377,51 +450,82 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
-    """Rules between keys that the schema alone cannot express: (key path, message) pairs."""
+    """Rules between keys that the schema alone cannot express: (key path, message) pairs.
+
+    Linear in the size of the plan: lookups go through dicts built once (a 1 MiB plan can hold
+    thousands of contrasts).
+    """
     errs: list[tuple[tuple, str]] = []
     configs = set(plan.configurations)
+    have = _cut(", ".join(sorted(configs)), 200)
     contrast_ids = [c.id for c in plan.contrasts]
+    by_id: dict[str, Contrast] = {}
+    for c in plan.contrasts:
+        by_id.setdefault(c.id, c)
     set_names = [s.name for s in plan.evaluation.sets]
+    main_stage = plan.stage("main")
+    lengths: dict[str, float] = {}
 
+    def run_length(name: str) -> float:
+        if name not in lengths:
+            lengths[name] = plan._run_length(name, main_stage)
+        return lengths[name]
+
+    def first_seen(names: list[str]) -> dict[str, int]:
+        first: dict[str, int] = {}
+        for i, n in enumerate(names):
+            first.setdefault(n, i)
+        return first
+
+    folded: dict[str, str] = {}
+    for name in plan.configurations:
+        other = folded.setdefault(name.casefold(), name)
+        if other != name:
+            errs.append((("configurations", name), f"configuration {name!r} differs from {other!r} only in case: "
+                                                   "their run folders would be one on a case-insensitive file system"))
     if plan.study.comparator not in configs:
-        errs.append((("study", "comparator"), f"unknown configuration {plan.study.comparator!r} (have: {', '.join(sorted(configs))})"))
+        errs.append((("study", "comparator"), f"unknown configuration {_short(plan.study.comparator)} (have: {have})"))
+    first_set = first_seen(set_names)
     for i, name in enumerate(set_names):
-        if set_names.index(name) != i:
+        if first_set[name] != i:
             errs.append((("evaluation", "sets", i, "name"), f"duplicate evaluation set {name!r}"))
-    if plan.evaluation.primary_set is not None and plan.evaluation.primary_set not in set_names:
-        errs.append((("evaluation", "primary_set"), f"unknown evaluation set {plan.evaluation.primary_set!r}"))
+    if plan.evaluation.primary_set is not None and plan.evaluation.primary_set not in first_set:
+        errs.append((("evaluation", "primary_set"), f"unknown evaluation set {_short(plan.evaluation.primary_set)}"))
     ev = plan.evaluation
     if ev.reference is not None and ev.reference not in configs:
-        errs.append((("evaluation", "reference"), f"unknown configuration {ev.reference!r} (have: {', '.join(sorted(configs))})"))
+        errs.append((("evaluation", "reference"), f"unknown configuration {_short(ev.reference)} (have: {have})"))
     if ev.metric == "relative_accuracy" and ev.reference is None:
         errs.append((("evaluation", "metric"), "metric relative_accuracy needs [evaluation] reference (the primary-only configuration)"))
     if ev.metric == "collapse" and ev.samples < COLLAPSE_K:
         errs.append((("evaluation", "metric"), f"metric collapse compares pass@{COLLAPSE_K}: it needs samples >= {COLLAPSE_K} (have {ev.samples})"))
 
     memberships: dict[str, list[str]] = {}
+    first_family = first_seen([f.name for f in plan.families])
     for fi, fam in enumerate(plan.families):
-        if [f.name for f in plan.families].index(fam.name) != fi:
+        if first_family[fam.name] != fi:
             errs.append((("families", fi, "name"), f"duplicate family name {fam.name!r}"))
         if not fam.members:
             errs.append((("families", fi, "members"), f"family {fam.name!r} is empty"))
         for m in fam.members:
             memberships.setdefault(m, []).append(fam.name)
-            if m not in contrast_ids:
-                errs.append((("families", fi, "members"), f"unknown contrast {m!r} in family {fam.name!r}"))
-            elif plan.contrast(m).tier != "primary":
-                errs.append((("families", fi, "members"), f"contrast {m!r} is {plan.contrast(m).tier}: only primary contrasts are Holm-adjusted"))
+            if m not in by_id:
+                errs.append((("families", fi, "members"), f"unknown contrast {_short(m)} in family {fam.name!r}"))
+            elif by_id[m].tier != "primary":
+                errs.append((("families", fi, "members"), f"contrast {m!r} is {by_id[m].tier}: only primary contrasts are Holm-adjusted"))
 
+    first_contrast = first_seen(contrast_ids)
     for ci, c in enumerate(plan.contrasts):
         where = ("contrasts", ci)
-        if contrast_ids.index(c.id) != ci:
+        n_before = len(errs)
+        if first_contrast[c.id] != ci:
             errs.append((where + ("id",), f"duplicate contrast id {c.id!r}"))
         for key in ("treatment", "control"):
             if getattr(c, key) not in configs:
-                errs.append((where + (key,), f"unknown configuration {getattr(c, key)!r} (have: {', '.join(sorted(configs))})"))
+                errs.append((where + (key,), f"unknown configuration {_short(getattr(c, key))} (have: {have})"))
         if c.treatment == c.control:
             errs.append((where + ("control",), "treatment and control are the same configuration"))
-        if c.eval_set is not None and c.eval_set not in set_names:
-            errs.append((where + ("eval_set",), f"unknown evaluation set {c.eval_set!r}"))
+        if c.eval_set is not None and c.eval_set not in first_set:
+            errs.append((where + ("eval_set",), f"unknown evaluation set {_short(c.eval_set)}"))
         if c.tier == "primary" and c.id not in memberships:
             errs.append((where + ("tier",), f"primary contrast {c.id!r} is in no Holm family (add it to [[families]])"))
         if len(memberships.get(c.id, [])) > 1:
@@ -438,27 +542,29 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         if metric in DERIVED_METRICS and rp.kind != "tokens":
             errs.append((where + ("at",), f"metric {metric} is read at token reading points only (\"B\" or \"kB\"), not {c.at!r}"))
         if metric == "relative_accuracy" and ev.reference in configs and rp.kind == "tokens" \
-                and plan.train_to(ev.reference) < rp.multiple:
-            errs.append((where + ("at",), f"read at {rp} but the reference {ev.reference!r} trains only to {plan.train_to(ev.reference):g}B"))
-        if rp.kind == "tokens" and not any(e[0][:2] == where for e in errs):
+                and run_length(ev.reference) < rp.multiple:
+            errs.append((where + ("at",), f"read at {rp} but the reference {ev.reference!r} trains only to {run_length(ev.reference):g}B"))
+        if rp.kind == "tokens" and len(errs) == n_before:  # no other problem with this contrast
             for key in ("treatment", "control"):
-                if getattr(c, key) in configs and plan.train_to(getattr(c, key)) < rp.multiple:
-                    errs.append((where + ("at",), f"read at {rp} but {getattr(c, key)!r} trains only to {plan.train_to(getattr(c, key)):g}B"))
+                if getattr(c, key) in configs and run_length(getattr(c, key)) < rp.multiple:
+                    errs.append((where + ("at",), f"read at {rp} but {getattr(c, key)!r} trains only to {run_length(getattr(c, key)):g}B"))
 
+    first_hypothesis = first_seen([h.id for h in plan.hypotheses])
     for hi, h in enumerate(plan.hypotheses):
-        if [x.id for x in plan.hypotheses].index(h.id) != hi:
+        if first_hypothesis[h.id] != hi:
             errs.append((("hypotheses", hi, "id"), f"duplicate hypothesis id {h.id!r}"))
         for cid in h.contrasts:
-            if cid not in contrast_ids:
-                errs.append((("hypotheses", hi, "contrasts"), f"unknown contrast {cid!r}"))
+            if cid not in by_id:
+                errs.append((("hypotheses", hi, "contrasts"), f"unknown contrast {_short(cid)}"))
 
     stage_names = [s.name for s in plan.stages]
+    first_stage = first_seen(stage_names)
     for si, s in enumerate(plan.stages):
-        if stage_names.index(s.name) != si:
+        if first_stage[s.name] != si:
             errs.append((("stages", si, "name"), f"duplicate stage {s.name!r}"))
         for name in s.configurations or []:
             if name not in configs:
-                errs.append((("stages", si, "configurations"), f"unknown configuration {name!r}"))
+                errs.append((("stages", si, "configurations"), f"unknown configuration {_short(name)}"))
     if "main" not in stage_names:
         errs.append((("stages",), "the stages must include 'main'"))
     return errs
@@ -486,58 +592,240 @@ class PlanFile:
 
 
 def read_toml(path: str | Path) -> tuple[bytes, dict[str, Any]]:
-    """Raw bytes and parsed TOML of a file; syntax errors become one-line :class:`PlanError`."""
+    """Raw bytes and parsed TOML of a plan file, within the plan limits (:func:`parse_toml`).
+
+    At most ``MAX_PLAN_BYTES`` + 1 bytes are read, so a huge file (or ``/dev/zero``) is refused
+    without reading it all.
+    """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as f:
+            raw = f.read(MAX_PLAN_BYTES + 1)
     except FileNotFoundError:
         raise PlanError(f"{p}: no such plan file") from None
     except IsADirectoryError:
         raise PlanError(f"{p}: is a folder, not a plan file") from None
+    except OSError as e:
+        raise PlanError(f"{p}: cannot read the plan file: {e.strerror or e}") from None
+    return raw, parse_toml(raw, source=str(p))
+
+
+def parse_toml(raw: bytes, *, source: str = "plan") -> dict[str, Any]:
+    """Parse a plan's bytes; every problem is a one-line :class:`PlanError` naming ``source``.
+
+    Checked in this order, each in linear time: size (``MAX_PLAN_BYTES``), UTF-8, nesting of
+    brackets and dotted keys (``MAX_DEPTH``, before tomllib: see :func:`_too_nested`), TOML syntax,
+    then :func:`document_problems` on the parsed tables (depth, finite numbers, 64-bit integers).
+    """
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError(f"{source}: larger than {MAX_PLAN_BYTES} bytes, the most a plan file may hold")
     try:
-        return raw, tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise PlanError(f"{p}: not UTF-8 text (byte {e.start})") from None
+        raise PlanError(f"{source}: not UTF-8 text (byte {e.start})") from None
+    deep = _too_nested(text, MAX_DEPTH)
+    if deep is not None:
+        raise PlanError(f"{source}:{deep[0]}: {deep[1]}")
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
         if m:
             msg = msg[: m.start()].strip()
-            raise PlanError(f"{p}:{m.group(1)}: TOML syntax error: {msg} (column {m.group(2)})") from None
-        raise PlanError(f"{p}: TOML syntax error: {msg}") from None
+            raise PlanError(f"{source}:{m.group(1)}: TOML syntax error: {msg} (column {m.group(2)})") from None
+        raise PlanError(f"{source}: TOML syntax error: {msg}") from None
+    except RecursionError:  # not reached after _too_deep; kept so that no input gives a traceback
+        raise PlanError(f"{source}: arrays or inline tables nested too deep to parse") from None
+    problems = document_problems(data)
+    if problems:
+        raise PlanError(*_lines(problems, source, text))
+    return data
+
+
+# What changes the scanner's state outside strings; inside basic strings, escapes and the end.
+_SCAN = re.compile(r"""["'#\[\]{}.=,\n]""")
+_SCAN_BASIC = re.compile(r'\\.|["\n]', re.S)
+_SCAN_ML_BASIC = re.compile(r'\\.|"""', re.S)
+_SCAN_LITERAL = re.compile(r"['\n]")
+
+
+def _too_nested(text: str, limit: int) -> tuple[int, str] | None:
+    """(line, what) where the text first nests deeper than ``limit``, before any parsing; else None.
+
+    A linear scan that follows TOML's four string forms and comments. It counts ``[`` / ``{``
+    (tomllib recurses once per level) and the dots of one dotted key (tomllib's dotted keys take
+    time quadratic in their length): outside strings, a float or time has one dot, so more than
+    ``limit`` dots between two of ``= , [ ] { }`` or a line end can only be a key that nests
+    deeper than ``limit``. Bracket depth never drops below 0, so it never under-counts what
+    tomllib would see; table headers count like arrays.
+    """
+    depth, dots, i, n = 0, 0, 0, len(text)
+
+    def line(at: int) -> int:
+        return text.count("\n", 0, at) + 1
+
+    while (m := _SCAN.search(text, i)) is not None:
+        ch, i = m.group(), m.end()
+        if ch == ".":
+            dots += 1
+            if dots > limit:
+                return line(m.start()), f"a dotted key with more than {limit + 1} parts"
+            continue
+        if ch in "[{":
+            depth += 1
+            if depth > limit:
+                return line(m.start()), f"arrays or inline tables nested more than {limit} deep"
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "#":
+            i = text.find("\n", i)
+            if i < 0:
+                return None
+        elif ch in "\"'" and text.startswith(ch * 3, m.start()):  # ends at the next triple quote
+            if ch == '"':
+                i += 2
+                while (e := _SCAN_ML_BASIC.search(text, i)) is not None and e.group() != '"""':
+                    i = e.end()
+                end = e.start() if e is not None else -1
+            else:
+                end = text.find("'''", i + 2)
+            if end < 0:
+                return None
+            i = end + 3
+            while i < n and i < end + 5 and text[i] == ch:  # up to two more quotes end the content
+                i += 1
+            continue  # a quoted key part keeps the dot count of its key
+        elif ch == '"':
+            while (e := _SCAN_BASIC.search(text, i)) is not None and e.group()[0] == "\\":
+                i = e.end()
+            if e is None:
+                return None
+            i = e.end()
+            if e.group() == '"':
+                continue
+        elif ch == "'":  # a literal string ends at the next quote or at the end of the line
+            e = _SCAN_LITERAL.search(text, i)
+            if e is None:
+                return None
+            i = e.end()
+            if e.group() == "'":
+                continue
+        dots = 0  # any of = , [ ] { } # or a line end ends a key
+    return None
+
+
+def document_problems(data: Any) -> list[tuple[tuple, str]]:
+    """Problems of parsed TOML anywhere in the document, as (key path, message) pairs.
+
+    Tables and arrays nested more than ``MAX_DEPTH`` deep (dotted keys nest without brackets),
+    floats that are nan or ±inf (canonical JSON, and so the lock, cannot hold them), and integers
+    outside TOML's 64-bit range. Iterative, so a deep document cannot exhaust the stack; a path is
+    built only for a problem.
+    """
+    problems: list[tuple[tuple, str]] = []
+
+    def path_of(link: tuple | None) -> tuple:
+        parts = []
+        while link is not None:
+            link, key = link
+            parts.append(key)
+        return tuple(reversed(parts))
+
+    # (container, its depth, link): a link is (parent link, key), None for the document
+    stack: list[tuple[Any, int, tuple | None]] = [(data, 0, None)]
+    while stack:
+        node, depth, link = stack.pop()
+        if depth > MAX_DEPTH:
+            problems.append((path_of(link), f"tables or arrays nested more than {MAX_DEPTH} deep"))
+            continue
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        later = []
+        for k, v in items:
+            if isinstance(v, (dict, list)):
+                later.append((v, depth + 1, (link, k)))
+            elif isinstance(v, float) and not math.isfinite(v):
+                problems.append((path_of((link, k)), f"{v} is not a finite number: nan and inf are not allowed in a plan"))
+            elif isinstance(v, int) and not isinstance(v, bool) and not INT_MIN <= v <= INT_MAX:
+                problems.append((path_of((link, k)), f"{_short(v)} is outside TOML's 64-bit integers (-2^63 to 2^63-1)"))
+        stack.extend(reversed(later))
+    return problems
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+MAX_MESSAGE = 500  # characters of one message: a huge echoed value still gives a readable line
+
+
+def _key_path(path: tuple) -> str:
+    """``("contrasts", 0, "margin")`` → ``contrasts[0].margin``; odd keys quoted (and cut) as in TOML."""
+    out = ""
+    for k in path:
+        if isinstance(k, int):
+            out += f"[{k}]"
+            continue
+        k = str(k)
+        if not _BARE_KEY.fullmatch(k):
+            k = json.dumps(k if len(k) <= 40 else k[:39] + "…", ensure_ascii=False)
+        out += ("." if out else "") + k
+    return out or "(top level)"
+
+
+def _lines(problems: list[tuple[tuple, str]], source: str, text: str) -> list[str]:
+    """``FILE:LINE: key.path: message`` per problem (the key's line, or its nearest table's)."""
+    lines = key_lines(text) if text else {}
+    out = []
+    for path, msg in problems:
+        msg = " ".join(msg.split())  # one line, whatever the message echoes
+        if len(msg) > MAX_MESSAGE:
+            msg = msg[: MAX_MESSAGE - 1] + "…"
+        line = line_of(lines, path)
+        out.append(f"{source}:{line}: {_key_path(path)}: {msg}" if line else f"{source}: {_key_path(path)}: {msg}")
+    return out
 
 
 def validate_plan(data: dict[str, Any], *, source: str = "plan", text: str = "") -> Plan:
     """Validate parsed TOML ``data``; raise :class:`PlanError` with one line per problem."""
-    lines = key_lines(text) if text else {}
-
-    def fmt(path: tuple, msg: str) -> str:
-        line = line_of(lines, path)
-        return f"{source}:{line}: {format_path(path)}: {msg}" if line else f"{source}: {format_path(path)}: {msg}"
-
+    problems = document_problems(data)  # again here: ``data`` need not come from parse_toml
+    if problems:
+        raise PlanError(*_lines(problems, source, text))
     try:
         plan = Plan.model_validate(data)
     except ValidationError as e:
         seen: dict[tuple, str] = {}
         for err in e.errors():
-            path, msg = _explain(err)
+            path, msg = _explain(err, data)
             seen.setdefault(path, msg)  # one line per key: a union reports each member
-        raise PlanError(*[fmt(p, m) for p, m in seen.items()]) from None
+        raise PlanError(*_lines(list(seen.items()), source, text)) from None
     problems = cross_check(plan)
     if problems:
-        raise PlanError(*[fmt(p, m) for p, m in problems])
+        raise PlanError(*_lines(problems, source, text))
     return plan
 
 
-_TYPE_TAGS = {"float", "int", "str", "bool", "dict", "list", "none"}
+def _toml_path(loc: tuple, data: Any, *, missing: bool) -> tuple:
+    """The TOML key path in a pydantic error location.
+
+    pydantic mixes union-member and validator tags into locations (``str``, ``list[float]``,
+    ``function-after[...]``, ``[key]``); a part is kept when it is a key or index that the data
+    has, so a configuration called ``int`` or ``list`` keeps its name.
+    """
+    out: list = []
+    node = data
+    for i, x in enumerate(loc):
+        if isinstance(node, dict) and isinstance(x, str) and x in node:
+            node = node[x]
+        elif isinstance(node, list) and type(x) is int and 0 <= x < len(node):
+            node = node[x]
+        elif not (missing and i == len(loc) - 1 and isinstance(x, str)):  # keep the missing key itself
+            continue
+        out.append(x)
+    return tuple(out)
 
 
-def _explain(err: dict) -> tuple[tuple, str]:
+def _explain(err: dict, data: Any) -> tuple[tuple, str]:
     """A pydantic error as (TOML key path, message in the plan's terms)."""
-    # drop pydantic's union-member and validator tags from the location: keep TOML keys only
-    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and (
-        "[" in x or x.startswith("function-") or x in _TYPE_TAGS)))
     kind, msg = err["type"], err["msg"]
+    loc = _toml_path(err["loc"], data, missing=kind == "missing")
     if kind == "extra_forbidden":
         return loc, "unknown key"
     if kind == "missing":
@@ -545,7 +833,7 @@ def _explain(err: dict) -> tuple[tuple, str]:
     if kind == "value_error":
         return loc, msg.removeprefix("Value error, ")
     got = err.get("input")
-    shown = repr(got) if not isinstance(got, (dict, list)) or len(repr(got)) < 60 else type(got).__name__
+    shown = _short(got) if not isinstance(got, (dict, list)) else type(got).__name__
     return loc, f"{msg[0].lower() + msg[1:]} (got {shown})"
 
 

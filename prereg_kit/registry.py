@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import PreregError
-from .plan import PLAN_FILE, Plan, load_plan
+from .plan import PLAN_FILE, Plan, load_plan, read_toml
 
 REPORTED_FILE = "reported.toml"
 TEST_KEYS = ("p", "holm_p", "tost_p", "tost_holm_p", "noninferiority_p", "noninferiority_holm_p")
@@ -187,9 +187,10 @@ def find_study(root: str | Path, name: str) -> Path:
             return d
     for d in dirs:
         try:
-            sid = tomllib.loads((d / PLAN_FILE).read_text(encoding="utf-8")).get("study", {}).get("id", "")
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            study = read_toml(d / PLAN_FILE)[1].get("study", {})  # bounded: size, depth, numbers
+        except PreregError:
             continue
+        sid = study.get("id", "") if isinstance(study, dict) else ""
         if isinstance(sid, str) and sid.lower() == want:
             return d
     raise PreregError(f"no study {name!r} in {root} (have: {', '.join(d.name for d in dirs)})")
@@ -224,7 +225,7 @@ def study_state(d: Path) -> StudyState:
     except PreregError as e:
         st.plan_error = e.lines[0] if e.lines else str(e)
         try:
-            study = tomllib.loads((d / PLAN_FILE).read_text(encoding="utf-8")).get("study", {})
+            study = read_toml(d / PLAN_FILE)[1].get("study", {})
             st.study_id, st.title = str(study.get("id", "")), str(study.get("title", ""))
         except Exception:  # noqa: BLE001 - an unparseable plan: its error is already recorded
             pass

@@ -8,14 +8,27 @@ multi-line arrays and strings). Positions inside inline tables map to the line o
 from __future__ import annotations
 
 import re
+import tomllib
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_\-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|"[^"]*"|'[^']*'))*)\s*=""")
-_PART = re.compile(r"""[A-Za-z0-9_\-]+|"[^"]*"|'[^']*'""")
+# The name ends at its last non-space character: a lazy ``[^\]]+?\s*\]`` would be quadratic in
+# the spaces of a long header.
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]*[^\]\s])\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_\-]+|"(?:[^"\\]|\\.)*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|"(?:[^"\\]|\\.)*"|'[^']*'))*)\s*=""")
+_PART = re.compile(r"""[A-Za-z0-9_\-]+|"(?:[^"\\]|\\.)*"|'[^']*'""")
 
 
 def _split_key(key: str) -> tuple[str, ...]:
-    return tuple(p.strip("\"'") for p in _PART.findall(key))
+    return tuple(_unquote(p) for p in _PART.findall(key))
+
+
+def _unquote(part: str) -> str:
+    """A key part as tomllib reads it: quotes removed, escapes of a basic string decoded."""
+    if part.startswith('"') and "\\" in part:
+        try:
+            return tomllib.loads(f"k = {part}")["k"]
+        except tomllib.TOMLDecodeError:
+            pass
+    return part[1:-1] if part[:1] in "\"'" and len(part) >= 2 else part
 
 
 def key_lines(text: str) -> dict[tuple, int]:
@@ -26,6 +39,7 @@ def key_lines(text: str) -> dict[tuple, int]:
     """
     lines: dict[tuple, int] = {}
     counts: dict[tuple, int] = {}
+    below: dict[tuple, set[tuple]] = {}  # path → the longer paths one key deeper that were seen
     table: tuple = ()
     in_multiline: str | None = None
     depth = 0  # open brackets of a multi-line array/inline value
@@ -43,9 +57,15 @@ def key_lines(text: str) -> dict[tuple, int]:
             if m.group(1) == "[[":
                 idx = counts.get(path, 0)
                 counts[path] = idx + 1
-                # nested arrays of tables reset when their parent entry changes
-                for k in [k for k in counts if len(k) > len(path) and k[: len(path)] == path]:
-                    del counts[k]
+                # nested arrays of tables reset when their parent entry changes (linear overall:
+                # each forgotten path was added once)
+                stack = list(below.pop(path, ()))
+                while stack:
+                    k = stack.pop()
+                    counts.pop(k, None)
+                    stack.extend(below.pop(k, ()))
+                for i in range(1, len(path)):
+                    below.setdefault(path[:i], set()).add(path[: i + 1])
                 table = _resolve(path, counts, array=True)
             else:
                 table = _resolve(path, counts, array=False)

@@ -71,11 +71,10 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None) -> Verif
     elif pc.state == "changed":
         report.violations.extend(pc.lines(plan_path))
     study_id = chain.last["content"].get("study", {}).get("id")
-    if pc.state != "changed":
-        try:
-            load_plan(plan_path)  # the locked content must still validate under this tool version
-        except PreregError as e:
-            report.problems.extend(e.lines)
+    try:  # the locked content must still validate under this tool version, and an edited plan too
+        load_plan(plan_path)
+    except PreregError as e:
+        report.problems.extend(e.lines)
     git_bad, git_warn = check_git_anchors(chain, plan_path)
     report.violations.extend(git_bad)
     report.warnings.extend(git_warn)
