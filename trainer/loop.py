@@ -192,7 +192,7 @@ def setup(spec: RunSpec) -> Run:
                    election_sha256=election_sha256(spec.study_dir) if cfg.anchor == "elected" else "",  # audited
                    device=_device_name(policy.device), tool_version=spec.tool_version,
                    engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
-                   model_path=str(assets.model_path), train_pool=len(pool))
+                   model_path=str(assets.model_path), model_sha256=assets.model_sha256, train_pool=len(pool))
     folder = spec.run_dir
     extra: dict = {}
     if _has_meta(folder):
