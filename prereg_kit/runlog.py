@@ -881,13 +881,16 @@ class RunLogWriter:
             return
         old = read_meta(self.folder)
         if meta is not None:
-            # a run that read an election must resume under the same election.json
-            fields = ("study", "configuration", "seed", "plan_hash") + (("election_sha256",) if old.election_sha256 else ())
+            # a run that read an election must resume under the same election.json, and on the same weights
+            fields = ("study", "configuration", "seed", "plan_hash") + (("election_sha256",) if old.election_sha256 else ()) \
+                + (("model_sha256",) if getattr(old, "model_sha256", "") else ())
+            hints = {"election_sha256": " (election.json changed since the run started; restore it or move the run aside)",
+                     "model_sha256": " (the model's weights differ from those the run started from; restore them or "
+                                     "move the run aside)"}
             for f in fields:
-                if getattr(meta, f) != getattr(old, f):
-                    hint = (" (election.json changed since the run started; restore it or move the run aside)"
-                            if f == "election_sha256" else "")
-                    raise RunLogError(f"{self.folder / META_FILE}: cannot resume: {f} is {getattr(old, f)!r}, the resuming trainer has {getattr(meta, f)!r}{hint}")
+                was, now = getattr(old, f), getattr(meta, f, "")
+                if now != was:
+                    raise RunLogError(f"{self.folder / META_FILE}: cannot resume: {f} is {was!r}, the resuming trainer has {now!r}{hints.get(f, '')}")
             base = meta.model_copy(update={"started_at": old.started_at})
         else:
             base = old

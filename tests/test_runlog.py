@@ -286,3 +286,26 @@ def test_docs_list_every_column():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "run-log.md").read_text()
     for col in ITERATION_COLUMNS + EVAL_COLUMNS:
         assert f"`{col.name}`" in doc, col.name
+
+
+def test_resume_refuses_other_weights_than_the_run_started_from(tmp_path):
+    a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+    def hashed(digest: str, seed: int = 0) -> RunMeta:  # what the built-in trainer writes
+        return RunMeta(**meta(seed=seed).model_dump(), model_sha256=digest)
+
+    folder = run_dir(tmp_path, "ctl", 0)
+    RunLogWriter(folder, hashed(a), fsync=False).log_iteration(it_row(0))
+    with pytest.raises(RunLogError) as e:
+        RunLogWriter(folder, hashed(b), resume=True, at_iteration=1, fsync=False)
+    assert str(e.value) == (f"{folder / 'meta.json'}: cannot resume: model_sha256 is {a!r}, the resuming trainer has "
+                            f"{b!r} (the model's weights differ from those the run started from; restore them or "
+                            "move the run aside)")
+    with pytest.raises(RunLogError, match="cannot resume: model_sha256"):  # a trainer that records no hash
+        RunLogWriter(folder, meta(), resume=True, at_iteration=1, fsync=False)
+    w = RunLogWriter(folder, hashed(a), resume=True, at_iteration=1, fsync=False)
+    assert w.meta.model_extra["model_sha256"] == a
+    old = run_dir(tmp_path, "ctl", 1)  # a run that recorded no hash resumes under any
+    RunLogWriter(old, meta(seed=1), fsync=False).log_iteration(it_row(0))
+    w = RunLogWriter(old, hashed(b, seed=1), resume=True, at_iteration=1, fsync=False)
+    assert w.meta.model_extra["model_sha256"] == b

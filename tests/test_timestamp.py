@@ -18,10 +18,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from plans import amend_at, lock_at
 from tsa import LocalTSA, make_tsa_cert, resign
 
 from prereg_kit.errors import PreregError
-from prereg_kit.lock import amend_plan, entry_hash, lock_plan, read_chain, serialize
+from prereg_kit.lock import entry_hash, read_chain, serialize
 from prereg_kit.timestamp import (
     TimestampError,
     build_request,
@@ -388,9 +389,9 @@ def chain(study):
     """A lock entry and an amendment a minute later."""
     plan = study / "plan.toml"
     t0 = datetime.now(timezone.utc) - timedelta(minutes=5)
-    lock_plan(plan, now=t0)
+    lock_at(plan, t0)
     plan.write_text(plan.read_text() + "\n# a comment\n")
-    amend_plan(plan, "comment", now=t0 + timedelta(minutes=1))
+    amend_at(plan, "comment", t0 + timedelta(minutes=1))
     return read_chain(plan).entries
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prereg_kit.errors import PreregError
 
@@ -74,6 +75,7 @@ class TrainerConfig(_Strict):
     task_train_problems: int = Field(2000, gt=0)
     task_seed: int = Field(0, ge=0)
     model: str = "tiny"  # "tiny" or a local transformers model folder
+    model_sha256: str = ""  # "sha256:<hex>": the run refuses other weights (warmstart.weights_sha256); "": any
     tiny: TinyModel = TinyModel()
     warm_start: WarmStart = WarmStart()
     sandbox: SandboxSettings = SandboxSettings()  # task = "code": the program judge's limits
@@ -144,6 +146,13 @@ class TrainerConfig(_Strict):
     prompt_critic_layer: int = -1  # hidden-state layer at the last prompt token (-1: last, after the final norm)
     recent_window: int = Field(32, ge=1)  # iterations behind the history/level filters' "recent mean reward"
     dynamic_max_groups: int = Field(96, gt=0)  # dynamic sampling: groups generated per iteration at most
+
+    @field_validator("model_sha256")
+    @classmethod
+    def _check_model_sha256(cls, v: str) -> str:
+        if v and not re.fullmatch(r"sha256:[0-9a-f]{64}", v):
+            raise ValueError(f"expected 'sha256:' and 64 lowercase hex digits (as in a run's meta.json), got {v!r}")
+        return v
 
     @model_validator(mode="after")
     def _check_selection(self) -> "TrainerConfig":

@@ -138,7 +138,7 @@ def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
             judge_meta(j.spec, where=f"{j.configuration}: ")
         n_eval = max([s.n_problems or 64 for s in j.spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
         key = cfg.model_dump_json(include={"task", "train_file", "task_levels", "task_train_problems", "task_seed",
-                                           "model", "tiny", "warm_start"}) + str(n_eval)
+                                           "model", "model_sha256", "tiny", "warm_start"}) + str(n_eval)
         if key in seen:
             continue
         seen.add(key)

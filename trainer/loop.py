@@ -228,7 +228,8 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
                    election_sha256=election_sha256(spec.study_dir) if cfg.anchor == "elected" else "",  # audited
                    device=_device_name(policy.device), tool_version=spec.tool_version,
                    engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
-                   model_path=str(assets.model_path), train_pool=len(pool),
+                   model_path=str(assets.model_path), model_sha256=assets.model_sha256, train_pool=len(pool),
+                   cpu=cpu_kind(),
                    code_sha256=code_sha256([Path(prereg_kit.__file__).parent, Path(trainer.__file__).parent]),
                    **judge_meta(spec))  # code runs: judge_isolation; refuses a weak judge
     folder = spec.run_dir
@@ -275,3 +276,17 @@ def _complete_meta(folder: str) -> RunMeta | None:
 
 def _device_name(device: torch.device) -> str:
     return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else "cpu"
+
+
+def cpu_kind() -> str:
+    """The CPU's model name and the kernels torch picks on it (e.g. ``AMD EPYC / AVX2``): CPU runs
+    are bit-for-bit reproducible only where both match (docs/trainer.md, the warm start)."""
+    name = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), name)
+    except OSError:
+        import platform
+
+        name = platform.processor() or name
+    return f"{name} / {torch.backends.cpu.get_cpu_capability()}"

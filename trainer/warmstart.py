@@ -6,12 +6,16 @@ tiny transformers model (a 2-layer Qwen2 or Llama config) built from its config 
 init seed, then trained briefly on worked solutions (prompt → ``… \\boxed{N}`` + EOS) so that it
 starts with non-zero accuracy, as an instruction-tuned model would. The result is saved with
 ``save_pretrained`` under ``<cache>/warmstart-<hash>/``, keyed by a hash of every setting that
-changes it, the torch CPU thread count included (it changes the reduction order, hence the
-weights); a second call with the same settings loads it.
+changes it; a second call with the same settings loads it. It is built on one CPU thread with
+deterministic algorithms (the caller's settings restored after), so the same settings give the
+same weights whatever the caller's thread count. Every model a run loads is identified by
+:func:`weights_sha256`, which a recipe may pin (``model_sha256``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import shutil
 import time
@@ -22,16 +26,21 @@ import numpy as np
 
 from trainer.config import ConfigError, TrainerConfig, settings_hash
 
-WARMSTART_VERSION = 3
+# 4: built on one thread with deterministic algorithms, key without the thread count
+WARMSTART_VERSION = 4
+# What from_pretrained loads: safetensors files when there are any, else the pickled torch ones
+WEIGHT_SUFFIXES = ((".safetensors",), (".bin", ".pt", ".pth"))
 
 
 @dataclass(frozen=True)
 class Assets:
-    """Where a run finds its model, its training pool and the synthetic held-out set."""
+    """Where a run finds its model (and the hash of its weight files), its training pool and the
+    synthetic held-out set."""
 
     model_path: Path
     train_file: Path
     synthetic_eval: Path | None
+    model_sha256: str = ""
 
 
 def task_files(cfg: TrainerConfig, cache_dir: Path, n_eval: int) -> tuple[Path, Path]:
@@ -76,7 +85,46 @@ def prepare_assets(cfg: TrainerConfig, cache_dir: str | Path, study_dir: str | P
         model_path = warm_start(cfg, cache, train, log=log)
     else:
         model_path = _resolve(cfg.model, study_dir)
-    return Assets(model_path, train, synthetic_eval)
+    return Assets(model_path, train, synthetic_eval, checked_weights_sha256(cfg, model_path))
+
+
+def weight_files(model_path: str | Path) -> list[Path]:
+    """The files a model folder's weights are loaded from: its ``*.safetensors`` files, or when it
+    has none its ``*.bin``/``*.pt``/``*.pth`` files (top level only), in sorted file-name order."""
+    folder = Path(model_path)
+    files = [f for f in folder.iterdir() if f.is_file()] if folder.is_dir() else []
+    for suffixes in WEIGHT_SUFFIXES:
+        found = sorted((f for f in files if f.name.endswith(suffixes)), key=lambda f: f.name)
+        if found:
+            return found
+    raise ConfigError(f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.pth)")
+
+
+def weights_sha256(model_path: str | Path) -> str:
+    """``sha256:<hex>`` of the model's weight files (:func:`weight_files`) concatenated in sorted
+    file-name order: for a single file, what ``sha256sum model.safetensors`` prints."""
+    h = hashlib.sha256()
+    for f in weight_files(model_path):
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def checked_weights_sha256(cfg: TrainerConfig, model_path: Path) -> str:
+    """The weights' hash, refused when it differs from the recipe's pin (``model_sha256``) or from
+    the hash a cached warm start recorded when it was built (an edited cache)."""
+    digest = weights_sha256(model_path)
+    info = model_path / "warmstart.json"
+    built = json.loads(info.read_text()).get("model_sha256", "") if cfg.model == "tiny" and info.is_file() else ""
+    if built and built != digest:
+        raise ConfigError(f"{model_path}: weight files changed since the warm start was built "
+                          f"(built {built}, now {digest}); delete the folder to rebuild it")
+    if cfg.model_sha256 and cfg.model_sha256 != digest:
+        what = "warm start" if cfg.model == "tiny" else "model"
+        raise ConfigError(f"recipe: model_sha256: the {what} at {model_path} has weights {digest}, "
+                          f"the recipe pins {cfg.model_sha256}")
+    return digest
 
 
 def _resolve(p: str, study_dir: str | Path) -> Path:
@@ -111,18 +159,16 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     """Supervised warm start of the tiny model; returns its cached ``save_pretrained`` folder.
 
     ``warm_start.steps`` AdamW steps of ``batch_size`` examples drawn (with a fixed seed) from the
-    training pool, loss = mean token cross-entropy on the completion (prompt tokens masked).
+    training pool, loss = mean token cross-entropy on the completion (prompt tokens masked), on
+    one CPU thread with deterministic algorithms whatever the caller's settings (restored after).
+    ``warmstart.json`` in the folder records the settings, the final loss, the build seconds and
+    the weights' ``model_sha256``.
     """
-    import torch  # noqa: PLC0415
+    from trainer.synthetic import TOKENIZER_VERSION  # noqa: PLC0415
 
-    from trainer.data import load_problems  # noqa: PLC0415
-    from trainer.synthetic import TOKENIZER_VERSION, build_tokenizer, sft_examples  # noqa: PLC0415
-
-    # CPU kernels reduce in an order that depends on the thread count, so the trained weights do too
-    threads = torch.get_num_threads()
+    # No thread count in the key: the build runs on one thread whatever the caller's (see _one_thread)
     key = settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.tiny.model_dump(), "sft": cfg.warm_start.model_dump(),
-                         "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION,
-                         "threads": threads})
+                         "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION})
     folder = cache_dir / f"warmstart-{key}"
     if (folder / "warmstart.json").is_file():
         return folder
@@ -130,6 +176,55 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
 
     quiet_transformers()
     t0 = time.perf_counter()
+    with _one_thread():
+        model, tok, losses = _train_warm_start(cfg, cache_dir, train_file)
+    seconds = time.perf_counter() - t0
+    ws = cfg.warm_start
+    tmp = cache_dir / f".warmstart-{key}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.copyfile(cache_dir / "tokenizer" / "synthetic_tokenizer.json", tmp / "synthetic_tokenizer.json")
+    info = {"settings": {"tiny": cfg.tiny.model_dump(), "warm_start": ws.model_dump(), "train_file": str(train_file),
+                         "threads": 1},
+            "final_loss": float(np.mean(losses[-20:])) if losses else None, "seconds": seconds,
+            "parameters": sum(p.numel() for p in model.parameters()), "model_sha256": weights_sha256(tmp)}
+    (tmp / "warmstart.json").write_text(json.dumps(info, indent=2) + "\n")
+    _publish(tmp, folder)
+    log(f"warm start: {ws.steps} steps in {seconds:.1f} s, final loss {info['final_loss']}, "
+        f"weights {info['model_sha256']}, saved {folder}")
+    return folder
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """One torch CPU thread, deterministic algorithms (errors, not warnings) and a private RNG,
+    the caller's settings restored on exit.
+
+    CPU kernels split reductions by thread, so the summation order, hence the rounding, hence the
+    trained weights, depend on the thread count; on one thread they do not."""
+    import torch  # noqa: PLC0415
+
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def _train_warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path):
+    """The tiny model after its warm start, its tokenizer and the per-step losses."""
+    import torch  # noqa: PLC0415
+
+    from trainer.data import load_problems  # noqa: PLC0415
+    from trainer.synthetic import build_tokenizer, sft_examples  # noqa: PLC0415
+
     tok = build_tokenizer(cache_dir / "tokenizer")
     model = build_tiny_model(cfg, tok)
     ws = cfg.warm_start
@@ -150,19 +245,7 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
-    tmp = cache_dir / f".warmstart-{key}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    shutil.copyfile(cache_dir / "tokenizer" / "synthetic_tokenizer.json", tmp / "synthetic_tokenizer.json")
-    info = {"settings": {"tiny": cfg.tiny.model_dump(), "warm_start": ws.model_dump(), "train_file": str(train_file),
-                         "threads": threads},
-            "final_loss": float(np.mean(losses[-20:])) if losses else None, "seconds": time.perf_counter() - t0,
-            "parameters": sum(p.numel() for p in model.parameters())}
-    (tmp / "warmstart.json").write_text(json.dumps(info, indent=2) + "\n")
-    _publish(tmp, folder)
-    log(f"warm start: {ws.steps} steps in {info['seconds']:.1f} s, final loss {info['final_loss']}, saved {folder}")
-    return folder
+    return model, tok, losses
 
 
 def _with_answer_noise(problems: list, share: float, seed: int) -> list:
