@@ -106,7 +106,13 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
 
 
 def seal_run(spec: RunSpec) -> None:
-    """Seal the completed main run into the plan's lock chain (``prereg_kit.seal``)."""
+    """Seal the completed main run into the plan's lock chain (``prereg_kit.seal``). A main-stage
+    run trained outside the study's ``runs/`` (a copy, a test) is never analyzed and is not sealed."""
+    from prereg_kit.runlog import run_dir
+
+    if Path(spec.run_dir).resolve() != run_dir(spec.study_dir, spec.configuration, spec.seed).resolve():
+        print(f"note: {spec.run_dir} is not the study's run folder for this run: not sealed", file=sys.stderr)
+        return
     res = seal_runs(spec.study_dir, [spec.run_dir])
     if res.refused:
         raise PreregError(f"the run completed but was not sealed: {res.refused[0]}")
