@@ -17,18 +17,22 @@ so neither is ever used or dropped silently:
   exactly the plan's evaluation sets, each with the plan's ``n_problems`` and the same problem ids
   as every other evaluation of that set.
 
+The anchor election's probe runs (multi-reward paper §4.5; ``prereg elect``) are calibration-stage
+runs that ``election.json`` names (``probes[].run_dir``, e.g.
+``stages/calibration/probe-correct/seed-0``): they are expected where the election says they are.
 Hidden files (a leading ``.``, e.g. an editor's or the OS's) are ignored.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pandas as pd
 
 from .plan import Plan
-from .runlog import META_FILE, RunLogError, read_meta
+from .runlog import ELECTION_FILE, META_FILE, RunLogError, read_meta
 
 _SEED_DIR = re.compile(r"^seed-(0|[1-9][0-9]*)$")
 
@@ -42,14 +46,32 @@ def _visible(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
 
 
-def _check_tree(base: Path, study: Path, stage: str, plan: Plan) -> list[str]:
+def election_probes(study_dir: str | Path) -> set[str]:
+    """The probe run folders ``election.json`` names (relative to the study); none without one."""
+    try:
+        rec = json.loads((Path(study_dir) / ELECTION_FILE).read_text())
+        return {str(p["run_dir"]) for p in rec.get("probes", []) if isinstance(p, dict) and "run_dir" in p}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return set()
+
+
+def _check_tree(base: Path, study: Path, stage: str, plan: Plan, probes: set[str]) -> list[str]:
     """Violations under one stage's folder (``runs/`` for main, ``stages/<stage>/`` otherwise)."""
     out: list[str] = []
-    configs, seeds = plan.configurations_for(stage), set(plan.seeds_for(stage))
+    planned = plan.stage(stage) is not None
+    configs = plan.configurations_for(stage) if planned else []
+    seeds = set(plan.seeds_for(stage)) if planned else set()
     rel = lambda p: p.relative_to(study).as_posix()  # noqa: E731
     for cdir in _visible(base):
         if not cdir.is_dir():
             out.append(f"{rel(cdir)}: a file where only configuration folders belong")
+            continue
+        if any(p.startswith(rel(cdir) + "/") for p in probes):
+            out += [f"{rel(sdir)}: not a probe run that {ELECTION_FILE} names" for sdir in _visible(cdir)
+                    if rel(sdir) not in probes]
+            continue
+        if not planned:
+            out.append(f"{rel(cdir)}: the plan has no {stage} stage, and {ELECTION_FILE} names no probe run here")
             continue
         if cdir.name not in configs:
             out.append(f"{rel(cdir)}: configuration {cdir.name!r} is not in the plan's {stage} stage "
@@ -91,16 +113,18 @@ def unexpected_runs(study_dir: str | Path, plan: Plan) -> list[str]:
     """Folders and runs under ``runs/`` and ``stages/`` that the plan does not name, one line each."""
     study = Path(study_dir)
     out: list[str] = []
+    probes = election_probes(study)
     if (study / "runs").is_dir():
-        out += _check_tree(study / "runs", study, "main", plan)
+        out += _check_tree(study / "runs", study, "main", plan, set())
     stages_dir = study / "stages"
     if stages_dir.is_dir():
         names = [s.name for s in plan.stages if s.name != "main"]
         for sdir in _visible(stages_dir):
-            if not sdir.is_dir() or sdir.name not in names:
+            probed = any(p.startswith(f"stages/{sdir.name}/") for p in probes)
+            if not sdir.is_dir() or (sdir.name not in names and not probed):
                 out.append(f"stages/{sdir.name}: not a stage of the plan (have: {', '.join(names) or 'main only'})")
                 continue
-            out += _check_tree(sdir, study, sdir.name, plan)
+            out += _check_tree(sdir, study, sdir.name, plan, probes)
     return out
 
 

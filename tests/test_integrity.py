@@ -558,3 +558,19 @@ def test_an_unreachable_tsa_is_one_line_and_locks_anyway(study):
     res = CliRunner().invoke(app, ["lock", str(study), "--timestamp", "http://127.0.0.1:9/tsr"])
     assert res.exit_code == 2 and "127.0.0.1:9" in res.output and "Traceback" not in res.output
     assert read_chain(study).entries[0]["kind"] == "lock" and not (study / "timestamps").exists()
+
+
+def test_election_probes_are_expected_where_the_election_names_them(sealed):
+    from prereg_kit.design import unexpected_runs
+
+    plan = load_plan(sealed).plan
+    probe = sealed / "stages" / "calibration" / "probe-correct" / "seed-0"
+    probe.mkdir(parents=True)
+    assert unexpected_runs(sealed, plan) == ["stages/calibration: not a stage of the plan (have: main only)"]
+    (sealed / "election.json").write_text(json.dumps({"probes": [{"run_dir": "stages/calibration/probe-correct/seed-0"}]}))
+    assert unexpected_runs(sealed, plan) == []
+    (probe.parent / "seed-1").mkdir()  # a probe the election does not name
+    (sealed / "stages" / "calibration" / "other" / "seed-0").mkdir(parents=True)
+    v = unexpected_runs(sealed, plan)
+    assert "stages/calibration/probe-correct/seed-1: not a probe run that election.json names" in v
+    assert "stages/calibration/other: the plan has no calibration stage, and election.json names no probe run here" in v
