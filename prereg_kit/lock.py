@@ -202,9 +202,10 @@ def chain_guard(plan_path: str | Path) -> Iterator[None]:
                         "nothing was written (is a `prereg` process stuck?)") from None
 
 
-def _clock_after(chain: Chain | None, what: str) -> datetime:
+def _clock_after(chain: Chain, what: str) -> datetime:
+    """The clock's time, refused when it reads before the chain's last entry (times never go back)."""
     now = utc_now()
-    if chain is not None and now < chain.time(-1):
+    if now < chain.time(-1):
         raise PreregError(f"{chain.path}: the clock reads {_iso(now)}, before the last entry "
                           f"({chain.head['time']}): {what} refused (is this machine's clock wrong?)")
     return now

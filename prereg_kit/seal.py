@@ -62,6 +62,7 @@ def run_files(folder: str | Path) -> dict[str, str]:
     for root, dirs, files in os.walk(folder):
         rel_root = Path(root).relative_to(folder)
         dirs[:] = sorted(d for d in dirs if not (rel_root == Path(".") and d in UNSEALED_DIRS))
+        # a symlinked folder is listed (never walked into) so that it is refused like a symlinked file
         for name in sorted(files + [d for d in dirs if (Path(root) / d).is_symlink()]):
             p = Path(root) / name
             rel = (rel_root / name).as_posix()

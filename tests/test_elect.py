@@ -1,4 +1,4 @@
-"""Anchor election (issue 7): probe jobs, the per-token KL, election.json and `prereg elect`."""
+"""Anchor election: probe jobs, the per-token KL, election.json and `prereg elect`."""
 
 from __future__ import annotations
 

@@ -455,4 +455,4 @@ def test_exit_codes_of_commands_pass_through(tmp_path):
     plan.write_text(SMALL_PLAN)
     _cli("lock", plan, code=0)
     plan.write_text(SMALL_PLAN.replace("margin = 0.02", "margin = 0.03"))
-    _cli("verify", plan, code=1)
+    assert _cli("verify", plan, code=1).exit_code == 1

@@ -246,7 +246,7 @@ def test_admission_rules_report_every_exclusion():
     assert apply_admission(c).exclusions.empty
 
 
-# ------------------------------------------------------------------ multi-reward metrics (issue 7)
+# ------------------------------------------------------------------ multi-reward metrics
 
 
 def test_pass_at_k_and_channel_rate_metrics():

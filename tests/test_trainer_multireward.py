@@ -1,4 +1,4 @@
-"""Multi-reward wiring (issue 7): recipe fields, per-iteration rewards and advantages, evaluation
+"""Multi-reward wiring: recipe fields, per-iteration rewards and advantages, evaluation
 counts, Lagrangian state through checkpoints, the additive_kl penalty, and a tiny real run."""
 
 from __future__ import annotations

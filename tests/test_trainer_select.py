@@ -1,4 +1,4 @@
-"""Prompt selection (issue 6): the selection rule, identical candidates for the filter and its
+"""Prompt selection: the selection rule, identical candidates for the filter and its
 random-choice control, dynamic sampling's discarded tokens, and short real runs of every rule."""
 
 from __future__ import annotations

@@ -109,12 +109,12 @@ class TrainerConfig(_Strict):
     checkpoint_every: int = Field(0, ge=0)  # extra checkpoints every N iterations (0: at evaluations only)
     keep_checkpoint: bool = False  # keep the last checkpoint once the run is complete
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    # --- multi-reward (issue 7; docs/multi-reward.md "Wiring in the trainer")
+    # --- multi-reward (docs/multi-reward.md "Wiring in the trainer")
     channels: list[str | dict[str, Any]] = []  # [] = the verifier reward; else "name" or {name = ..., params}
     aggregation: dict[str, Any] = {}  # trainer.aggregate.parse_aggregation table (rule, lam, beta, ...)
     anchor: str = ""  # "": aggregation.anchor (index); a channel name; "elected": <study>/election.json
 
-    # --- dense rewards (issue 6; paper 1 §3.6-3.9, extract §1.E; docs/interventions.md "Dense rewards")
+    # --- dense rewards (paper 1 §3.6-3.9, extract §1.E; docs/interventions.md "Dense rewards")
     mc_k: int = Field(4, gt=0)  # continuations per interior cut (S1: 4; S25: 1, 2)
     mc_segments: int = Field(6, ge=2)  # segments per completion: mc_segments − 1 interior cuts
     mc_cuts: list[int] = []  # explicit interior cut offsets in tokens; [] = round(i·limit/mc_segments)
@@ -134,7 +134,7 @@ class TrainerConfig(_Strict):
     ppo_minibatches: int = Field(1, ge=1)  # minibatches per pass, one clipped optimizer step each
     ppo_clip: float = Field(0.0, ge=0, lt=1)  # ratio clip ε of the multi-step update (0: unclipped ratio)
 
-    # --- prompt selection (issue 6; paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md "Prompt selection")
+    # --- prompt selection (paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md "Prompt selection")
     selection: Literal["none", "critic", "history", "level", "random_choice", "dynamic"] = "none"
     candidates: int = Field(24, gt=0)  # candidates per iteration: prompt_stream_batch(pool, seed, it, candidates)
     target: float = Field(0.5, ge=0, le=1)  # predicted success the filters aim at

@@ -86,7 +86,7 @@ def _lazy(module: str, name: str) -> Callable[..., Credit]:
     return rule
 
 
-# Dense rewards (issue 6; docs/interventions.md "Dense rewards"). Their context: cfg, engine,
+# Dense rewards (docs/interventions.md "Dense rewards"). Their context: cfg, engine,
 # policy, rollouts, prompts, answers, iteration, seed, verifier, state (trainer.dense.DenseState).
 CREDIT_RULES.update({
     "monte_carlo": _lazy("trainer.dense", "monte_carlo_credit"),  # c = A + (p̂_s − p̂_{s−1}), §3.6

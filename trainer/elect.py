@@ -1,4 +1,4 @@
-"""Anchor election (issue 7; multi-reward paper §4.4-4.5, extract §4.5): ``prereg elect STUDY_DIR``.
+"""Anchor election (multi-reward paper §4.4-4.5, extract §4.5): ``prereg elect STUDY_DIR``.
 
 For each channel of the configuration that names ``anchor = "elected"``, a **probe** run trains
 on that channel alone (rule ``primary``) from the base policy, for a small token budget, as a

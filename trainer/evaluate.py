@@ -83,7 +83,7 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
     cfg = spec.config
     default, strict = get_verifier("default"), get_verifier("strict")
     n = spec.eval_samples
-    aux = eval_channels(cfg)  # multi-reward (issue 7): ch_<name> and ch_correct_<name> counts
+    aux = eval_channels(cfg)  # multi-reward: ch_<name> and ch_correct_<name> counts
     rows: list[dict] = []
     for es in sets:
         seed = derive_seed(spec.seed, counters.eval_index, f"eval:{es.name}")

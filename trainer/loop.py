@@ -71,13 +71,13 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                                          limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
                 problems, roll = r.selector.complete(it, problems, roll)  # dynamic sampling: more groups until 8 mixed
             with r.clock.stage("credit"):
-                rewards, advantages = iteration_rewards(r, it, problems, roll)  # multi-reward (issue 7): trainer/rewards.py
+                rewards, advantages = iteration_rewards(r, it, problems, roll)  # multi-reward: trainer/rewards.py
                 credit = compute_credit(cfg.credit, rewards, roll.completion_mask, group_size=G, eps=cfg.advantage_eps,
-                                        advantages=advantages, **dense_context(r, it, problems, roll))  # dense rewards (issue 6)
+                                        advantages=advantages, **dense_context(r, it, problems, roll))  # dense rewards
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
                 lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
-                if uses_reuse_update(cfg):  # reuse variants (issue 6): clipped steps, continuation sequences
+                if uses_reuse_update(cfg):  # reuse variants: clipped steps, continuation sequences
                     stats = reuse_update(r.policy, r.optimizer, roll, credit, lr, seed=spec.seed, iteration=it)
                 else:
                     stats = update_step(r.policy, r.optimizer, roll, credit.tokens, lr,
@@ -195,14 +195,14 @@ class Run:
     schedule: Schedule
     clock: StageClock
     render: Callable
-    # --- multi-reward (issue 7): the reward rule, its carried state (Lagrangian ν), last log columns,
+    # --- multi-reward: the reward rule, its carried state (Lagrangian ν), last log columns,
     # the frozen base policy of the KL penalty (additive_kl only)
     rewarder: Rewarder | None = None
     reward_state: Any = None
     reward_log: dict = field(default_factory=dict)
     ref_policy: Policy | None = None
-    selector: Selector | None = None  # prompt selection (issue 6): candidates, filters, dynamic sampling
-    dense: DenseState = field(default_factory=DenseState)  # dense rewards (issue 6): the critic's buffer, π_ref
+    selector: Selector | None = None  # prompt selection: candidates, filters, dynamic sampling
+    dense: DenseState = field(default_factory=DenseState)  # dense rewards: the critic's buffer, π_ref
 
 
 def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:

@@ -1,4 +1,4 @@
-"""Prompt selection (issue 6): which prompts an iteration trains on.
+"""Prompt selection: which prompts an iteration trains on.
 
 Paper 1 §2.2 "Prompt selection" and C.1 "Prompt filters" (extract §3.8). Each filter iteration
 draws ``candidates`` (24) prompts from the seed's stream, ``prompt_stream_batch(pool, seed,
