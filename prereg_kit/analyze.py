@@ -328,10 +328,9 @@ def _enforce_design(study_dir: Path, plan: Plan, st: Study, exploratory: bool, n
                               f"{', '.join(map(str, plan.seeds_for('main')))} of configuration {c!r})")
             rows.append((c, s, pd.NA, "missing", "no run log"))
     keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
-    for v in eval_problem_violations(keep, plan):
-        violations.append(v)
-        c, s = _run_of(v.split(":", 1)[0])
-        rows.append((c, s, pd.NA, "evaluation_problems", v.split(": ", 1)[1]))
+    for c, s, what in eval_problem_violations(keep, plan):
+        violations.append(f"runs/{c}/seed-{s}: {what}")
+        rows.append((c, s, pd.NA, "evaluation_problems", what))
     if violations and not exploratory:
         raise ViolationError(*[f"design check failed: {v}" for v in violations], _HINT)
     notes.extend(f"design check failed: {v}" for v in violations)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .lock import Chain
+from .lock import Chain, format_time
 from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta
 
 
@@ -90,7 +90,7 @@ def _check_election(report: AuditReport, name: str, meta: RunMeta, now: str, pat
 
 
 def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, int]) -> list[str]:
-    started = meta.started_at.isoformat().replace("+00:00", "Z")
+    started = format_time(meta.started_at)
     if meta.started_at < chain.locked_at:
         return [f"{name}: main run started {started}, before the plan was locked ({chain.entries[0]['time']})"]
     idx = by_hash.get(meta.plan_hash)

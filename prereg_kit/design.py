@@ -133,29 +133,30 @@ def missing_runs(plan: Plan, present: set[tuple[str, int]]) -> list[tuple[str, i
     return [k for k in planned_runs(plan) if k not in present]
 
 
-def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[str]:
+def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, int, str]]:
     """Every evaluation of every run must hold the plan's evaluation sets, each with the same
-    problems (the plan's ``n_problems`` of them, when it names a number). One line per run: the
-    first evaluation that differs, and how.
+    problems (the plan's ``n_problems`` of them, when it names a number). One
+    ``(configuration, seed, what)`` per run and set: the first evaluation that differs, and how
+    (the run folder is ``runs/<configuration>/seed-<seed>``).
 
     ``evals``: the study's eval rows with ``configuration`` and ``seed`` columns.
     """
     if not len(evals):
         return []
-    out: list[str] = []
+    out: list[tuple[str, int, str]] = []
     planned = {s.name: s for s in plan.evaluation.sets}
     runs = evals[["configuration", "seed"]].drop_duplicates()
     extra = evals[~evals["eval_set"].isin(list(planned))]
     for (c, s), g in extra.groupby(["configuration", "seed"], sort=True):
         names = sorted(g["eval_set"].unique())
-        out.append(f"runs/{c}/seed-{s}: evaluation set(s) {', '.join(map(repr, names))} are not in the plan "
-                   f"(have: {', '.join(planned)})")
+        out.append((c, int(s), f"evaluation set(s) {', '.join(map(repr, names))} are not in the plan "
+                                f"(have: {', '.join(planned)})"))
     for name, spec in planned.items():
         rows = evals[evals["eval_set"] == name]
         have = rows[["configuration", "seed"]].drop_duplicates()
         lacking = runs.merge(have, how="left", indicator=True)
         for r in lacking[lacking["_merge"] == "left_only"].itertuples(index=False):
-            out.append(f"runs/{r.configuration}/seed-{r.seed}: never evaluated on the plan's set {name!r}")
+            out.append((r.configuration, int(r.seed), f"never evaluated on the plan's set {name!r}"))
         if not len(rows):
             continue
         sets = rows.groupby(["configuration", "seed", "eval_index"], sort=True)["problem_id"].agg(
@@ -177,7 +178,7 @@ def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[str]:
             else:
                 how = (f"differs from the other runs' {len(reference)} problems "
                        f"({len(reference - problems)} missing, {len(problems - reference)} extra)")
-            out.append(f"runs/{c}/seed-{s}: evaluation {e} of set {name!r} {how}")
+            out.append((c, int(s), f"evaluation {e} of set {name!r} {how}"))
     return out
 
 

@@ -61,7 +61,8 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _iso(t: datetime) -> str:
+def format_time(t: datetime) -> str:
+    """A time as the chain writes it: ISO 8601 in UTC with a ``Z``."""
     return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
@@ -159,7 +160,7 @@ def read_chain(plan_path: str | Path) -> Chain:
 
 def _finish_entry(fields: dict[str, Any], head: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
     """``fields`` as the next entry after ``head``: index, time from the clock, prev and hash."""
-    entry = {**fields, "index": 0 if head is None else head["index"] + 1, "time": _iso(now),
+    entry = {**fields, "index": 0 if head is None else head["index"] + 1, "time": format_time(now),
              "prev": None if head is None else head["hash"]}
     entry["hash"] = entry_hash(entry)
     return entry
@@ -206,7 +207,7 @@ def _clock_after(chain: Chain, what: str) -> datetime:
     """The clock's time, refused when it reads before the chain's last entry (times never go back)."""
     now = utc_now()
     if now < chain.time(-1):
-        raise PreregError(f"{chain.path}: the clock reads {_iso(now)}, before the last entry "
+        raise PreregError(f"{chain.path}: the clock reads {format_time(now)}, before the last entry "
                           f"({chain.head['time']}): {what} refused (is this machine's clock wrong?)")
     return now
 
@@ -303,7 +304,7 @@ def check_git_anchors(chain: Chain, plan_path: str | Path) -> tuple[list[str], l
             continue
         if when > parse_time(e["time"]):
             violations.append(f"{lp}: entry {e['index']} is dated {e['time']}, before the git commit it records "
-                              f"({commit[:12]}, made {_iso(when)}): the entry was back-dated")
+                              f"({commit[:12]}, made {format_time(when)}): the entry was back-dated")
         if git.get("clean"):
             path = git.get("path") or _repo_path(plan_path)
             held = blob_sha256(folder, commit, path) if path else None
@@ -346,5 +347,5 @@ def check_plan(plan_path: str | Path, chain: Chain) -> PlanCheck:
     return PlanCheck("changed", changed_keys(last["content"], normalized(data)))
 
 
-__all__ = ["lock_plan", "amend_plan", "append_entries", "read_chain", "check_plan", "check_git_anchors", "lock_path",
+__all__ = ["format_time", "parse_time", "lock_plan", "amend_plan", "append_entries", "read_chain", "check_plan", "check_git_anchors", "lock_path",
            "chain_guard", "Chain", "LockResult", "PlanCheck", "canonical_json", "FORMAT"]

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 from . import __version__
 from .errors import PreregError
-from .lock import Chain, append_entries, parse_time
+from .lock import Chain, append_entries, format_time, parse_time
 from .plan import resolve_plan_path
 from .runlog import META_FILE, RunLogError, find_runs, read_meta, read_run
 
@@ -94,8 +94,8 @@ def _seal_fields(study_dir: Path, folder: Path, chain: Chain) -> dict[str, Any]:
         "kind": "seal", "run": run_key(study_dir, folder), "configuration": meta.configuration, "seed": meta.seed,
         "stage": meta.stage, "status": meta.status, "plan_hash": meta.plan_hash,
         "plan_entry": by_hash.get(meta.plan_hash),
-        "started_at": meta.started_at.isoformat().replace("+00:00", "Z"),
-        "ended_at": meta.ended_at.isoformat().replace("+00:00", "Z") if meta.ended_at else None,
+        "started_at": format_time(meta.started_at),
+        "ended_at": format_time(meta.ended_at) if meta.ended_at else None,
         "files": run_files(folder),
         "code_sha256": extra.get("code_sha256"), "model_sha256": extra.get("model_sha256"),
         "tool_version": __version__,

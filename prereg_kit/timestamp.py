@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Union
 
 from .errors import PreregError
+from .lock import format_time, parse_time
 
 EXTRA_HINT = "pip install 'prereg-kit[timestamp]'"
 RECEIPT_SUFFIX = ".tsr"
@@ -721,24 +722,21 @@ def check_study_timestamps(study_dir: str | Path, entries: list[dict], *,
     proof = rep.proven.get(head)
     stamped = {c.entry for c in rep.checks if c.problem is None and c.entry is not None}
     out.info.append(f"{len(receipts)} timestamp receipt(s); TSA roots: {source}; "
-                    + (f"the head (entry {head}) existed by {_iso(proof.info.gen_time)} per {proof.info.tsa}"
+                    + (f"the head (entry {head}) existed by {format_time(proof.info.gen_time)} per {proof.info.tsa}"
                        if proof else f"latest proven entry {max(stamped)} of {head}" if stamped else "no entry proven"))
     for i, e in enumerate(entries):
         c = rep.proven.get(i)
         if c is None or c.entry != i:
             continue
-        claimed = datetime.fromisoformat(str(e["time"]).replace("Z", "+00:00"))
+        claimed = parse_time(e["time"])
         if claimed - c.info.gen_time > CLOCK_SKEW:
-            out.warnings.append(f"entry {i} is dated {e['time']}, after its TSA time {_iso(c.info.gen_time)}: "
+            out.warnings.append(f"entry {i} is dated {e['time']}, after its TSA time {format_time(c.info.gen_time)}: "
                                 "the clock of the machine that wrote it ran ahead")
     first = rep.proven.get(0)
     if first is not None:
-        claimed = datetime.fromisoformat(str(entries[0]["time"]).replace("Z", "+00:00"))
+        claimed = parse_time(entries[0]["time"])
         if first.info.gen_time - claimed > LATE_PROOF:
             out.warnings.append(f"the lock (entry 0) is dated {entries[0]['time']} but was first timestamped "
-                                f"{_iso(first.info.gen_time)}: only the later time is proven")
+                                f"{format_time(first.info.gen_time)}: only the later time is proven")
     return out
 
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")

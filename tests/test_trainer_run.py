@@ -162,6 +162,12 @@ def test_prereg_run_smoke_then_skips_completed_runs(tmp_path, cache):
     res = _cli("run", study, "--stage", "smoke")
     assert res.exit_code == 0 and "1 complete (skipped)" in res.output
     assert read_meta(folder).ended_at == meta.ended_at
+    # a trainer started on the complete run by hand leaves it alone: exit 3, not a byte changed
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name != "train.log"}
+    proc = subprocess.run([sys.executable, "-m", "trainer", str(folder / "spec.json")], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+    assert proc.returncode == 3 and "already complete" in proc.stderr and "Traceback" not in proc.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.name != "train.log"} == before
 
 
 @pytest.mark.slow

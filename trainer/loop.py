@@ -209,9 +209,9 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     """Load the policy, data and evaluation sets; open the run log (new, or resumed from the last
     checkpoint, dropping rows logged after it). ``lock``: the run's one-writer lock, held by the caller."""
     cfg = spec.config
-    done = _complete_meta(spec.run_dir)
-    if done is not None:
-        raise RunAlreadyComplete(f"{spec.run_dir}: already complete (ended {done.ended_at}); a complete run is never "
+    old = _existing_meta(spec.run_dir)  # read under the run's lock: it cannot change before the writer opens
+    if old is not None and old.status == "complete":
+        raise RunAlreadyComplete(f"{spec.run_dir}: already complete (ended {old.ended_at}); a complete run is never "
                                  "reopened (move the folder aside to train it again)")
     n_eval = max([s.n_problems or 64 for s in spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
     assets = prepare_assets(cfg, spec.cache_dir, spec.study_dir, n_eval)
@@ -240,7 +240,7 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
                    **judge_meta(spec))  # code runs: judge_isolation; refuses a weak judge
     folder = spec.run_dir
     extra: dict = {}
-    if _has_meta(folder):
+    if old is not None:
         counters = load_checkpoint(folder, policy.model, optimizer, extra=extra) or Counters()
         writer = RunLogWriter(folder, meta, resume=True, at_iteration=counters.iteration, at_eval=counters.eval_index,
                               lock=lock)
@@ -264,20 +264,12 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
                selector=selector, dense=dense)
 
 
-def _has_meta(folder: str) -> bool:
+def _existing_meta(folder: str) -> RunMeta | None:
+    """The run's metadata, or None for a new run (no readable ``meta.json``)."""
     try:
-        read_meta(folder)
-        return True
-    except Exception:  # noqa: BLE001 — no (readable) metadata: a new run
-        return False
-
-
-def _complete_meta(folder: str) -> RunMeta | None:
-    try:
-        meta = read_meta(folder)
+        return read_meta(folder)
     except RunLogError:
         return None
-    return meta if meta.status == "complete" else None
 
 
 def _device_name(device: torch.device) -> str:
