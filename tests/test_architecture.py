@@ -1,0 +1,152 @@
+"""The layers of the project, enforced: no import cycles, imports only downward (imports inside
+functions count), no module found by a name in a string. See docs/architecture.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.architecture import check, cycles, scan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Which top-level packages each may use. The core names neither the trainer nor the figures;
+# figures read run logs through the core's analysis, never through the trainer.
+PACKAGES = {
+    "prereg_kit": (),
+    "analyses": ("prereg_kit",),
+    "figures": ("prereg_kit", "analyses"),
+    "trainer": ("prereg_kit",),
+}
+
+# Layers of each package, lowest first: a module may import its own layer's modules (no cycles)
+# and lower layers only.
+LAYERS = {
+    "prereg_kit": [
+        ("foundation", ["prereg_kit.__init__", "prereg_kit.errors", "prereg_kit.canonical", "prereg_kit.tomlpos",
+                        "prereg_kit.gitinfo", "prereg_kit.stats"]),
+        ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
+        ("records", ["prereg_kit.lock", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal",
+                     "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
+        ("analysis", ["prereg_kit.readings", "prereg_kit.analyze", "prereg_kit.synth"]),
+        ("output", ["prereg_kit.plots", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
+                    "prereg_kit.record"]),
+        ("command", ["prereg_kit.cli", "prereg_kit.__main__"]),
+    ],
+    "analyses": [("analyses", ["analyses"])],
+    "figures": [
+        ("helpers", ["figures.__init__", "figures.cpu_studies", "figures.paper_tables"]),
+        ("builders", ["figures.build_*"]),
+        ("command", ["figures.__main__"]),
+    ],
+    "trainer": [
+        ("settings", ["trainer.__init__", "trainer.config"]),
+        ("data", ["trainer.data"]),
+        ("rewards", ["trainer.rewards"]),
+        ("core", ["trainer.core"]),
+        ("interventions", ["trainer.interventions"]),
+        ("top", ["trainer.loop", "trainer.launch", "trainer.elect", "trainer.plugin", "trainer.__main__"]),
+    ],
+}
+COMMANDS = ("prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "figures.__main__", "trainer.plugin")
+
+
+def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS) -> list[str]:
+    return check(scan(root, [p for p in packages if (root / p).is_dir()]), packages=packages,
+                 layers=layers, commands=commands)
+
+
+def test_the_project_has_no_cycles_and_imports_only_downward():
+    problems = _check(ROOT)
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_module_is_in_a_layer():
+    mods = scan(ROOT, list(PACKAGES))
+    assert len(mods) > 60  # the scan found the project
+    assert not [p for p in _check(ROOT) if "in no layer" in p]
+
+
+# --- the check itself, on small packages built in a temporary folder -----------------------------
+
+def _package(tmp: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = tmp / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp
+
+
+def _tiny(tmp: Path, files: dict[str, str], layers=None) -> list[str]:
+    base = {"app/__init__.py": "", "app/low.py": "X = 1\n", "app/high.py": "from app.low import X\n"}
+    root = _package(tmp, base | files)
+    layers = layers or {"app": [("low", ["app.__init__", "app.low"]), ("high", ["app.high", "app.top"])]}
+    return check(scan(root, ["app"]), packages={"app": ()}, layers=layers)
+
+
+def test_a_clean_package_passes(tmp_path):
+    assert _tiny(tmp_path, {}) == []
+
+
+def test_a_cycle_made_inside_a_function_fails(tmp_path):
+    """The circle the trainer once had: a deferred import pointing back up closes a loop."""
+    problems = _tiny(tmp_path, {"app/low.py": "X = 1\ndef f():\n    from app.high import X\n    return X\n"})
+    assert any(p == "cycle: app.high -> app.low" for p in problems), problems
+    assert any("app.low:3: imports app.high: upward, from layer 'low' to 'high'" in p for p in problems)
+
+
+def test_a_three_module_cycle_at_module_level_fails(tmp_path):
+    files = {"app/a.py": "from app import b\n", "app/b.py": "from . import c\n", "app/c.py": "import app.a\n"}
+    problems = _tiny(tmp_path, files, layers={"app": [("all", ["app"])]})
+    assert problems == ["cycle: app.a -> app.b -> app.c"], problems
+
+
+def test_relative_imports_are_resolved(tmp_path):
+    files = {"app/sub/__init__.py": "", "app/sub/x.py": "from ..high import X\n"}
+    layers = {"app": [("low", ["app.__init__", "app.low", "app.sub"]), ("high", ["app.high"])]}
+    problems = _tiny(tmp_path, files, layers=layers)
+    assert problems == ["app.sub.x:1: imports app.high: upward, from layer 'low' to 'high'"], problems
+
+
+def test_an_upward_import_without_a_cycle_fails(tmp_path):
+    problems = _tiny(tmp_path, {"app/mid.py": "import app.high\n"},
+                     layers={"app": [("low", ["app.__init__", "app.low", "app.mid"]), ("high", ["app.high"])]})
+    assert problems == ["app.mid:1: imports app.high: upward, from layer 'low' to 'high'"], problems
+
+
+def test_a_module_outside_every_layer_fails(tmp_path):
+    problems = _tiny(tmp_path, {"app/stray.py": ""})
+    assert problems == ["app.stray: in no layer of app (add it to the layer table)"], problems
+
+
+def test_a_deferred_import_is_allowed_only_to_keep_torch_out(tmp_path):
+    files = {"app/gpu.py": "import torch\n",
+             "app/top.py": "def f():\n    from app import gpu\n    from app.high import X\n"}
+    layers = {"app": [("low", ["app.__init__", "app.low", "app.gpu"]), ("high", ["app.high", "app.top"])]}
+    problems = _tiny(tmp_path, files, layers=layers)
+    assert problems == ["app.top:3: imports app.high inside a function; allowed only to keep torch out of "
+                        "torch-free code or in a command module"], problems
+
+
+def test_a_module_named_in_a_string_fails(tmp_path):
+    files = {"app/top.py": "import importlib\nRULE = importlib.import_module('app.low')\n"}
+    problems = _tiny(tmp_path, files)
+    assert problems == ["app.top:2: names module 'app.low' in a string; import it instead"], problems
+
+
+def test_a_package_may_not_use_one_above_it(tmp_path):
+    _package(tmp_path, {"core/__init__.py": "", "core/x.py": "import plugin.y\n",
+                        "plugin/__init__.py": "", "plugin/y.py": "import core.x\n"})
+    mods = scan(tmp_path, ["core", "plugin"])
+    problems = check(mods, packages={"core": (), "plugin": ("core",)}, layers={})
+    assert "core.x:1: imports plugin.y: core may not use plugin" in problems
+    assert "cycle: core.x -> plugin.y" in problems
+
+
+@pytest.mark.parametrize("n", [2, 50, 2000])
+def test_long_cycles_are_found_without_recursion(tmp_path, n):
+    files = {"app/__init__.py": ""} | {f"app/m{i}.py": f"import app.m{(i + 1) % n}\n" for i in range(n)}
+    _package(tmp_path, files)
+    found = cycles(scan(tmp_path, ["app"]))
+    assert len(found) == 1 and len(found[0]) == n
