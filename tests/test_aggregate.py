@@ -1,4 +1,4 @@
-"""Aggregation rules (trainer/aggregate.py) against hand computations on small groups."""
+"""Aggregation rules (trainer/rewards/aggregation.py) against hand computations on small groups."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.aggregate import (
+from trainer.rewards.aggregation import (
     RULES,
     AggregationConfig,
     LagrangeState,

@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from trainer.config import TrainerConfig  # noqa: E402
-from trainer.credit import compute_credit, group_advantages, policy_loss, token_credit  # noqa: E402
-from trainer.policy import Policy, Rollouts, token_logprobs, update_step  # noqa: E402
+from trainer.core.credit import compute_credit, group_advantages, policy_loss, token_credit  # noqa: E402
+from trainer.core.policy import Policy, Rollouts, token_logprobs, update_step  # noqa: E402
 
 
 def test_group_advantage_population_sd_by_hand():
@@ -95,7 +95,7 @@ def test_token_logprobs_match_unpadded_forward():
 def test_micro_batching_changes_neither_update_nor_tokens():
     roll = _rollouts()
     credit = token_credit(torch.tensor([1.0, -1.0, 0.5, -0.5]), roll.completion_mask)
-    from trainer.policy import make_optimizer
+    from trainer.core.policy import make_optimizer
 
     states = []
     for micro in (0, 1, 3):
@@ -113,7 +113,7 @@ def test_micro_batching_changes_neither_update_nor_tokens():
 
 
 def test_adam_settings_are_the_papers():
-    from trainer.policy import make_optimizer
+    from trainer.core.policy import make_optimizer
 
     pol = _tiny_policy()
     opt = make_optimizer(pol)

@@ -1,4 +1,4 @@
-"""The learned critic (paper 1 §3.7; trainer/critic.py): the ridge fit, the TD and baseline
+"""The learned critic (paper 1 §3.7; trainer/interventions/critic.py): the ridge fit, the TD and baseline
 credit against hand computations, and that no iteration is scored by a critic fit on it."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer import critic as cr  # noqa: E402
+from trainer.interventions import critic as cr  # noqa: E402
 from trainer.config import TrainerConfig  # noqa: E402
-from trainer.credit import compute_credit, group_advantages  # noqa: E402
-from trainer.dense import DenseState  # noqa: E402
+from trainer.core.credit import compute_credit, group_advantages  # noqa: E402
+from trainer.interventions.monte_carlo import DenseState  # noqa: E402
 
 
 def test_ridge_matches_the_closed_form():

@@ -1,5 +1,5 @@
 """Dense rewards against hand computations on hand-built groups (paper 1 §3.6, §3.9, App. G;
-trainer/dense.py), continuation accounting, and a short real run of every credit configuration."""
+trainer/interventions/monte_carlo.py), continuation accounting, and a short real run of every credit configuration."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer import dense  # noqa: E402
+from trainer.interventions import monte_carlo as dense  # noqa: E402
 from trainer.config import TrainerConfig, derive_seed  # noqa: E402
-from trainer.credit import compute_credit, group_advantages  # noqa: E402
-from trainer.dense import MAX_K  # noqa: E402
+from trainer.core.credit import compute_credit, group_advantages  # noqa: E402
+from trainer.interventions.monte_carlo import MAX_K  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 
@@ -194,7 +194,7 @@ def test_shuffled_control_permutes_within_each_completion():
 def test_implicit_reward_by_hand():
     from test_trainer_credit import _rollouts, _tiny_policy
 
-    from trainer.policy import token_logprobs
+    from trainer.core.policy import token_logprobs
 
     pol, ref, roll = _tiny_policy(), _tiny_policy(), _rollouts()
     with torch.no_grad():

@@ -1,6 +1,6 @@
-"""The reuse variants (paper 1 App. E, Table 16; extract §3.10; trainer/reuse.py) against hand
+"""The reuse variants (paper 1 App. E, Table 16; extract §3.10; trainer/interventions/reuse.py) against hand
 computations, the clipped multi-step update, short real runs, and a kill-resume of the learned
-critic's state (trainer/critic.py; the DenseState checkpoint)."""
+critic's state (trainer/interventions/critic.py; the DenseState checkpoint)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from test_trainer_credit import _rollouts, _tiny_policy  # noqa: E402
 from test_trainer_dense import FakeTok, verifier  # noqa: E402
 from test_trainer_run import _train  # noqa: E402
 
-from trainer import reuse  # noqa: E402
+from trainer.interventions import reuse  # noqa: E402
 from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.credit import compute_credit, policy_loss  # noqa: E402
-from trainer.dense import MAX_K  # noqa: E402
-from trainer.policy import Rollouts, make_optimizer, token_logprobs  # noqa: E402
+from trainer.core.credit import compute_credit, policy_loss  # noqa: E402
+from trainer.interventions.monte_carlo import MAX_K  # noqa: E402
+from trainer.core.policy import Rollouts, make_optimizer, token_logprobs  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 

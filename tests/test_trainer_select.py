@@ -10,11 +10,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from prereg_kit.runlog import read_run  # noqa: E402
-from trainer import select as sel  # noqa: E402
+from trainer.interventions import selection as sel  # noqa: E402
 from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.data import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions  # noqa: E402
+from trainer.data.problems import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions  # noqa: E402
 from trainer.launch import plan_jobs  # noqa: E402
-from trainer.policy import Rollouts  # noqa: E402
+from trainer.core.policy import Rollouts  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 

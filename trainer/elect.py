@@ -36,7 +36,7 @@ from prereg_kit.errors import PreregError
 from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
-from trainer.rewards import ELECTION_FILE, _channel_spec
+from trainer.core.reward_step import ELECTION_FILE, _channel_spec
 
 __all__ = ["elect", "election_configuration", "lock_state", "probe_jobs", "sequence_kl"]
 
@@ -161,7 +161,7 @@ def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, 
     generated token of every sample, divided by the number of those tokens. Returns (KL, tokens)."""
     import torch  # noqa: PLC0415
 
-    from trainer.policy import HFEngine, token_logprobs  # noqa: PLC0415
+    from trainer.core.policy import HFEngine, token_logprobs  # noqa: PLC0415
 
     total, n_tok = 0.0, 0
     eng = HFEngine(p_policy)
@@ -182,8 +182,8 @@ def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, 
 def _load_probe(cfg: TrainerConfig, base_path: Path, folder: Path):
     import torch  # noqa: PLC0415
 
-    from trainer.checkpoint import checkpoint_path  # noqa: PLC0415
-    from trainer.policy import load_policy  # noqa: PLC0415
+    from trainer.core.checkpoint import checkpoint_path  # noqa: PLC0415
+    from trainer.core.policy import load_policy  # noqa: PLC0415
 
     ck = checkpoint_path(folder)
     if not ck.is_file():
@@ -203,10 +203,10 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
-    from trainer.evaluate import load_eval_sets  # noqa: PLC0415
+    from trainer.core.evaluate import load_eval_sets  # noqa: PLC0415
     from trainer.launch import prepare, run_jobs  # noqa: PLC0415
-    from trainer.policy import load_policy  # noqa: PLC0415
-    from trainer.warmstart import prepare_assets  # noqa: PLC0415
+    from trainer.core.policy import load_policy  # noqa: PLC0415
+    from trainer.core.assets import prepare_assets  # noqa: PLC0415
 
     t0 = time.perf_counter()
     pf, name, cfg, jobs = probe_jobs(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps)

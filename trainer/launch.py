@@ -124,8 +124,8 @@ def _state(folder: Path, plan_hash: str) -> str:
 
 def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
     """Build each distinct configuration's assets (task files, warm start) once, in this process."""
-    from trainer.rewards import judge_meta  # noqa: PLC0415
-    from trainer.warmstart import prepare_assets  # noqa: PLC0415 — torch only when running
+    from trainer.core.reward_step import judge_meta  # noqa: PLC0415
+    from trainer.core.assets import prepare_assets  # noqa: PLC0415 — torch only when running
 
     seen = set()
     judged = set()

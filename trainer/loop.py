@@ -20,20 +20,20 @@ import trainer
 from prereg_kit.errors import PreregError
 from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, utc_now
 from prereg_kit.seal import code_sha256, seal_runs
-from trainer.budget import Counters, Schedule, StageClock
-from trainer.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
+from trainer.core.budget import Counters, Schedule, StageClock
+from trainer.core.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from trainer.config import RunSpec, derive_seed
-from trainer.credit import compute_credit
-from trainer.data import ProblemPool, load_problems
-from trainer.dense import DenseState, dense_context, with_length_reward
-from trainer.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
-from trainer.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
+from trainer.core.credit import compute_credit
+from trainer.data.problems import ProblemPool, load_problems
+from trainer.interventions.monte_carlo import DenseState, dense_context, with_length_reward
+from trainer.core.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
+from trainer.core.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
                             set_determinism, synchronize, update_step)
-from trainer.reuse import reuse_update, steps_per_iteration, uses_reuse_update
-from trainer.rewards import Rewarder, judge_meta, make_rewarder, state_from_dict, state_to_dict
-from trainer.select import Selector
-from trainer.verify import get_verifier
-from trainer.warmstart import prepare_assets
+from trainer.interventions.reuse import reuse_update, steps_per_iteration, uses_reuse_update
+from trainer.core.reward_step import Rewarder, judge_meta, make_rewarder, state_from_dict, state_to_dict
+from trainer.interventions.selection import Selector
+from trainer.data.verifiers import get_verifier
+from trainer.core.assets import prepare_assets
 
 
 class RunAlreadyComplete(PreregError):
@@ -71,7 +71,7 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                                          limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
                 problems, roll = r.selector.complete(it, problems, roll)  # dynamic sampling: more groups until 8 mixed
             with r.clock.stage("credit"):
-                rewards, advantages = iteration_rewards(r, it, problems, roll)  # multi-reward: trainer/rewards.py
+                rewards, advantages = iteration_rewards(r, it, problems, roll)  # multi-reward: trainer/core/reward_step.py
                 credit = compute_credit(cfg.credit, rewards, roll.completion_mask, group_size=G, eps=cfg.advantage_eps,
                                         advantages=advantages, **dense_context(r, it, problems, roll))  # dense rewards
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0

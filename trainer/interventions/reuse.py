@@ -5,7 +5,7 @@ and the multi-step clipped update they need. docs/interventions.md, "Reuse varia
 * **VinePPO-style value differences** (``credit = "vineppo"``): token credit in segment s is
   V(b_s) − V(b_{s−1}) with V(b_0) = the leave-one-out group mean of the outcomes, V(b_s) = the
   Monte-Carlo continuations' p̂ at interior cut b_s, V(end) = R; no group advantage is added and
-  nothing is normalized. A completion that ends before a cut takes V = R there (trainer/dense.py);
+  nothing is normalized. A completion that ends before a cut takes V = R there (trainer/interventions/monte_carlo.py);
   each completion's segment differences sum to R_g − V(b_0), REINFORCE's leave-one-out advantage.
 * **Continuation reuse** (``credit = "continuation_reuse"``): the rollouts get the Monte-Carlo
   reward (A_g + p̂_s − p̂_{s−1}); every continuation becomes a training sequence prompt + prefix +
@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from trainer.config import TrainerConfig, derive_seed
-from trainer.credit import Credit, policy_loss
-from trainer.dense import boundary_values, mc_context, mc_credit, monte_carlo_values, segment_credit
-from trainer.policy import synchronize, token_logprobs
+from trainer.core.credit import Credit, policy_loss
+from trainer.interventions.monte_carlo import boundary_values, mc_context, mc_credit, monte_carlo_values, segment_credit
+from trainer.core.policy import synchronize, token_logprobs
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def vineppo_values(p_hat: torch.Tensor, rewards: torch.Tensor, cuts, lengths: to
 def vineppo_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int, eps: float,
                    cfg: TrainerConfig, rollouts, **ctx: Any) -> Credit:
     """c_{g,h} = V(b_s) − V(b_{s−1}) for h in segment s, alone (no A_g, not normalized); the
-    continuations are the Monte-Carlo reward's (``mc_k`` per interior cut, trainer/dense.py).
+    continuations are the Monte-Carlo reward's (``mc_k`` per interior cut, trainer/interventions/monte_carlo.py).
     ``Credit.advantages`` holds the per-completion sum R_g − V(b_0)."""
     mc = monte_carlo_values(cfg, rollouts=rollouts, **mc_context(ctx))
     values = vineppo_values(mc.p_hat, rewards, mc.cuts, rollouts.lengths, group_size)

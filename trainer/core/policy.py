@@ -121,7 +121,7 @@ def load_policy(cfg: TrainerConfig, model_path: str | Path) -> Policy:
         raise ConfigError(f"{path}: not a transformers model folder (no config.json); the trainer never downloads models")
     if (Path(path) / "synthetic_tokenizer.json").is_file():
         # The synthetic task's tokenizer: AutoTokenizer would pick the model type's class instead.
-        from trainer.synthetic import load_tokenizer  # noqa: PLC0415
+        from trainer.data.synthetic import load_tokenizer  # noqa: PLC0415
 
         tok = load_tokenizer(path)
     else:
@@ -371,7 +371,7 @@ def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts
     tokens, the non-negative unbiased per-token estimator of KL(π_θ ‖ π_ref) (Schulman's k3, as in
     GRPO); ``kl`` (per generated token) is logged.
     """
-    from trainer.credit import policy_loss  # noqa: PLC0415
+    from trainer.core.credit import policy_loss  # noqa: PLC0415
 
     model = policy.model
     model.train()

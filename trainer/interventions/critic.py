@@ -2,7 +2,7 @@
 
 A ridge regression on the policy's hidden states predicts a prefix's success probability. The
 prefixes are the Monte-Carlo reward's: the prompt (cut 0) and the interior cuts b_1 … b_C
-(``trainer.dense.cut_offsets``) that fall inside the completion; the target of each is the
+(``trainer.interventions.monte_carlo.cut_offsets``) that fall inside the completion; the target of each is the
 completion's outcome R ∈ {0, 1}. Each iteration it is **refit on the rollouts of earlier
 iterations only** (the last ``critic_window`` of them), scores the current rollouts, and only
 then adds them to its buffer, so no iteration is scored by a critic fit on it. In use from
@@ -26,8 +26,8 @@ from typing import Any, Sequence
 
 import torch
 
-from trainer.credit import Credit, group_advantages, token_credit
-from trainer.dense import baseline_credit, boundary_values, cut_offsets, segment_credit
+from trainer.core.credit import Credit, group_advantages, token_credit
+from trainer.interventions.monte_carlo import baseline_credit, boundary_values, cut_offsets, segment_credit
 
 
 @dataclass

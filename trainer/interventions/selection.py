@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from trainer.config import TrainerConfig, derive_seed
-from trainer.data import Problem, prompt_stream_batch, prompt_stream_positions
+from trainer.data.problems import Problem, prompt_stream_batch, prompt_stream_positions
 
 SELECTIONS = ("none", "critic", "history", "level", "random_choice", "dynamic")
 FILTERS = ("critic", "history", "level")  # choose by predicted success
@@ -120,7 +120,7 @@ def concat_rollouts(parts: Sequence[tuple[object, Sequence[int]]], pad_id: int):
     """One ``Rollouts`` from rows of several generation calls (prompts re-padded on the left,
     completions on the right; positions follow the attention mask, so log-probabilities are
     unchanged)."""
-    from trainer.policy import Rollouts  # noqa: PLC0415
+    from trainer.core.policy import Rollouts  # noqa: PLC0415
 
     P = max(r.prompt_len for r, rows in parts if len(rows))
     T = max(r.completion_mask.shape[1] for r, rows in parts if len(rows))

@@ -2,8 +2,8 @@
 
 Issue 7 (``docs/multi-reward.md``, "Wiring in the trainer"). A recipe without ``channels`` trains
 on the verifier reward exactly as before (``verify_rewards``; credit computes eq. 1). A recipe
-with ``channels`` scores every completion on each channel (``trainer/channels.py``), shapes the
-group's rewards with the ``aggregation`` rule (``trainer/aggregate.py``) and hands the rule's
+with ``channels`` scores every completion on each channel (``trainer/rewards/channels.py``), shapes the
+group's rewards with the ``aggregation`` rule (``trainer/rewards/aggregation.py``) and hands the rule's
 sequence-level advantages to the credit rule (``outcome_credit(advantages=...)``).
 
 * ``channels``: ``["correct", "negative"]`` or tables ``{name = "brief", threshold = 20}``; the
@@ -36,10 +36,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trainer.aggregate import AggregationConfig, LagrangeState, group_advantages, iteration_log, parse_aggregation
-from trainer.channels import Channel, Completion, get_channel, judge_programs, score_channels
+from trainer.rewards.aggregation import AggregationConfig, LagrangeState, group_advantages, iteration_log, parse_aggregation
+from trainer.rewards.channels import Channel, Completion, get_channel, judge_programs, score_channels
 from trainer.config import ConfigError, SandboxSettings
-from trainer.sandbox import (Isolation, ProgramResult, Sandbox, SandboxLimits, SandboxUnavailableError,
+from trainer.rewards.sandbox import (Isolation, ProgramResult, Sandbox, SandboxLimits, SandboxUnavailableError,
                              probe_isolation)
 
 ELECTION_FILE = "election.json"
@@ -156,7 +156,7 @@ class Rewarder:
 
     @property
     def kl_beta(self) -> float:
-        from trainer.aggregate import rule_kl_beta  # noqa: PLC0415
+        from trainer.rewards.aggregation import rule_kl_beta  # noqa: PLC0415
 
         return rule_kl_beta(self.agg) if self.agg is not None else 0.0
 

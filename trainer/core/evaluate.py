@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from trainer.budget import Counters
-from trainer.channels import has_program, judge_programs
+from trainer.core.budget import Counters
+from trainer.rewards.channels import has_program, judge_programs
 from trainer.config import ConfigError, EvalSetSpec, RunSpec, derive_seed
-from trainer.data import Problem, load_problems
-from trainer.rewards import eval_channel_counts, eval_channels, make_sandbox
-from trainer.verify import get_verifier, has_boxed
+from trainer.data.problems import Problem, load_problems
+from trainer.core.reward_step import eval_channel_counts, eval_channels, make_sandbox
+from trainer.data.verifiers import get_verifier, has_boxed
 
 
 @dataclass(frozen=True)

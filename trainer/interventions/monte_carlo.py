@@ -1,7 +1,7 @@
 """Dense rewards: the Monte-Carlo reward, the equal-iteration rule and its controls and gates, and
 the group-relative length reward (paper 1 §2.3 "Monte-Carlo reward", C.1 L2372-2391, App. G;
-extract §3.6, §3.9, §1.E). Registered in ``trainer.credit.CREDIT_RULES``; the learned critic is
-in ``trainer.critic``. Every choice the paper leaves open is a ``TrainerConfig`` field
+extract §3.6, §3.9, §1.E). Registered in ``trainer.core.credit.CREDIT_RULES``; the learned critic is
+in ``trainer.interventions.critic``. Every choice the paper leaves open is a ``TrainerConfig`` field
 (docs/interventions.md, "Dense rewards").
 
 Segments. A completion of limit L_max is cut at interior offsets b_1 < … < b_C (tokens), default
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 
 from trainer.config import TrainerConfig, derive_seed
-from trainer.credit import Credit, group_advantages, token_credit
+from trainer.core.credit import Credit, group_advantages, token_credit
 
 MAX_K = 1 << 20  # request keys n·MAX_K + j: draw j of completion n, whatever k (common random numbers)
 
@@ -277,7 +277,7 @@ def implicit_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, gro
     """The implicit-reward control: w = log π_θ(a) − log π_ref(a), π_ref the initial policy (the
     warm start / the model the run started from), then gated, centered and normalized like
     MC-within. No continuations; two forward passes charged to the credit stage."""
-    from trainer.policy import token_logprobs  # noqa: PLC0415
+    from trainer.core.policy import token_logprobs  # noqa: PLC0415
 
     ref = state.reference(policy)
     seqs, attn = rollouts.sequences, rollouts.attention_mask
@@ -322,12 +322,12 @@ class DenseState:
     """What dense rules keep across iterations: the critic's buffer (checkpointed) and the frozen
     reference policy of the implicit reward (reloaded from the start model, never checkpointed)."""
 
-    critic: Any = None  # trainer.critic.CriticBuffer, created on first use
+    critic: Any = None  # trainer.interventions.critic.CriticBuffer, created on first use
     _reference: Any = field(default=None, repr=False)
 
     def reference(self, policy):
         if self._reference is None:
-            from trainer.policy import Policy, load_policy  # noqa: PLC0415
+            from trainer.core.policy import Policy, load_policy  # noqa: PLC0415
 
             ref = load_policy(policy.cfg, policy.path)
             ref.model.eval().requires_grad_(False)
@@ -339,7 +339,7 @@ class DenseState:
 
     def load_state_dict(self, d: dict | None) -> None:
         if d and d.get("critic") is not None:
-            from trainer.critic import CriticBuffer  # noqa: PLC0415
+            from trainer.interventions.critic import CriticBuffer  # noqa: PLC0415
 
             self.critic = CriticBuffer.from_state_dict(d["critic"])
 

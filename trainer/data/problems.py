@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trainer.sandbox import ProgramTest
-from trainer.verify import canonical_answer, extract_boxed, normalize_answer, parse_number
+from trainer.rewards.sandbox import ProgramTest
+from trainer.data.verifiers import canonical_answer, extract_boxed, normalize_answer, parse_number
 
 __all__ = [
     "DataError",
@@ -70,7 +70,7 @@ class Problem:
     ``\\boxed{}`` of the solution, GSM8K: the text after ``####``); "" for a code problem.
     ``level`` is the MATH level as an int, None when absent. ``tests`` (last, so positional
     construction of math problems is unchanged) are a code problem's stdin/stdout tests, judged by
-    ``trainer/sandbox.py``; () for math.
+    ``trainer/rewards/sandbox.py``; () for math.
     """
 
     id: str

@@ -87,17 +87,17 @@ def _lazy(module: str, name: str) -> Callable[..., Credit]:
 
 
 # Dense rewards (docs/interventions.md "Dense rewards"). Their context: cfg, engine,
-# policy, rollouts, prompts, answers, iteration, seed, verifier, state (trainer.dense.DenseState).
+# policy, rollouts, prompts, answers, iteration, seed, verifier, state (trainer.interventions.monte_carlo.DenseState).
 CREDIT_RULES.update({
-    "monte_carlo": _lazy("trainer.dense", "monte_carlo_credit"),  # c = A + (p̂_s − p̂_{s−1}), §3.6
-    "equal_iteration": _lazy("trainer.dense", "equal_iteration_credit"),  # c = A + α·w, MC-within, §1.E
-    "shuffled": _lazy("trainer.dense", "shuffled_credit"),  # MC-within, credit permuted per completion
-    "implicit": _lazy("trainer.dense", "implicit_credit"),  # w = log π_θ − log π_ref, MC-within pipeline
-    "critic_td": _lazy("trainer.critic", "critic_td_credit"),  # ridge critic, V̂(b_s) − V̂(b_{s−1}), §3.7
-    "critic_baseline": _lazy("trainer.critic", "critic_baseline_credit"),  # R − V̂(b_{s−1}), §3.7
-    # Reuse variants (§3.10; trainer/reuse.py; the update: reuse.reuse_update)
-    "vineppo": _lazy("trainer.reuse", "vineppo_credit"),  # V(b_s) − V(b_{s−1}), V(b_0) leave-one-out mean
-    "continuation_reuse": _lazy("trainer.reuse", "continuation_reuse_credit"),  # MC reward + continuation sequences
+    "monte_carlo": _lazy("trainer.interventions.monte_carlo", "monte_carlo_credit"),  # c = A + (p̂_s − p̂_{s−1}), §3.6
+    "equal_iteration": _lazy("trainer.interventions.monte_carlo", "equal_iteration_credit"),  # c = A + α·w, MC-within, §1.E
+    "shuffled": _lazy("trainer.interventions.monte_carlo", "shuffled_credit"),  # MC-within, credit permuted per completion
+    "implicit": _lazy("trainer.interventions.monte_carlo", "implicit_credit"),  # w = log π_θ − log π_ref, MC-within pipeline
+    "critic_td": _lazy("trainer.interventions.critic", "critic_td_credit"),  # ridge critic, V̂(b_s) − V̂(b_{s−1}), §3.7
+    "critic_baseline": _lazy("trainer.interventions.critic", "critic_baseline_credit"),  # R − V̂(b_{s−1}), §3.7
+    # Reuse variants (§3.10; trainer/interventions/reuse.py; the update: reuse.reuse_update)
+    "vineppo": _lazy("trainer.interventions.reuse", "vineppo_credit"),  # V(b_s) − V(b_{s−1}), V(b_0) leave-one-out mean
+    "continuation_reuse": _lazy("trainer.interventions.reuse", "continuation_reuse_credit"),  # MC reward + continuation sequences
 })
 
 
