@@ -279,7 +279,7 @@ def test_os_cpu_limit_counts_as_timeout(scratch_root):
 
 
 def test_spawn_failure_is_a_scored_failure_not_a_crash(sb, monkeypatch):
-    import trainer.rewards.sandbox as mod
+    import trainer.rewards.sandbox.judge as mod
 
     def no_process(*a, **k):
         raise BlockingIOError(11, "Resource temporarily unavailable")
@@ -601,7 +601,7 @@ def test_probe_reports_why_there_is_no_os_sandbox(scratch_root):
 
 
 def test_probe_refuses_bwrap_when_the_interpreter_folder_holds_the_trainer(monkeypatch):
-    import trainer.rewards.sandbox as mod
+    import trainer.rewards.sandbox.isolation as mod
 
     monkeypatch.setattr(mod, "_host_folders", lambda: ["/usr/lib/prk-trainer"])
     iso = mod.probe_isolation.__wrapped__("python3", 61337, "auto", "bwrap")  # not the cached result

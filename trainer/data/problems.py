@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trainer.rewards.sandbox import ProgramTest
 from trainer.data.verifiers import canonical_answer, extract_boxed, normalize_answer, parse_number
 
 __all__ = [
     "DataError",
+    "ProgramTest",
     "DuplicateMatch",
     "code_problem",
     "epoch_permutation",
@@ -55,7 +55,20 @@ __all__ = [
 ]
 
 Layout = Literal["auto", "math", "gsm8k", "code"]
-TEST_SIZES = ("small", "mid", "large")
+Size = Literal["small", "mid", "large"]
+TEST_SIZES: tuple[Size, ...] = ("small", "mid", "large")
+
+
+@dataclass(frozen=True)
+class ProgramTest:
+    """One stdin/stdout test of a code problem. ``size`` picks the judge's timeout; "large" runs
+    last, only after a pass.
+
+    Only ``input`` reaches the program (on stdin); ``expected`` stays in the judge's process."""
+
+    input: str
+    expected: str
+    size: Size = "small"
 
 
 class DataError(ValueError):
