@@ -1,4 +1,4 @@
-"""The program judge's isolation in the trainer (trainer/core/reward_step.py ``judge_meta``): recorded in a
+"""The program judge's isolation in the trainer (trainer/core/program_judge.py ``judge_meta``): recorded in a
 code run's meta.json, and main- or calibration-stage code rewards refused without an OS sandbox
 unless the recipe sets ``sandbox.allow_weak_isolation = true``. The probe is forced here; the
 sandbox itself is tested in test_sandbox.py."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import trainer.core.reward_step as rewards
+import trainer.core.program_judge as rewards
 from trainer.config import ConfigError, RunSpec, parse_config
 from trainer.rewards.sandbox import Isolation
 

@@ -101,7 +101,9 @@ def test_problem_tests_reach_the_channels():
 
 def test_code_recipe_checks_and_default_reward():
     pytest.importorskip("torch")
-    from trainer.core.reward_step import eval_channels, make_rewarder, sandbox_limits
+    from trainer.core.evaluate import eval_channels
+    from trainer.core.program_judge import sandbox_limits
+    from trainer.core.reward_step import make_rewarder
 
     bad = [({"task": "code", "channels": ["correct"]}, "math verifier"),
            ({"task": "code", "channels": ["program_correct", "negative"]}, "math verifier"),

@@ -17,9 +17,8 @@ from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E40
 from trainer.core.credit import compute_credit  # noqa: E402
 from trainer.core.credit import group_advantages as eq1  # noqa: E402
 from trainer.data.problems import Problem  # noqa: E402
+from trainer.core.evaluate import eval_channel_counts, eval_channels  # noqa: E402
 from trainer.core.reward_step import (  # noqa: E402
-    eval_channel_counts,
-    eval_channels,
     make_rewarder,
     state_from_dict,
     state_to_dict,

@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from prereg_kit.errors import PreregError
+from trainer.errors import ConfigError
+from trainer.rewards.spec import check_reward_config
 
-
-class ConfigError(PreregError):
-    """A recipe or run spec the trainer cannot use (exit code 2)."""
+__all__ = ["ConfigError", "EvalSetSpec", "RunSpec", "SandboxSettings", "TinyModel", "TrainerConfig", "WarmStart",
+           "derive_seed", "parse_config", "settings_hash"]
 
 
 class _Strict(BaseModel):
@@ -201,8 +201,6 @@ class TrainerConfig(_Strict):
         if self.task in ("synthetic", "code") and not set(self.task_levels) <= {1, 2, 3}:
             raise ValueError("task_levels: synthetic levels are 1, 2, 3")
         if self.channels or self.aggregation or self.anchor or self.task == "code":
-            from trainer.core.reward_step import check_reward_config  # noqa: PLC0415
-
             check_reward_config(self)
         return self
 

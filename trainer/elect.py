@@ -36,7 +36,7 @@ from prereg_kit.errors import PreregError
 from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
-from trainer.core.reward_step import ELECTION_FILE, _channel_spec
+from trainer.rewards.spec import ELECTION_FILE, channel_spec
 
 __all__ = ["elect", "election_configuration", "lock_state", "probe_jobs", "sequence_kl"]
 
@@ -96,7 +96,7 @@ def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds
     sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels) for s in ev.sets]
     jobs = []
     for item in cfg.channels:
-        ch, _ = _channel_spec(item)
+        ch, _ = channel_spec(item)
         pcfg = cfg.model_copy(update={"channels": [item], "aggregation": {"rule": "primary"}, "anchor": "",
                                       "keep_checkpoint": True})
         pcfg = parse_config(pcfg.model_dump(mode="json"), where=f"probe {ch!r}")
@@ -214,7 +214,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     todo = [j for j in jobs if j.state != "complete"]
     length = f"{steps} steps" if steps is not None else f"{jobs[0].spec.budget_tokens} tokens"
     log(f"{pf.path}: anchor election among the channels of {name!r} "
-        f"({', '.join(_channel_spec(c)[0] for c in cfg.channels)}); {len(jobs)} probe(s), {len(todo)} to run, "
+        f"({', '.join(channel_spec(c)[0] for c in cfg.channels)}); {len(jobs)} probe(s), {len(todo)} to run, "
         f"{length} each")
     if todo:
         prepare(jobs, log=log)
@@ -254,7 +254,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
         log(f"  probe {ch} seed {j.seed}: {len(it)} iterations, KL_rev {kl_rev:.4f} ({tok_rev} tokens), "
             f"KL_fwd {kl_fwd:.4f} ({tok_fwd} tokens)")
         del pol
-    names = [_channel_spec(c)[0] for c in cfg.channels]
+    names = [channel_spec(c)[0] for c in cfg.channels]
     kl_rev = {c: float(np.mean([p["kl_rev"] for p in probes if p["channel"] == c])) for c in names}
     kl_fwd = {c: float(np.mean([p["kl_fwd"] for p in probes if p["channel"] == c])) for c in names}
     elected = min(names, key=lambda c: kl_rev[c])  # ties: the first channel listed

@@ -30,7 +30,8 @@ from trainer.core.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
 from trainer.core.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
                             set_determinism, synchronize, update_step)
 from trainer.interventions.reuse import reuse_update, steps_per_iteration, uses_reuse_update
-from trainer.core.reward_step import Rewarder, judge_meta, make_rewarder, state_from_dict, state_to_dict
+from trainer.core.program_judge import judge_meta
+from trainer.core.reward_step import Rewarder, make_rewarder, state_from_dict, state_to_dict
 from trainer.interventions.selection import Selector
 from trainer.data.verifiers import get_verifier
 from trainer.core.assets import prepare_assets
@@ -148,17 +149,6 @@ def _log(r: "Run", row: dict | None, eval_rows: list[dict], checkpoint: bool) ->
                         extra={"reward_state": state_to_dict(r.reward_state), "selection": r.selector.state_dict(),
                                "dense": r.dense.state_dict()})
         c.excluded_seconds["checkpoint"] += time.perf_counter() - t1
-
-
-def verify_rewards(verifier, texts: list[str], answers: list[str]) -> torch.Tensor:
-    """R_g ∈ {0, 1}: the verifier on each completion (identical completions checked once)."""
-    seen: dict[tuple[str, str], float] = {}
-    out = []
-    for t, a in zip(texts, answers):
-        if (t, a) not in seen:
-            seen[(t, a)] = float(verifier(t, a))
-        out.append(seen[(t, a)])
-    return torch.tensor(out)
 
 
 def iteration_rewards(r: "Run", it: int, problems: list, roll) -> tuple[torch.Tensor, torch.Tensor | None]:

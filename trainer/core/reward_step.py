@@ -1,56 +1,51 @@
-"""Per-iteration rewards of the trainer: the verifier reward, or reward channels + an aggregation rule.
+"""The reward step of one GRPO iteration: each completion's reward R_g and, for multi-reward runs,
+the aggregation rule's sequence-level advantages.
 
-Issue 7 (``docs/multi-reward.md``, "Wiring in the trainer"). A recipe without ``channels`` trains
-on the verifier reward exactly as before (``verify_rewards``; credit computes eq. 1). A recipe
-with ``channels`` scores every completion on each channel (``trainer/rewards/channels.py``), shapes the
-group's rewards with the ``aggregation`` rule (``trainer/rewards/aggregation.py``) and hands the rule's
-sequence-level advantages to the credit rule (``outcome_credit(advantages=...)``).
-
-* ``channels``: ``["correct", "negative"]`` or tables ``{name = "brief", threshold = 20}``; the
-  ``correct`` channel uses the recipe's ``reward_verifier`` unless it names its own ``verifier``.
-* ``aggregation``: a ``parse_aggregation`` table (``rule``, ``lam``, ``beta``, ``tau``, ...);
-  ``{}`` is the rule ``additive`` (the table's default), ``primary`` trains on the anchor alone.
-* ``anchor``: ``""`` keeps ``aggregation.anchor`` (an index, default 0 = the first channel); a
-  channel name selects that channel; ``"elected"`` reads ``<study>/election.json`` (written by
-  ``prereg elect``) when the run starts.
+A recipe without ``channels`` trains on the verifier reward (:func:`verify_rewards`; credit then
+computes eq. 1). A recipe with ``channels`` (``trainer.rewards.spec``) scores every completion
+on each channel (``trainer/rewards/channels.py``), shapes the group's rewards with the
+``aggregation`` rule (``trainer/rewards/aggregation.py``) and hands the rule's advantages to the
+credit rule in place of eq. 1 (docs/multi-reward.md, "Wiring in the trainer").
 
 Code tasks (``task = "code"``; docs/multi-reward.md, "Program channels in training"): the
 channels ``program_correct`` and ``program_fast`` read one sandbox result per completion,
 judged once per iteration (``channels.judge_programs``: distinct (program, tests) pairs, at most
-``sandbox.max_workers`` at a time) and shared by both; the rewarder owns the run's ``Sandbox``.
-A code task without ``channels`` trains on ``program_correct`` alone (rule ``primary``: eq. 1 on
-R_P); the verifier reward reads a math answer and is never used for programs. The math channels
-``correct`` and ``negative`` are refused on code tasks, program channels on math tasks.
-
-No torch at import (``trainer.config`` validates recipes with :func:`check_reward_config`).
+``sandbox.max_workers`` at a time) and shared by both; the rewarder owns the run's ``Sandbox``
+(``trainer.core.program_judge``). A code task without ``channels`` trains on ``program_correct``
+alone (rule ``primary``: eq. 1 on R_P); the verifier reward reads a math answer and is never
+used for programs.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
-from trainer.rewards.aggregation import AggregationConfig, LagrangeState, group_advantages, iteration_log, parse_aggregation
-from trainer.rewards.channels import Channel, Completion, get_channel, judge_programs, score_channels
-from trainer.config import ConfigError, SandboxSettings
-from trainer.rewards.sandbox import (Isolation, ProgramResult, Sandbox, SandboxLimits, SandboxUnavailableError,
-                             probe_isolation)
+from trainer.core.program_judge import make_sandbox
+from trainer.errors import ConfigError
+from trainer.rewards.aggregation import (AggregationConfig, LagrangeState, iteration_log, parse_aggregation,
+                                         rule_advantages, rule_kl_beta)
+from trainer.rewards.channels import Channel, Completion, judge_programs, score_channels
+from trainer.rewards.sandbox import ProgramResult, Sandbox
+from trainer.rewards.spec import ELECTION_FILE, build_channels, read_election
 
-ELECTION_FILE = "election.json"
+__all__ = ["IterationRewards", "Rewarder", "make_rewarder", "state_from_dict", "state_to_dict", "verify_rewards"]
 
-__all__ = ["CODE_DEFAULT_CHANNEL", "ELECTION_FILE", "IterationRewards", "Rewarder", "check_reward_config",
-           "eval_channel_counts", "judge_meta", "make_rewarder", "make_sandbox", "read_election", "sandbox_limits",
-           "state_from_dict", "state_to_dict"]
 
-CODE_DEFAULT_CHANNEL = "program_correct"  # a code task's reward when the recipe lists no channels
-MATH_ONLY = ("correct", "negative")  # channels that read a final answer with the math verifier
-CODE_CREDIT = ("outcome",)  # dense rules score continuations with the math verifier
+def verify_rewards(verifier, texts: Sequence[str], answers: Sequence[str]) -> torch.Tensor:
+    """R_g ∈ {0, 1}: the verifier on each completion (identical (text, answer) pairs checked once)."""
+    seen: dict[tuple[str, str], float] = {}
+    out = []
+    for t, a in zip(texts, answers):
+        if (t, a) not in seen:
+            seen[(t, a)] = float(verifier(t, a))
+        out.append(seen[(t, a)])
+    return torch.tensor(out)
 
 
 @dataclass(frozen=True)
@@ -62,82 +57,6 @@ class IterationRewards:
     advantages: Any  # torch.Tensor | None
     log: dict[str, float] = field(default_factory=dict)
     state: Any = None
-
-
-def _channel_spec(item: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    if isinstance(item, str):
-        return item, {}
-    d = dict(item)
-    name = d.pop("name", None)
-    if not isinstance(name, str):
-        raise ValueError("channels: a channel table needs name = \"<channel>\"")
-    return name, d
-
-
-def build_channels(cfg) -> list[Channel]:
-    """The recipe's channels (``correct`` gets the recipe's verifier unless it names one); a code
-    task without channels: ``program_correct``."""
-    out = []
-    for item in cfg.channels or ([CODE_DEFAULT_CHANNEL] if cfg.task == "code" else []):
-        name, params = _channel_spec(item)
-        if name == "correct":
-            params.setdefault("verifier", cfg.reward_verifier)
-        out.append(get_channel(name, **params))
-    return out
-
-
-def check_reward_config(cfg) -> None:
-    """Validate the multi-reward block of a recipe; ValueErrors (one line) for pydantic."""
-    try:
-        agg = parse_aggregation(cfg.aggregation)
-    except ConfigError as e:
-        raise ValueError("; ".join(e.lines)) from None
-    code = cfg.task == "code"
-    if code and cfg.credit not in CODE_CREDIT:
-        raise ValueError(f"task = 'code': credit {cfg.credit!r} scores continuations with the math verifier; "
-                         "use credit = 'outcome'")
-    if code and cfg.selection == "dynamic":
-        raise ValueError("task = 'code': selection 'dynamic' checks groups with the math verifier; "
-                         "use another selection rule")
-    if not cfg.channels:
-        if cfg.aggregation or cfg.anchor:
-            raise ValueError("aggregation/anchor need channels (e.g. channels = [\"correct\", \"negative\"])")
-        return
-    names = []
-    for item in cfg.channels:
-        name, params = _channel_spec(item)
-        if get_channel(name, **params).needs_program and not code:  # unknown names / parameters: ValueError
-            raise ValueError(f"channels: {name!r} judges programs: it needs task = 'code' (problems with tests, "
-                             "the sandbox)")
-        if code and name in MATH_ONLY:
-            raise ValueError(f"channels: {name!r} reads a final answer with the math verifier; task = 'code' "
-                             f"judges programs (use {CODE_DEFAULT_CHANNEL!r})")
-        names.append(name)
-    if len(set(names)) != len(names):
-        raise ValueError(f"channels: a channel is listed twice ({', '.join(names)})")
-    if cfg.anchor and cfg.anchor != "elected" and cfg.anchor not in names:
-        raise ValueError(f"anchor: {cfg.anchor!r} is not one of the channels ({', '.join(names)}) nor 'elected'")
-    if agg.anchor >= len(names):
-        raise ValueError(f"aggregation: anchor {agg.anchor} out of range for {len(names)} channels")
-    K = len(names)
-    if agg.rule == "weighted" and len(agg.weights or ()) != K:
-        raise ValueError(f"aggregation: rule 'weighted' needs {K} weights, got {len(agg.weights or ())}")
-    if agg.rule == "tag" and not isinstance(agg.lam, (int, float)) and len(agg.lam) != K - 1:
-        raise ValueError(f"aggregation: rule 'tag' needs one λ per auxiliary channel ({K - 1}), got {len(agg.lam)}")
-
-
-def read_election(study_dir: str | Path) -> dict[str, Any]:
-    """``<study>/election.json`` (``prereg elect``); a clear ConfigError when it is missing."""
-    path = Path(study_dir) / ELECTION_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no anchor election; anchor = 'elected' needs it: run `prereg elect {study_dir}` first") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: unreadable election record ({e.msg})") from None
-    if not isinstance(data.get("elected"), str):
-        raise ConfigError(f"{path}: the election record names no elected channel")
-    return data
 
 
 @dataclass
@@ -156,25 +75,19 @@ class Rewarder:
 
     @property
     def kl_beta(self) -> float:
-        from trainer.rewards.aggregation import rule_kl_beta  # noqa: PLC0415
-
         return rule_kl_beta(self.agg) if self.agg is not None else 0.0
 
     def __call__(self, verifier, texts: Sequence[str], lengths: Sequence[int], problems: Sequence[Any],
                  group_size: int, *, state: Any = None, rng: np.random.Generator | None = None,
                  l_max: int | None = None, eps: float = 1e-6) -> IterationRewards:
-        import torch  # noqa: PLC0415
-
         if self.agg is None:
-            from trainer.loop import verify_rewards  # noqa: PLC0415
-
             return IterationRewards(verify_rewards(verifier, list(texts), [p.answer for p in problems]), None, {}, state)
         comps = [Completion(t, int(n)) for t, n in zip(texts, lengths)]
         S, program_log = _score_memo(self.channels, comps, problems, self.sandbox)
         G = len(texts) // group_size
         R = S.reshape(G, group_size, len(self.channels))
         L = np.asarray(lengths, dtype=np.float64).reshape(G, group_size)
-        res = group_advantages(R, rule=self.agg, lengths=L, l_max=l_max, rng=rng, state=state, eps=eps)
+        res = rule_advantages(R, rule=self.agg, lengths=L, l_max=l_max, rng=rng, state=state, eps=eps)
         log = iteration_log(R, self.names, res, self.agg)
         shaped = res.rewards if res.rewards is not None else R[:, :, self.agg.anchor]
         adv = np.asarray(res.advantages, dtype=np.float64)
@@ -223,74 +136,6 @@ def _judge(sandbox: Sandbox, comps: Sequence[Completion], problems: Sequence[Any
     return programs, log
 
 
-def sandbox_limits(settings: SandboxSettings) -> SandboxLimits:
-    """The recipe's ``sandbox`` table as ``SandboxLimits`` (the other limits: the sandbox's defaults)."""
-    return SandboxLimits(small_timeout_s=settings.small_timeout_s, mid_timeout_s=settings.mid_timeout_s,
-                         large_timeout_s=settings.large_timeout_s, max_workers=settings.max_workers,
-                         memory_bytes=settings.memory_mb << 20, stop_on_failure=settings.stop_on_failure,
-                         network=settings.network, cpu_basis=settings.cpu_basis)
-
-
-WEAK_ISOLATION_KEY = "sandbox.allow_weak_isolation"
-STRICT_STAGES = ("main", "calibration")  # stages whose rewards decide the study (calibration: the election)
-
-
-def _weak_reason(iso: Isolation, shown: Sequence[str]) -> str:
-    """Why ``iso`` is not an OS sandbox for this run (the probe's first note on bubblewrap)."""
-    if iso.os_sandbox and shown:
-        return f"{shown[0]} is inside the sandbox's view (bound read-only from {', '.join(iso.binds)})"
-    for note in iso.notes:
-        if note.startswith(("bubblewrap", "unavailable: bwrap", "network = 'off'", "no /bin/sh")):
-            return note
-    return "bubblewrap unusable here"
-
-
-def task_paths(spec) -> list[str]:
-    """Host paths that hold expected outputs or the run's state: the study, cache and run
-    folders, ``train_file`` and file evaluation sets (relative paths: under the study folder)."""
-    study = Path(spec.study_dir)
-    files = [spec.config.train_file,
-             *(s.source for s in spec.eval_sets if not (s.source or "synthetic").startswith("synthetic"))]
-    return [spec.study_dir, spec.cache_dir, spec.run_dir,
-            *(str(Path(f) if Path(f).is_absolute() else study / f) for f in files if f)]
-
-
-def judge_meta(spec, *, where: str = "") -> dict[str, str]:
-    """``{"judge_isolation": mode}`` for a code run's ``meta.json`` ({} for math runs): the
-    isolation the program judge will use (``Sandbox.isolation.mode``; only ``"bwrap"`` is an OS
-    sandbox). Without an OS sandbox, or when one of the run's ``task_paths`` is inside the
-    sandbox's view, a main- or calibration-stage run is refused (``ConfigError``, one line)
-    unless the recipe sets ``sandbox.allow_weak_isolation = true``; smoke and pilot runs go on
-    with a warning on stderr (the run's ``train.log``)."""
-    cfg, stage = spec.config, spec.stage
-    if cfg.task != "code":
-        return {}
-    lim = sandbox_limits(cfg.sandbox)
-    try:
-        iso = probe_isolation(lim.python, lim.drop_uid, lim.network, lim.bwrap)
-    except SandboxUnavailableError as e:  # no interpreter at all, or network = "require" unmet
-        raise ConfigError(f"{where}{e}") from None
-    shown = [p for p in task_paths(spec) if iso.visible(p)] if iso.os_sandbox else []
-    if iso.os_sandbox and not shown:
-        return {"judge_isolation": iso.mode}
-    mode = "bwrap-task-visible" if iso.os_sandbox else iso.mode
-    why = _weak_reason(iso, shown)
-    if stage in STRICT_STAGES and not cfg.sandbox.allow_weak_isolation:
-        fix = ("move those files out of the interpreter's folders" if iso.os_sandbox
-               else "install bubblewrap (with user namespaces allowed)")
-        raise ConfigError(f"{where}{stage}-stage code rewards need an OS sandbox for the program judge, and there is "
-                          f"none: {why}; {fix}, or accept weak isolation ({mode!r}: programs can read host files) "
-                          f"with {WEAK_ISOLATION_KEY} = true in the recipe")
-    allowed = f"{WEAK_ISOLATION_KEY} = true" if stage in STRICT_STAGES else f"allowed for the {stage} stage"
-    print(f"warning: {where}program judge with weak isolation {mode!r} ({why}): {allowed}", file=sys.stderr)
-    return {"judge_isolation": mode}
-
-
-def make_sandbox(cfg) -> Sandbox:
-    """The run's program judge (probes the machine and calibrates T's fixed overhead once)."""
-    return Sandbox(sandbox_limits(cfg.sandbox))
-
-
 def make_rewarder(cfg, study_dir: str | Path | None = None) -> Rewarder:
     """The run's rewarder; ``anchor = "elected"`` reads the election record now (run start). A code
     task gets the sandbox, and without channels trains on ``program_correct`` (rule ``primary``)."""
@@ -326,40 +171,3 @@ def state_from_dict(data: dict[str, Any] | None) -> Any:
     return None
 
 
-# ---------------------------------------------------------------------------------------------
-# Evaluation counts
-# ---------------------------------------------------------------------------------------------
-def eval_channels(cfg) -> list[Channel]:
-    """The auxiliary channels counted at evaluation. Math: the recipe's non-correct channels, and
-    ``negative`` always (cheap; threshold-free). Code: the recipe's channels other than
-    ``program_correct`` (that is ``correct``), and ``program_fast`` always (the recipe's threshold
-    if it sets one, else 60 ms). ``brief`` only when the recipe sets one (its threshold is the
-    recipe's)."""
-    out: dict[str, Channel] = {}
-    code = cfg.task == "code"
-    for ch in (build_channels(cfg) if cfg.channels else []):
-        if ch.name not in ("correct", CODE_DEFAULT_CHANNEL) and (code or not ch.needs_program):
-            out[ch.name] = ch
-    if code:
-        out.setdefault("program_fast", get_channel("program_fast"))
-    else:
-        out.setdefault("negative", get_channel("negative"))
-    return list(out.values())
-
-
-def eval_channel_counts(channels: Sequence[Channel], texts: Sequence[str], lengths: Sequence[int], problem: Any,
-                        correct: Sequence[bool], programs: Sequence[ProgramResult] | None = None) -> dict[str, int]:
-    """Per-problem eval-row columns: ``ch_<name>`` = samples with channel = 1 and
-    ``ch_correct_<name>`` = samples correct (default verifier; code: every test passed) with
-    channel = 1. Program channels read ``programs`` (one sandbox result per sample)."""
-    row: dict[str, int] = {}
-    if not channels:
-        return row
-    S = score_channels(channels, [Completion(t, int(n)) for t, n in zip(texts, lengths)], [problem] * len(texts),
-                       programs=programs)
-    ok = np.asarray(correct, dtype=bool)
-    for k, ch in enumerate(channels):
-        hit = S[:, k] > 0
-        row[f"ch_{ch.name}"] = int(hit.sum())
-        row[f"ch_correct_{ch.name}"] = int((hit & ok).sum())
-    return row
