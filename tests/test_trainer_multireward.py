@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 
 from trainer.rewards.aggregation import LagrangeState  # noqa: E402
 from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.core.credit import compute_credit  # noqa: E402
+from trainer.interventions.credit_rules import compute_credit  # noqa: E402
+from trainer.core.credit import CreditContext  # noqa: E402
 from trainer.core.credit import group_advantages as eq1  # noqa: E402
 from trainer.data.problems import Problem  # noqa: E402
 from trainer.core.evaluate import eval_channel_counts, eval_channels  # noqa: E402
@@ -77,7 +78,7 @@ def test_verifier_only_and_primary_give_eq1_advantages():
     assert prim.log["channel/correct"] == 0.5 and prim.log["mixed_share"] == 1.0
     # the credit rule uses the given advantages
     mask = torch.ones(8, 3)
-    cr = compute_credit("outcome", prim.rewards, mask, group_size=4, eps=1e-6, advantages=prim.advantages)
+    cr = compute_credit("outcome", CreditContext.of(prim.rewards, mask, group_size=4, eps=1e-6, advantages=prim.advantages))
     torch.testing.assert_close(cr.tokens[:, 0], prim.advantages)
 
 
@@ -152,7 +153,7 @@ def test_kl_penalty_to_reference():
     from test_trainer_credit import _rollouts, _tiny_policy
 
     from trainer.core.credit import token_credit
-    from trainer.core.policy import make_optimizer, update_step
+    from trainer.core.update import make_optimizer, update_step
 
     roll = _rollouts()
     credit = token_credit(torch.tensor([1.0, -1.0, 0.5, -0.5]), roll.completion_mask)

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, TrainerConfig, derive_seed
-from trainer.core.policy import Policy, VLLMEngine
+from trainer.core.engines import VLLMEngine  # noqa: E402
+from trainer.core.policy import Policy  # noqa: E402
 
 
 class _Params:

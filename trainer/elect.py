@@ -161,7 +161,9 @@ def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, 
     generated token of every sample, divided by the number of those tokens. Returns (KL, tokens)."""
     import torch  # noqa: PLC0415
 
-    from trainer.core.policy import HFEngine, token_logprobs  # noqa: PLC0415
+    from trainer.core.engines import HFEngine  # noqa: PLC0415
+
+    from trainer.core.policy import token_logprobs  # noqa: PLC0415
 
     total, n_tok = 0.0, 0
     eng = HFEngine(p_policy)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-
 import torch
 
 import prereg_kit
@@ -20,21 +19,24 @@ import trainer
 from prereg_kit.errors import PreregError
 from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, utc_now
 from prereg_kit.seal import code_sha256, seal_runs
+from trainer.config import RunSpec, derive_seed
+from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters, Schedule, StageClock
 from trainer.core.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
-from trainer.config import RunSpec, derive_seed
-from trainer.core.credit import compute_credit
-from trainer.data.problems import ProblemPool, load_problems
-from trainer.interventions.monte_carlo import DenseState, dense_context, with_length_reward
+from trainer.core.credit import CreditContext
+from trainer.core.engines import Engine, make_engine
 from trainer.core.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
-from trainer.core.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
-                            set_determinism, synchronize, update_step)
-from trainer.interventions.reuse import reuse_update, steps_per_iteration, uses_reuse_update
+from trainer.core.policy import Policy, load_policy, set_determinism, synchronize
 from trainer.core.program_judge import judge_meta
 from trainer.core.reward_step import Rewarder, make_rewarder, state_from_dict, state_to_dict
-from trainer.interventions.selection import Selector
+from trainer.core.update import learning_rate_at, make_optimizer, update_step
+from trainer.data.problems import ProblemPool, load_problems
 from trainer.data.verifiers import get_verifier
-from trainer.core.assets import prepare_assets
+from trainer.interventions.credit_rules import compute_credit
+from trainer.interventions.length import with_length_reward
+from trainer.interventions.reuse import reuse_update, steps_per_iteration, uses_reuse_update
+from trainer.interventions.selection import Selector
+from trainer.interventions.state import DenseState
 
 
 class RunAlreadyComplete(PreregError):
@@ -64,7 +66,7 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
         while not c.done:
             it = c.iteration
             r.clock.reset()
-            with r.clock.stage("selection"):  # (seed, iteration) and the checkpointed selection state (select.py)
+            with r.clock.stage("selection"):  # (seed, iteration) and the checkpointed selection state
                 problems = r.selector.choose(it)  # "none": prompt_stream_batch(pool, seed, it, 8)
                 prompts = [r.render(p) for p in problems for _ in range(G)]
             with r.clock.stage("generation"):
@@ -72,9 +74,8 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                                          limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
                 problems, roll = r.selector.complete(it, problems, roll)  # dynamic sampling: more groups until 8 mixed
             with r.clock.stage("credit"):
-                rewards, advantages = iteration_rewards(r, it, problems, roll)  # multi-reward: trainer/core/reward_step.py
-                credit = compute_credit(cfg.credit, rewards, roll.completion_mask, group_size=G, eps=cfg.advantage_eps,
-                                        advantages=advantages, **dense_context(r, it, problems, roll))  # dense rewards
+                rewards, advantages = iteration_rewards(r, it, problems, roll)  # verifier, or channels + aggregation
+                credit = compute_credit(cfg.credit, credit_context(r, it, problems, roll, rewards, advantages))
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
                 lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
@@ -90,7 +91,7 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                                    "discarded": r.selector.discarded_tokens}, r.clock.seconds, updates=steps_per_iteration(cfg))
             row.update(group_stats(rewards, roll, G), **stats)
             row.update(r.reward_log)  # channel/<name> means, shaped_reward, ν (multi-reward runs)
-            row.update(r.selector.record(problems, rewards))  # selection history; sel_* columns (select.py)
+            row.update(r.selector.record(problems, rewards))  # selection history; sel_* columns
             if r.schedule.eval_due(before, c.total_tokens):
                 c.done = r.schedule.finished(c.total_tokens)
                 _evaluate_log_checkpoint(r, spec, row=row, progress=progress)
@@ -161,6 +162,20 @@ def iteration_rewards(r: "Run", it: int, problems: list, roll) -> tuple[torch.Te
                      l_max=cfg.completion_limit, eps=cfg.advantage_eps)
     r.reward_state, r.reward_log = res.state, res.log
     return res.rewards, res.advantages
+
+
+def credit_context(r: "Run", it: int, problems: list, roll, rewards: torch.Tensor,
+                   advantages: torch.Tensor | None) -> CreditContext:
+    """What the iteration's credit rule reads: A_g (the aggregation rule's, else eq. 1), the
+    rollouts, each completion's rendered prompt and answer, and the run's policy, engine,
+    verifier, seed and dense state. Prompts are rebuilt from ``problems`` (a selector may have
+    added groups during generation)."""
+    cfg = r.spec.config
+    per = [p for p in problems for _ in range(cfg.group_size)]
+    return CreditContext.of(rewards, roll.completion_mask, group_size=cfg.group_size, eps=cfg.advantage_eps,
+                            advantages=advantages, cfg=cfg, rollouts=roll, prompts=[r.render(p) for p in per],
+                            answers=[p.answer for p in per], iteration=it, seed=r.spec.seed, policy=r.policy,
+                            engine=r.engine, verifier=r.reward, state=r.dense)
 
 
 def group_stats(rewards: torch.Tensor, roll, group_size: int) -> dict:
