@@ -26,14 +26,9 @@ from trainer.rewards.aggregation import (
     zscore,
 )
 from trainer.config import ConfigError
-from trainer.multimetrics import (
-    aux_rates,
-    collapsed,
-    faster_than_reference,
-    mean_latency,
-    mean_pass_at_k,
-    relative_accuracy,
-)
+
+from prereg_kit.readings import ReadingError, accuracy_curve, relative_accuracy_curves
+from trainer.rewards.metrics import aux_rates, faster_than_reference, mean_latency
 
 # One group of n = 4, channels (R_P, R_A): joint, primary-only, auxiliary-only, neither.
 G4 = np.array([[[1, 1], [1, 0], [0, 1], [0, 0]]], dtype=float)
@@ -250,14 +245,34 @@ def test_logs_channel_means_and_nu():
 # ---------------------------------------------------------------------------------------------
 # Evaluation metrics
 # ---------------------------------------------------------------------------------------------
+def _evals(rows):
+    """Evaluation rows (one per configuration, seed, evaluation, problem) as the run log has them."""
+    import pandas as pd
+
+    return pd.DataFrame([{"configuration": c, "seed": 0, "eval_index": e, "eval_set": "held", "problem_id": f"p{i}",
+                          "samples": 8, "correct": k, "correct_strict": k, "iteration": e, "tokens": 100 * e,
+                          "train_seconds": 1.0 * e, "updates": e, "eval_seed": 7}
+                         for c, e, counts in rows for i, k in enumerate(counts)])
+
+
 def test_pass_at_4_from_8_and_collapse():
-    correct = np.zeros((2, 8), int)
-    correct[0, :1] = 1  # c = 1: pass@4 = 1 − C(7,4)/C(8,4) = 1/2
-    correct[1, :8] = 1
-    assert mean_pass_at_k(correct, 4) == pytest.approx((0.5 + 1.0) / 2)
-    assert collapsed(0.70, 0.75) and not collapsed(0.75, 0.75)
-    assert relative_accuracy(0.455, 0.5) == pytest.approx(0.91)
-    assert math.isnan(relative_accuracy(0.4, 0.0))
+    # c = 1: pass@4 = 1 − C(7,4)/C(8,4) = 1/2; c = 8: 1
+    ev = _evals([("a", 0, [1, 8]), ("a", 1, [1, 8]), ("a", 2, [0, 8])])
+    assert accuracy_curve(ev, eval_set="held", metric="pass@4")["accuracy"].tolist() == pytest.approx(
+        [(0.5 + 1.0) / 2, (0.5 + 1.0) / 2, (0.0 + 1.0) / 2])
+    # collapse: pass@4 strictly below the base model's (evaluation 0); equal is not collapse
+    assert accuracy_curve(ev, eval_set="held", metric="collapse")["accuracy"].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_relative_accuracy():
+    # accuracy 0.455 against the R_P-only reference's 0.5: 0.91× (P2:L103)
+    ev = _evals([("ref", 1, [4] * 200), ("arm", 1, [4] * 182 + [0] * 18)])
+    curves = accuracy_curve(ev, eval_set="held")
+    rel = relative_accuracy_curves(curves, "ref", budget=100).kept.set_index("configuration")["accuracy"]
+    assert rel["arm"] == pytest.approx(0.91) and rel["ref"] == 1.0
+    with pytest.raises(ReadingError, match="ratio is undefined"):  # a reference accuracy of 0
+        relative_accuracy_curves(accuracy_curve(_evals([("ref", 1, [0]), ("arm", 1, [4])]), eval_set="held"),
+                                 "ref", budget=100)
 
 
 def test_aux_rates_and_latency():
