@@ -505,7 +505,7 @@ _PIECES = st.sampled_from(["1", "23", "456", ",", ".", "-", "/", "{", "}", "\\fr
 @given(pieces=st.lists(_PIECES, min_size=0, max_size=400))
 def test_windowed_last_number_equals_full_scan(pieces: list[str]) -> None:
     """The backwards-growing window finds the same last token as scanning everything."""
-    from trainer.data.verifiers import _TOKEN, _last_token, _token_text_value
+    from trainer.data.normalize import _TOKEN, _last_token, _token_text_value
 
     text = "".join(pieces) * 3  # long enough for the window to start mid-text
     full = None
