@@ -33,9 +33,11 @@ from typing import Any, Callable, Sequence
 
 from prereg_kit import __version__
 from prereg_kit.errors import PreregError
+from prereg_kit.lock import check_plan, lock_path, read_chain
 from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
+from trainer.launch import SPEC_FILE, Job, _state, prepare, run_jobs
 from trainer.rewards.spec import ELECTION_FILE, channel_spec
 
 __all__ = ["elect", "election_configuration", "lock_state", "probe_jobs", "sequence_kl"]
@@ -71,7 +73,6 @@ def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds
     ``steps``: each probe stops after that many iterations (the paper's T); else ``tokens``
     (``15K``, ``B/2``; default B/2) of generated tokens. Giving both is an error. A complete probe
     is reused only if it was trained with the same stopping rule and recipe."""
-    from trainer.launch import Job, _state  # noqa: PLC0415
 
     if steps is not None and tokens is not None:
         raise PreregError("give --steps or --tokens, not both: a probe stops after T iterations or at a token budget")
@@ -123,7 +124,6 @@ def _stop_rule(spec: RunSpec) -> str:
 
 def _check_reusable(folder: Path, spec: RunSpec, study: Path) -> None:
     """A complete probe is reused only when trained with the same stopping rule and recipe."""
-    from trainer.launch import SPEC_FILE  # noqa: PLC0415
 
     try:
         old = RunSpec.load(folder / SPEC_FILE)
@@ -142,7 +142,6 @@ def lock_state(plan_path: str | Path) -> dict[str, Any]:
     """The plan's lock state now: ``{"locked": False}``, or the chain's length, its last entry's
     hash and time, and whether the plan still matches it (``clean``, ``comment-only``,
     ``changed``); ``{"locked": False, "error": ...}`` for a lock that does not verify."""
-    from prereg_kit.lock import check_plan, lock_path, read_chain  # noqa: PLC0415
 
     if not lock_path(plan_path).exists():
         return {"locked": False}
@@ -206,7 +205,6 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     import torch  # noqa: PLC0415
 
     from trainer.core.evaluate import load_eval_sets  # noqa: PLC0415
-    from trainer.launch import prepare, run_jobs  # noqa: PLC0415
     from trainer.core.policy import load_policy  # noqa: PLC0415
     from trainer.core.assets import prepare_assets  # noqa: PLC0415
 

@@ -17,7 +17,8 @@ import torch
 import prereg_kit
 import trainer
 from prereg_kit.errors import PreregError
-from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, utc_now
+from prereg_kit.runlog import (RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir,
+                               utc_now)
 from prereg_kit.seal import code_sha256, seal_runs
 from trainer.config import RunSpec, derive_seed
 from trainer.core.assets import prepare_assets
@@ -110,8 +111,6 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
 def seal_run(spec: RunSpec) -> None:
     """Seal the completed main run into the plan's lock chain (``prereg_kit.seal``). A main-stage
     run trained outside the study's ``runs/`` (a copy, a test) is never analyzed and is not sealed."""
-    from prereg_kit.runlog import run_dir
-
     if Path(spec.run_dir).resolve() != run_dir(spec.study_dir, spec.configuration, spec.seed).resolve():
         print(f"note: {spec.run_dir} is not the study's run folder for this run: not sealed", file=sys.stderr)
         return
