@@ -1,8 +1,9 @@
 """The Monte-Carlo reward (paper 1 §2.3 "Monte-Carlo reward", C.1 L2372-2391; extract §3.6): k
 continuations from each interior cut of a completion estimate p̂ there, and segment s gets
 p̂_s − p̂_{s−1} added to the group advantage. Registered as ``monte_carlo`` in
-``trainer.interventions.credit_rules.CREDIT_RULES``; the segments are ``trainer.interventions.segments``. Every choice the paper leaves open is a ``TrainerConfig`` field
-(docs/interventions.md, "Dense rewards").
+``trainer.interventions.credit_rules.CREDIT_RULES``; the segments are
+``trainer.interventions.segments``. Every choice the paper leaves open is a ``TrainerConfig``
+field (docs/interventions.md, "Dense rewards").
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from trainer.config import TrainerConfig, derive_seed
 from trainer.core.credit import Credit, CreditContext, token_credit
 from trainer.core.reward_step import verify_rewards
 from trainer.interventions.segments import boundary_values, cut_offsets, last_start_value, segment_credit
-
 
 MAX_K = 1 << 20  # request keys n·MAX_K + j: draw j of completion n, whatever k (common random numbers)
 

@@ -44,7 +44,6 @@ from trainer.data.problems import Problem, prompt_stream_batch, prompt_stream_po
 from trainer.interventions.ridge import Ridge
 
 
-
 # --------------------------------------------------------------------------------------------
 # Pure rules (tested on given predictions)
 # --------------------------------------------------------------------------------------------
