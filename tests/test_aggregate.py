@@ -1,4 +1,4 @@
-"""Aggregation rules (trainer/aggregate.py) against hand computations on small groups."""
+"""Aggregation rules (trainer/rewards/aggregation.py) against hand computations on small groups."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.aggregate import (
+from trainer.rewards.aggregation import (
     RULES,
     AggregationConfig,
     LagrangeState,
     channel_means,
-    group_advantages,
+    rule_advantages,
     grpo_advantage,
     iteration_log,
     parse_aggregation,
@@ -26,14 +26,9 @@ from trainer.aggregate import (
     zscore,
 )
 from trainer.config import ConfigError
-from trainer.multimetrics import (
-    aux_rates,
-    collapsed,
-    faster_than_reference,
-    mean_latency,
-    mean_pass_at_k,
-    relative_accuracy,
-)
+
+from prereg_kit.readings import ReadingError, accuracy_curve, relative_accuracy_curves
+from trainer.rewards.metrics import aux_rates, faster_than_reference, mean_latency
 
 # One group of n = 4, channels (R_P, R_A): joint, primary-only, auxiliary-only, neither.
 G4 = np.array([[[1, 1], [1, 0], [0, 1], [0, 0]]], dtype=float)
@@ -45,7 +40,7 @@ def z(x):
 
 
 def adv(rule, R=G4, **kw):
-    return group_advantages(R, rule=rule, **kw).advantages
+    return rule_advantages(R, rule=rule, **kw).advantages
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,17 +62,17 @@ def test_zscore_zero_for_uniform_channel():
 # The rules, one by one
 # ---------------------------------------------------------------------------------------------
 def test_primary_additive_and_weighted():
-    assert np.allclose(group_advantages(G4, rule="primary").rewards, [[1, 1, 0, 0]])
-    res = group_advantages(G4, rule="additive")
+    assert np.allclose(rule_advantages(G4, rule="primary").rewards, [[1, 1, 0, 0]])
+    res = rule_advantages(G4, rule="additive")
     assert np.allclose(res.rewards, [[1, 0.5, 0.5, 0]])
     assert np.allclose(res.advantages, [z([1, 0.5, 0.5, 0])], atol=1e-5)
     assert np.allclose(res.advantages, [[math.sqrt(2), 0, 0, -math.sqrt(2)]], atol=1e-5)
-    w = group_advantages(G4, rule="weighted", params={"weights": [0.8, 0.2]})
+    w = rule_advantages(G4, rule="weighted", params={"weights": [0.8, 0.2]})
     assert np.allclose(w.rewards, [[1.0, 0.8, 0.2, 0.0]])
 
 
 def test_and_is_min():
-    res = group_advantages(G4, rule="and")
+    res = rule_advantages(G4, rule="and")
     assert np.allclose(res.rewards, [[1, 0, 0, 0]])
     assert np.allclose(res.advantages, [[math.sqrt(3)] + [-1 / math.sqrt(3)] * 3], atol=1e-5)
 
@@ -88,7 +83,7 @@ def test_lsc_equals_additive_sample_by_sample_on_binary_groups():
     R = np.array(list(itertools.product(outcomes, repeat=4)), dtype=float)
     a_add, a_lsc = adv("additive", R), adv("lsc", R)
     assert np.allclose(a_add, a_lsc, atol=1e-5)
-    r = group_advantages(G4, rule="lsc").rewards[0]
+    r = rule_advantages(G4, rule="lsc").rewards[0]
     ls = lambda x: -math.log1p(math.exp(-x))  # noqa: E731
     assert r[0] == pytest.approx(2 * ls(2)) and r[3] == pytest.approx(2 * ls(-2))
     assert r[1] == pytest.approx(ls(2) + ls(-2)) == r[2]
@@ -98,7 +93,7 @@ def test_tag_four_outcomes_and_lambda_zero():
     for lam in (0.25, 0.5, 1.0, 2.0, 4.0):
         assert np.allclose(tag_reward(G4, lam=lam), [[1, 1 / (1 + lam), 0, 0]])
     assert np.allclose(tag_reward(G4, lam=0.0), G4[..., 0])  # λ = 0: the anchor alone
-    res = group_advantages(G4, rule="tag", params={"lam": 1.0})
+    res = rule_advantages(G4, rule="tag", params={"lam": 1.0})
     assert np.allclose(res.rewards, [[1, 0.5, 0, 0]])
     assert np.allclose(res.advantages, [z([1, 0.5, 0, 0])], atol=1e-5)
     assert res.advantages[0, 2] < 0  # auxiliary-only never gets a positive advantage (P2:L73)
@@ -115,7 +110,7 @@ def test_tag_multichannel_and_anchor_index():
 
 
 def test_mo_grpo_sums_per_channel_z_scores():
-    res = group_advantages(G4, rule="mo_grpo")
+    res = rule_advantages(G4, rule="mo_grpo")
     assert res.rewards is None
     expect = z([1, 1, 0, 0]) + z([1, 0, 1, 0])  # = [2, 0, 0, -2]
     assert np.allclose(res.advantages[0], expect, atol=1e-5)
@@ -126,16 +121,16 @@ def test_mo_grpo_sums_per_channel_z_scores():
 
 def test_dr_grpo_no_sd_and_length_scaling():
     lengths = np.array([[100, 200, 50, 400]])
-    res = group_advantages(G4, rule="dr_grpo", lengths=lengths, l_max=400)
+    res = rule_advantages(G4, rule="dr_grpo", lengths=lengths, l_max=400)
     d = np.array([1, 0.5, 0.5, 0]) - 0.5
     assert np.allclose(res.advantages[0], d * lengths[0] / 400)
     assert np.allclose(res.advantages[0], [0.125, 0, 0, -0.5])
     with pytest.raises(ValueError, match="lengths"):
-        group_advantages(G4, rule="dr_grpo")
+        rule_advantages(G4, rule="dr_grpo")
 
 
 def test_lagrangian_shaping_update_and_decay_within_twenty_steps():
-    res = group_advantages(G4, rule="lagrangian")
+    res = rule_advantages(G4, rule="lagrangian")
     assert np.allclose(res.rewards, [[1.5, 1, 0.5, 0]])  # R_P + 0.5 R_A
     st_ = res.state
     assert isinstance(st_, LagrangeState) and st_.nu_used == (0.5,) and st_.aux_rate == (0.5,)
@@ -144,7 +139,7 @@ def test_lagrangian_shaping_update_and_decay_within_twenty_steps():
     all_aux = np.array([[[1, 1], [0, 1], [0, 1], [1, 1]]], float)
     state, nus = None, []
     for _ in range(25):
-        res = group_advantages(all_aux, rule="lagrangian", state=state)
+        res = rule_advantages(all_aux, rule="lagrangian", state=state)
         state = res.state
         nus.append(state.nu[0])
     assert nus[0] == pytest.approx(0.475)
@@ -153,11 +148,11 @@ def test_lagrangian_shaping_update_and_decay_within_twenty_steps():
     assert np.allclose(res.rewards, all_aux[..., 0]) and state.steps == 25
     # auxiliary rate 0 < τ: ν grows by 0.025 a batch
     none_aux = np.zeros((2, 4, 2))
-    assert group_advantages(none_aux, rule="lagrangian").state.nu == (pytest.approx(0.525),)
+    assert rule_advantages(none_aux, rule="lagrangian").state.nu == (pytest.approx(0.525),)
 
 
 def test_pg_ot_front_points_score_zero():
-    res = group_advantages(G4, rule="pg_ot")
+    res = rule_advantages(G4, rule="pg_ot")
     r = res.rewards[0]
     # front = {(1,1)}; standardized channels are ±1, so (1,0), (0,1) are at squared distance 4
     # and (0,0) at 8
@@ -178,25 +173,25 @@ def test_pareto_front():
 
 def test_dropout_seeded_and_per_group():
     R = np.repeat(G4, 64, axis=0)
-    a1 = group_advantages(R, rule="dropout", rng=np.random.default_rng(7))
-    a2 = group_advantages(R, rule="dropout", rng=np.random.default_rng(7))
+    a1 = rule_advantages(R, rule="dropout", rng=np.random.default_rng(7))
+    a2 = rule_advantages(R, rule="dropout", rng=np.random.default_rng(7))
     assert np.array_equal(a1.advantages, a2.advantages)
     keep = np.random.default_rng(7).random((64, 1)) >= 0.5  # the same draws, one per group
     dropped = np.all(a1.rewards == R[..., 0], axis=1)
     additive = np.all(a1.rewards == R.mean(axis=2), axis=1)
     assert np.array_equal(dropped, ~keep[:, 0]) and np.array_equal(additive, keep[:, 0])
     assert 15 < dropped.sum() < 49
-    assert (group_advantages(R, rule="dropout", params={"dropout_p": 1.0},
+    assert (rule_advantages(R, rule="dropout", params={"dropout_p": 1.0},
                              rng=np.random.default_rng(0)).rewards == R[..., 0]).all()
     with pytest.raises(ValueError, match="rng"):
-        group_advantages(R, rule="dropout")
+        rule_advantages(R, rule="dropout")
 
 
 def test_additive_kl_beta_interface():
     cfg = AggregationConfig(rule="additive_kl", beta=1.0)
     assert rule_kl_beta(cfg) == 1.0 and rule_kl_beta(AggregationConfig(rule="additive")) == 0.0
     assert np.allclose(adv(cfg), adv("additive"))
-    assert iteration_log(G4, ["correct", "brief"], group_advantages(G4, rule=cfg), cfg)["kl_beta"] == 1.0
+    assert iteration_log(G4, ["correct", "brief"], rule_advantages(G4, rule=cfg), cfg)["kl_beta"] == 1.0
 
 
 def test_weight_immaterial_in_two_level_groups():
@@ -231,17 +226,17 @@ def test_config_errors_are_one_line_each():
     with pytest.raises(ConfigError, match="lam"):
         parse_aggregation({"rule": "tag", "lam": -1})
     with pytest.raises(ValueError, match="needs 2 weights"):
-        group_advantages(G4, rule="weighted", params={"weights": [1, 1, 1]})
+        rule_advantages(G4, rule="weighted", params={"weights": [1, 1, 1]})
     with pytest.raises(ValueError, match="anchor"):
-        group_advantages(G4, rule="tag", params={"anchor": 2})
+        rule_advantages(G4, rule="tag", params={"anchor": 2})
     with pytest.raises(ValueError, match="shape"):
-        group_advantages(np.zeros((4, 2)), rule="additive")
+        rule_advantages(np.zeros((4, 2)), rule="additive")
 
 
 def test_logs_channel_means_and_nu():
     assert channel_means(G4, ["correct", "brief"]) == {"channel/correct": 0.5, "channel/brief": 0.5}
     cfg = AggregationConfig(rule="lagrangian")
-    res = group_advantages(np.array([[[1, 1], [0, 1]]], float), rule=cfg)
+    res = rule_advantages(np.array([[[1, 1], [0, 1]]], float), rule=cfg)
     log = iteration_log(np.array([[[1, 1], [0, 1]]], float), ["correct", "brief"], res, cfg)
     assert log["lagrange/nu/brief"] == 0.5 and log["lagrange/nu_next/brief"] == pytest.approx(0.475)
     assert log["channel/brief"] == 1.0 and "shaped_reward" in log
@@ -250,14 +245,34 @@ def test_logs_channel_means_and_nu():
 # ---------------------------------------------------------------------------------------------
 # Evaluation metrics
 # ---------------------------------------------------------------------------------------------
+def _evals(rows):
+    """Evaluation rows (one per configuration, seed, evaluation, problem) as the run log has them."""
+    import pandas as pd
+
+    return pd.DataFrame([{"configuration": c, "seed": 0, "eval_index": e, "eval_set": "held", "problem_id": f"p{i}",
+                          "samples": 8, "correct": k, "correct_strict": k, "iteration": e, "tokens": 100 * e,
+                          "train_seconds": 1.0 * e, "updates": e, "eval_seed": 7}
+                         for c, e, counts in rows for i, k in enumerate(counts)])
+
+
 def test_pass_at_4_from_8_and_collapse():
-    correct = np.zeros((2, 8), int)
-    correct[0, :1] = 1  # c = 1: pass@4 = 1 − C(7,4)/C(8,4) = 1/2
-    correct[1, :8] = 1
-    assert mean_pass_at_k(correct, 4) == pytest.approx((0.5 + 1.0) / 2)
-    assert collapsed(0.70, 0.75) and not collapsed(0.75, 0.75)
-    assert relative_accuracy(0.455, 0.5) == pytest.approx(0.91)
-    assert math.isnan(relative_accuracy(0.4, 0.0))
+    # c = 1: pass@4 = 1 − C(7,4)/C(8,4) = 1/2; c = 8: 1
+    ev = _evals([("a", 0, [1, 8]), ("a", 1, [1, 8]), ("a", 2, [0, 8])])
+    assert accuracy_curve(ev, eval_set="held", metric="pass@4")["accuracy"].tolist() == pytest.approx(
+        [(0.5 + 1.0) / 2, (0.5 + 1.0) / 2, (0.0 + 1.0) / 2])
+    # collapse: pass@4 strictly below the base model's (evaluation 0); equal is not collapse
+    assert accuracy_curve(ev, eval_set="held", metric="collapse")["accuracy"].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_relative_accuracy():
+    # accuracy 0.455 against the R_P-only reference's 0.5: 0.91× (P2:L103)
+    ev = _evals([("ref", 1, [4] * 200), ("arm", 1, [4] * 182 + [0] * 18)])
+    curves = accuracy_curve(ev, eval_set="held")
+    rel = relative_accuracy_curves(curves, "ref", budget=100).kept.set_index("configuration")["accuracy"]
+    assert rel["arm"] == pytest.approx(0.91) and rel["ref"] == 1.0
+    with pytest.raises(ReadingError, match="ratio is undefined"):  # a reference accuracy of 0
+        relative_accuracy_curves(accuracy_curve(_evals([("ref", 1, [0]), ("arm", 1, [4])]), eval_set="held"),
+                                 "ref", budget=100)
 
 
 def test_aux_rates_and_latency():
@@ -274,3 +289,12 @@ def test_aux_rates_and_latency():
     fast = faster_than_reference([P(True, False, 0.01), P(False, False, 0.01), P(True, True, 0.01),
                                   P(True, False, 0.5)], 0.1)
     assert fast.tolist() == [True, False, False, False]
+
+
+def test_rule_table_matches_the_allowed_names():
+    """Every name an aggregation table may give has exactly one rule in ``RULES``, and back."""
+    import typing
+
+    from trainer.rewards.aggregation import RuleName
+
+    assert tuple(RULES) == typing.get_args(RuleName)

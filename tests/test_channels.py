@@ -1,11 +1,11 @@
-"""Reward channels (trainer/channels.py): math channels by hand, program channels via the sandbox."""
+"""Reward channels (trainer/rewards/channels.py): math channels by hand, program channels via the sandbox."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from trainer.channels import (
+from trainer.rewards.channels import (
     Brief,
     Channel,
     Completion,
@@ -17,7 +17,7 @@ from trainer.channels import (
     problem_tests,
     score_channels,
 )
-from trainer.sandbox import ProgramResult, ProgramTest, Sandbox, SandboxLimits, TestResult
+from trainer.rewards.sandbox import ProgramResult, ProgramTest, Sandbox, SandboxLimits, TestResult
 
 
 def prog(passed: bool, t: float, timed_out: bool = False) -> ProgramResult:

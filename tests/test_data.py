@@ -1,4 +1,4 @@
-"""Tests for trainer.data: loaders, filters, near-duplicate removal, the prompt stream."""
+"""Tests for trainer.data.problems: loaders, filters, near-duplicate removal, the prompt stream."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.data import (
+from trainer.data.problems import (
     DataError,
     Problem,
     ProblemPool,

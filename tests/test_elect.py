@@ -17,7 +17,7 @@ from prereg_kit.cli import app  # noqa: E402
 from prereg_kit.errors import PreregError  # noqa: E402
 from prereg_kit.lock import lock_plan, read_chain  # noqa: E402
 from trainer.elect import probe_jobs, sequence_kl  # noqa: E402
-from trainer.rewards import make_rewarder  # noqa: E402
+from trainer.core.reward_step import make_rewarder  # noqa: E402
 
 
 def test_probe_jobs_are_single_channel_calibration_runs(tmp_path, mr_cache):  # noqa: F811
@@ -50,7 +50,7 @@ def test_probe_jobs_for_t_steps(tmp_path, mr_cache):  # noqa: F811
 
 
 def test_schedule_stops_after_t_iterations():
-    from trainer.budget import Counters, Schedule
+    from trainer.core.budget import Counters, Schedule
 
     c = Counters()
     sched = Schedule(interval=10**15, stop_tokens=10**15, stop_iterations=3, counters=c)

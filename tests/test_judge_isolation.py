@@ -1,4 +1,4 @@
-"""The program judge's isolation in the trainer (trainer/rewards.py ``judge_meta``): recorded in a
+"""The program judge's isolation in the trainer (trainer/core/program_judge.py ``judge_meta``): recorded in a
 code run's meta.json, and main- or calibration-stage code rewards refused without an OS sandbox
 unless the recipe sets ``sandbox.allow_weak_isolation = true``. The probe is forced here; the
 sandbox itself is tested in test_sandbox.py."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-import trainer.rewards as rewards
+import trainer.core.program_judge as rewards
 from trainer.config import ConfigError, RunSpec, parse_config
-from trainer.sandbox import Isolation
+from trainer.rewards.sandbox import Isolation
 
 from plans import run_plan
 
@@ -90,7 +90,7 @@ def test_task_files_inside_the_sandbox_view_count_as_weak(tmp_path, probe, capsy
 
 
 def test_no_interpreter_is_a_one_line_error(tmp_path, monkeypatch):
-    from trainer.sandbox import SandboxUnavailableError
+    from trainer.rewards.sandbox import SandboxUnavailableError
 
     def missing(*a):
         raise SandboxUnavailableError("sandbox: interpreter 'python3' not found on /usr/local/bin:/usr/bin:/bin")
@@ -127,7 +127,7 @@ def test_launcher_refuses_before_building_anything(tmp_path, probe, monkeypatch,
     naming the cause and the key, exit 2, no asset built, no run started; smoke goes on."""
     from typer.testing import CliRunner
 
-    import trainer.warmstart as warmstart
+    import trainer.core.assets as warmstart
     from prereg_kit.cli import app
 
     built: list = []

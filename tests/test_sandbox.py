@@ -1,4 +1,4 @@
-"""The program sandbox (trainer/sandbox.py): judging, limits, and hostile programs.
+"""The program sandbox (trainer/rewards/sandbox.py): judging, limits, and hostile programs.
 
 Short timeouts (1-2 s) keep the file fast. OS-layer checks (network namespace, uid drop,
 RLIMIT_NPROC) assert only what ``probe_isolation`` says this machine grants.
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from trainer.sandbox import (
+from trainer.rewards.sandbox import (
     VIOLATION_EXIT,
     ProgramTest,
     Sandbox,
@@ -279,7 +279,7 @@ def test_os_cpu_limit_counts_as_timeout(scratch_root):
 
 
 def test_spawn_failure_is_a_scored_failure_not_a_crash(sb, monkeypatch):
-    import trainer.sandbox as mod
+    import trainer.rewards.sandbox.judge as mod
 
     def no_process(*a, **k):
         raise BlockingIOError(11, "Resource temporarily unavailable")
@@ -529,7 +529,7 @@ def test_bwrap_kills_the_sandbox_when_the_judge_dies(scratch_root):
     probe = Sandbox(limits(scratch_root))
     need_os_sandbox(probe)
     script = textwrap.dedent(f"""
-        from trainer.sandbox import Sandbox, SandboxLimits, ProgramTest
+        from trainer.rewards.sandbox import Sandbox, SandboxLimits, ProgramTest
         sb = Sandbox(SandboxLimits(small_timeout_s=30, scratch_root={scratch_root!r}, max_workers=1, cpu_basis="process"))
         print("ready", flush=True)
         sb.run_program("import time\\ntime.sleep(1000)", [ProgramTest("", "")])
@@ -601,7 +601,7 @@ def test_probe_reports_why_there_is_no_os_sandbox(scratch_root):
 
 
 def test_probe_refuses_bwrap_when_the_interpreter_folder_holds_the_trainer(monkeypatch):
-    import trainer.sandbox as mod
+    import trainer.rewards.sandbox.isolation as mod
 
     monkeypatch.setattr(mod, "_host_folders", lambda: ["/usr/lib/prk-trainer"])
     iso = mod.probe_isolation.__wrapped__("python3", 61337, "auto", "bwrap")  # not the cached result

@@ -1,4 +1,4 @@
-"""Tests for trainer.synthetic: the arithmetic task, its files, the local tokenizer, SFT pairs."""
+"""Tests for trainer.data.synthetic: the arithmetic task, its files, the local tokenizer, SFT pairs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.data import find_near_duplicates, load_problems
-from trainer.synthetic import (
+from trainer.data.problems import find_near_duplicates, load_problems
+from trainer.data.synthetic import (
     EOS,
     LEVEL_CAPACITY,
     TaskError,
@@ -20,7 +20,7 @@ from trainer.synthetic import (
     sft_examples,
     write_task,
 )
-from trainer.verify import extract_answer, has_boxed, is_correct
+from trainer.data.verifiers import extract_answer, has_boxed, is_correct
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")

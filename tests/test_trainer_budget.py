@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.budget import TRAIN_STAGES, Counters, Schedule, StageClock
+from trainer.core.budget import TRAIN_STAGES, Counters, Schedule, StageClock
 from trainer.config import TrainerConfig, derive_seed
-from trainer.data import prompt_stream_batch
+from trainer.data.problems import prompt_stream_batch
 
 
 def _evaluations(per_iteration: list[int], interval: int, stop: int) -> list[tuple[int, int]]:
@@ -75,7 +75,7 @@ def test_stage_clock_times_each_stage_and_synchronizes():
 
 
 def test_learning_rate_schedules():
-    from trainer.policy import learning_rate_at
+    from trainer.core.update import learning_rate_at
 
     c = TrainerConfig(learning_rate=2e-6)
     assert learning_rate_at(c, 500, 1000) == 2e-6
@@ -105,7 +105,7 @@ def test_prompt_stream_depends_on_seed_and_iteration_only():
 
 def test_common_random_numbers_do_not_depend_on_batch_layout():
     torch = pytest.importorskip("torch")
-    from trainer.policy import request_uniforms, sample_tokens
+    from trainer.core.engines import request_uniforms, sample_tokens
 
     u = request_uniforms(123, [0, 1, 2, 3], 5)
     assert torch.equal(u[2:], request_uniforms(123, [2, 3], 5))

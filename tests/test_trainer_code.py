@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.channels import extract_program, judge_programs
-from trainer.codetask import (
+from trainer.rewards.channels import extract_program, judge_programs
+from trainer.data.codetask import (
     CODE_LEVEL_CAPACITY,
     code_prompt,
     expression_of,
@@ -22,10 +22,10 @@ from trainer.codetask import (
     write_code_task,
 )
 from trainer.config import ConfigError, RunSpec, parse_config
-from trainer.data import DataError, Problem, find_near_duplicates, load_problems
-from trainer.sandbox import ProgramTest, Sandbox, SandboxLimits, probe_isolation
-from trainer.synthetic import TaskError
-from trainer.verify import get_verifier
+from trainer.data.problems import DataError, Problem, find_near_duplicates, load_problems
+from trainer.rewards.sandbox import ProgramTest, Sandbox, SandboxLimits, probe_isolation
+from trainer.data.synthetic import TaskError
+from trainer.data.verifiers import get_verifier
 
 from plans import run_plan
 
@@ -80,7 +80,7 @@ def test_gold_programs_pass_their_own_tests(sandbox):
 # ---------------------------------------------------------------------------------------------
 def test_problem_tests_reach_the_channels():
     pytest.importorskip("torch")
-    from trainer.rewards import make_rewarder
+    from trainer.core.reward_step import make_rewarder
 
     cfg = parse_config({"task": "code", "channels": ["program_correct", "program_fast"],
                         "aggregation": {"rule": "tag"}, "sandbox": SHORT})
@@ -101,7 +101,9 @@ def test_problem_tests_reach_the_channels():
 
 def test_code_recipe_checks_and_default_reward():
     pytest.importorskip("torch")
-    from trainer.rewards import eval_channels, make_rewarder, sandbox_limits
+    from trainer.core.evaluate import eval_channels
+    from trainer.core.program_judge import sandbox_limits
+    from trainer.core.reward_step import make_rewarder
 
     bad = [({"task": "code", "channels": ["correct"]}, "math verifier"),
            ({"task": "code", "channels": ["program_correct", "negative"]}, "math verifier"),
@@ -165,7 +167,7 @@ def test_file_task_loads_a_tiny_jsonl(tmp_path, sandbox):
         with pytest.raises(DataError, match=re.escape(msg)):
             load_problems(_jsonl(tmp_path / "bad.jsonl", [rec]))
     # a code run reads the file task and code evaluation sets; a math set in a code run is refused
-    from trainer.evaluate import load_eval_sets
+    from trainer.core.evaluate import load_eval_sets
 
     (tmp_path / "math.jsonl").write_text(json.dumps({"problem": "1+1?", "solution": "\\boxed{2}"}) + "\n")
     cfg = parse_config({"task": "code", "train_file": "code.jsonl"})

@@ -10,8 +10,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from trainer.config import TrainerConfig  # noqa: E402
-from trainer.credit import compute_credit, group_advantages, policy_loss, token_credit  # noqa: E402
-from trainer.policy import Policy, Rollouts, token_logprobs, update_step  # noqa: E402
+from trainer.core.credit import group_advantages, token_credit  # noqa: E402
+from trainer.core.update import policy_loss  # noqa: E402
+from trainer.core.credit import CreditContext  # noqa: E402
+from trainer.interventions.credit_rules import compute_credit  # noqa: E402
+from trainer.core.engines import Rollouts  # noqa: E402
+from trainer.core.policy import Policy, token_logprobs  # noqa: E402
+from trainer.core.update import update_step  # noqa: E402
 
 
 def test_group_advantage_population_sd_by_hand():
@@ -37,10 +42,10 @@ def test_token_credit_and_loss_by_hand():
     # −Σ c·logp / N (N = 2 completions; no length normalization)
     want = -(2 * -0.1 + 2 * -0.2 + -1 * -0.3) / 2
     assert policy_loss(logp, c, mask, n_completions=2).item() == pytest.approx(want)
-    out = compute_credit("outcome", torch.tensor([1.0, 0.0]), mask, group_size=2, eps=1e-6)
+    out = compute_credit("outcome", CreditContext.of(torch.tensor([1.0, 0.0]), mask, group_size=2, eps=1e-6))
     assert out.tokens[0, 0].item() == pytest.approx(0.5 / (0.5 + 1e-6)) and out.continuation_tokens == 0
     with pytest.raises(ValueError):
-        compute_credit("nope", torch.ones(2), mask, group_size=2, eps=1e-6)
+        compute_credit("nope", CreditContext.of(torch.ones(2), mask, group_size=2, eps=1e-6))
 
 
 def _tiny_policy(micro: int = 0) -> Policy:
@@ -95,7 +100,7 @@ def test_token_logprobs_match_unpadded_forward():
 def test_micro_batching_changes_neither_update_nor_tokens():
     roll = _rollouts()
     credit = token_credit(torch.tensor([1.0, -1.0, 0.5, -0.5]), roll.completion_mask)
-    from trainer.policy import make_optimizer
+    from trainer.core.update import make_optimizer
 
     states = []
     for micro in (0, 1, 3):
@@ -113,7 +118,7 @@ def test_micro_batching_changes_neither_update_nor_tokens():
 
 
 def test_adam_settings_are_the_papers():
-    from trainer.policy import make_optimizer
+    from trainer.core.update import make_optimizer
 
     pol = _tiny_policy()
     opt = make_optimizer(pol)
@@ -122,3 +127,12 @@ def test_adam_settings_are_the_papers():
     d = TrainerConfig()
     assert (d.learning_rate, d.lr_schedule, d.grad_clip, d.group_size, d.prompts_per_iteration, d.completion_limit,
             d.temperature, d.top_p) == (1e-6, "constant", 1.0, 8, 8, 380, 1.0, 1.0)
+
+
+def test_credit_rule_table_matches_the_allowed_names():
+    """Every name ``TrainerConfig.credit`` allows has exactly one rule, and back."""
+    import typing
+
+    from trainer.interventions.credit_rules import CREDIT_RULES
+
+    assert tuple(CREDIT_RULES) == typing.get_args(TrainerConfig.model_fields["credit"].annotation)

@@ -1,4 +1,4 @@
-"""The learned critic (paper 1 §3.7; trainer/critic.py): the ridge fit, the TD and baseline
+"""The learned critic (paper 1 §3.7; trainer/interventions/critic.py): the ridge fit, the TD and baseline
 credit against hand computations, and that no iteration is scored by a critic fit on it."""
 
 from __future__ import annotations
@@ -8,17 +8,19 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer import critic as cr  # noqa: E402
+from trainer.interventions import critic as cr  # noqa: E402
 from trainer.config import TrainerConfig  # noqa: E402
-from trainer.credit import compute_credit, group_advantages  # noqa: E402
-from trainer.dense import DenseState  # noqa: E402
+from trainer.core.credit import group_advantages  # noqa: E402
+from trainer.core.credit import CreditContext  # noqa: E402
+from trainer.interventions.credit_rules import compute_credit  # noqa: E402
+from trainer.interventions.state import DenseState  # noqa: E402
 
 
 def test_ridge_matches_the_closed_form():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(50, 3, generator=g, dtype=torch.float64)
     y = (x @ torch.tensor([0.1, -0.2, 0.05], dtype=torch.float64) + 0.5).clamp(0, 1)
-    m = cr.Ridge.fit(x, y, ridge=2.0)
+    m = cr.Ridge.fit(x, y, 2.0, standardize=True)
     z = (x - x.mean(0)) / x.std(0, correction=0)
     w = torch.linalg.solve(z.T @ z + 2.0 * torch.eye(3, dtype=z.dtype), z.T @ (y - y.mean()))
     assert torch.allclose(m.weight, w) and m.bias == pytest.approx(float(y.mean()))
@@ -60,8 +62,8 @@ def test_critic_credit_by_hand(monkeypatch, form):
     monkeypatch.setattr(cr.CriticBuffer, "fit", lambda self, it, ridge: FixedCritic(v))
     rewards = torch.tensor([1.0, 0, 0, 1])
     mask = roll.completion_mask
-    out = compute_credit(f"critic_{form}", rewards, mask, group_size=4, eps=1e-6, cfg=cfg, policy=pol,
-                         rollouts=roll, iteration=1, state=DenseState())
+    out = compute_credit(f"critic_{form}", CreditContext.of(rewards, mask, group_size=4, eps=1e-6, cfg=cfg, policy=pol,
+                         rollouts=roll, iteration=1, state=DenseState()))
     # segments [0,1), [1,2), [2,∞); lengths 4, 2, 1, 3 → a cut at or past the end takes V = R
     if form == "td":  # V̂(b_s) − V̂(b_{s−1}), V(end) = R
         w = torch.tensor([[0.1, 0.2, 0.2, 0.2], [-0.2, -0.2, 0, 0], [-0.3, 0, 0, 0], [0.0, 0.2, 0.3, 0]])
@@ -77,9 +79,9 @@ def test_critic_is_outcome_only_before_its_start_and_never_fits_on_the_iteration
     fitted: list[torch.Tensor] = []
     real_fit = cr.Ridge.fit.__func__
 
-    def spy(cls, x, y, ridge):
+    def spy(cls, x, y, ridge, **kw):
         fitted.append(x.clone())
-        return real_fit(cls, x, y, ridge)
+        return real_fit(cls, x, y, ridge, **kw)
 
     monkeypatch.setattr(cr.Ridge, "fit", classmethod(spy))
     state, mask = DenseState(), roll.completion_mask
@@ -90,8 +92,8 @@ def test_critic_is_outcome_only_before_its_start_and_never_fits_on_the_iteration
         seqs[:, 3:] = torch.randint(1, 11, seqs[:, 3:].shape, generator=g) * roll.attention_mask[:, 3:]
         seqs[:, 3] = it + 1  # every prefix of this iteration differs from every earlier one
         r = type(roll)(seqs, roll.attention_mask, roll.prompt_len, mask, roll.lengths, roll.truncated, roll.texts)
-        out = compute_credit("critic_td", rewards, mask, group_size=4, eps=1e-6, cfg=cfg, policy=pol, rollouts=r,
-                             iteration=it, state=state)
+        out = compute_credit("critic_td", CreditContext.of(rewards, mask, group_size=4, eps=1e-6, cfg=cfg, policy=pol, rollouts=r,
+                             iteration=it, state=state))
         adv = group_advantages(rewards, 4, 1e-6)[:, None] * mask
         if it < 2:
             assert torch.equal(out.tokens, adv) and not fitted

@@ -1,5 +1,5 @@
 """Dense rewards against hand computations on hand-built groups (paper 1 §3.6, §3.9, App. G;
-trainer/dense.py), continuation accounting, and a short real run of every credit configuration."""
+trainer/interventions/monte_carlo.py), continuation accounting, and a short real run of every credit configuration."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer import dense  # noqa: E402
+from trainer.interventions import equal_iteration, length, segments  # noqa: E402
+from trainer.interventions.state import DenseState  # noqa: E402
 from trainer.config import TrainerConfig, derive_seed  # noqa: E402
-from trainer.credit import compute_credit, group_advantages  # noqa: E402
-from trainer.dense import MAX_K  # noqa: E402
+from trainer.core.credit import group_advantages  # noqa: E402
+from trainer.core.credit import CreditContext  # noqa: E402
+from trainer.interventions.credit_rules import compute_credit  # noqa: E402
+from trainer.interventions.monte_carlo import MAX_K  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 
@@ -90,18 +93,18 @@ A = group_advantages(torch.tensor([0.0, 1.0]), 2, 1e-6)  # ≈ [−1, +1]
 
 
 def test_cut_offsets_rule():
-    assert dense.cut_offsets(TrainerConfig(completion_limit=768)) == [128, 256, 384, 512, 640]  # the paper's
-    assert dense.cut_offsets(TrainerConfig(completion_limit=380)) == [63, 127, 190, 253, 317]
-    assert dense.cut_offsets(TrainerConfig(completion_limit=40)) == [7, 13, 20, 27, 33]
-    assert dense.cut_offsets(TrainerConfig(completion_limit=40, mc_segments=4)) == [10, 20, 30]
-    assert dense.cut_offsets(_cfg()) == [2, 4]
+    assert segments.cut_offsets(TrainerConfig(completion_limit=768)) == [128, 256, 384, 512, 640]  # the paper's
+    assert segments.cut_offsets(TrainerConfig(completion_limit=380)) == [63, 127, 190, 253, 317]
+    assert segments.cut_offsets(TrainerConfig(completion_limit=40)) == [7, 13, 20, 27, 33]
+    assert segments.cut_offsets(TrainerConfig(completion_limit=40, mc_segments=4)) == [10, 20, 30]
+    assert segments.cut_offsets(_cfg()) == [2, 4]
     with pytest.raises(ValueError):
         TrainerConfig(completion_limit=6, mc_cuts=[4, 2])
 
 
 def test_monte_carlo_credit_by_hand():
     roll, mask, rewards, engine = _group()
-    out = compute_credit("monte_carlo", rewards, mask, group_size=2, eps=1e-6, **_ctx(_cfg(), roll, engine))
+    out = compute_credit("monte_carlo", CreditContext.of(rewards, mask, group_size=2, eps=1e-6, **_ctx(_cfg(), roll, engine)))
     # values c0: p̂_0 = .5, .75, .25, R = 0 → segments +.25, −.5, −.25 on tokens [0,2), [2,4), [4,5)
     # values c1: .5, .5, then ended (R = 1) → segments 0, +.5 on tokens [0,2), [2,3)
     w = torch.tensor([[0.25, 0.25, -0.5, -0.5, -0.25, 0], [0, 0, 0.5, 0, 0, 0]])
@@ -118,8 +121,8 @@ def test_monte_carlo_credit_by_hand():
 
 def test_monte_carlo_end_value_none_gives_no_credit_to_the_last_segment():
     roll, mask, rewards, engine = _group()
-    out = compute_credit("monte_carlo", rewards, mask, group_size=2, eps=1e-6,
-                         **_ctx(_cfg(mc_end_value="none"), roll, engine))
+    out = compute_credit("monte_carlo", CreditContext.of(rewards, mask, group_size=2, eps=1e-6,
+                         **_ctx(_cfg(mc_end_value="none"), roll, engine)))
     w = torch.tensor([[0.25, 0.25, -0.5, -0.5, 0, 0], [0, 0, 0, 0, 0, 0]])
     assert torch.allclose(out.tokens, A[:, None] * mask + w, atol=1e-5)
 
@@ -128,20 +131,20 @@ def test_monte_carlo_end_value_none_gives_no_credit_to_the_last_segment():
 def test_continuation_tokens_against_k_and_cut_positions(k):
     roll, mask, rewards, _ = _group()
     engine = FakeEngine({}, run_to_limit=True)  # every continuation uses the rest of the limit
-    out = compute_credit("monte_carlo", rewards, mask, group_size=2, eps=1e-6,
-                         **_ctx(_cfg(mc_k=k), roll, engine))
+    out = compute_credit("monte_carlo", CreditContext.of(rewards, mask, group_size=2, eps=1e-6,
+                         **_ctx(_cfg(mc_k=k), roll, engine)))
     # c0 (5 tokens): cuts 2 and 4 → (6−2) + (6−4); c1 (3 tokens): cut 2 only → 6−2
     assert out.continuation_tokens == k * ((6 - 2) + (6 - 4) + (6 - 2))
     share = out.continuation_tokens / (out.continuation_tokens + roll.tokens)
     assert share == pytest.approx(10 * k / (10 * k + 8))
-    capped = compute_credit("monte_carlo", rewards, mask, group_size=2, eps=1e-6,
-                            **_ctx(_cfg(mc_k=k, mc_continuation_limit=3), roll, FakeEngine({}, run_to_limit=True)))
+    capped = compute_credit("monte_carlo", CreditContext.of(rewards, mask, group_size=2, eps=1e-6,
+                            **_ctx(_cfg(mc_k=k, mc_continuation_limit=3), roll, FakeEngine({}, run_to_limit=True))))
     assert capped.continuation_tokens == k * (3 + 2 + 3)
 
 
 def _equal(cfg, rule="equal_iteration"):
     roll, mask, rewards, engine = _group()
-    return compute_credit(rule, rewards, mask, group_size=2, eps=1e-6, **_ctx(cfg, roll, engine)), mask
+    return compute_credit(rule, CreditContext.of(rewards, mask, group_size=2, eps=1e-6, **_ctx(cfg, roll, engine))), mask
 
 
 def test_equal_iteration_rule_by_hand():
@@ -175,7 +178,7 @@ def test_coequal_standardization_by_hand():
     adv = torch.tensor([1.0, -1.0])
     mask = torch.tensor([[1.0, 1, 1], [1, 0, 0]])
     w = torch.tensor([[1.0, -1, 0], [0, 0, 0]])
-    c = dense.combine(adv, w, mask, alpha=0.5, norm="coequal")
+    c = equal_iteration.combine(adv, w, mask, alpha=0.5, norm="coequal")
     # A over the 4 tokens: [1,1,1,−1], mean .5, SD √.75; w over them: [1,−1,0,0], mean 0, SD √.5
     want = torch.tensor([[1, 1, 1], [-1, 0, 0]]) / 0.75 ** 0.5 + 0.5 * w / 0.5 ** 0.5
     assert torch.allclose(c, want * mask, atol=1e-6)
@@ -194,24 +197,24 @@ def test_shuffled_control_permutes_within_each_completion():
 def test_implicit_reward_by_hand():
     from test_trainer_credit import _rollouts, _tiny_policy
 
-    from trainer.policy import token_logprobs
+    from trainer.core.policy import token_logprobs
 
     pol, ref, roll = _tiny_policy(), _tiny_policy(), _rollouts()
     with torch.no_grad():
         for p in ref.model.parameters():
             p.mul_(0.9)
-    state = dense.DenseState(_reference=ref)
+    state = DenseState(_reference=ref)
     rewards, mask = torch.tensor([1.0, 0, 0, 1]), roll.completion_mask
-    out = compute_credit("implicit", rewards, mask, group_size=4, eps=1e-6, cfg=TrainerConfig(eq_alpha=0.5),
-                         policy=pol, rollouts=roll, state=state)
+    out = compute_credit("implicit", CreditContext.of(rewards, mask, group_size=4, eps=1e-6, cfg=TrainerConfig(eq_alpha=0.5),
+                         policy=pol, rollouts=roll, state=state))
     with torch.no_grad():
         w = (token_logprobs(pol, roll.sequences, roll.attention_mask, 3)
              - token_logprobs(ref, roll.sequences, roll.attention_mask, 3)) * mask
     w = (w - (w.sum(1, keepdim=True) / mask.sum(1, keepdim=True))) * mask
     want = group_advantages(rewards, 4, 1e-6)[:, None] * mask + 0.5 * w / w.abs().max()
     assert torch.allclose(out.tokens, want, atol=1e-5) and out.continuation_tokens == 0
-    same = compute_credit("implicit", rewards, mask, group_size=4, eps=1e-6, cfg=TrainerConfig(),
-                          policy=pol, rollouts=roll, state=dense.DenseState(_reference=pol))
+    same = compute_credit("implicit", CreditContext.of(rewards, mask, group_size=4, eps=1e-6, cfg=TrainerConfig(),
+                          policy=pol, rollouts=roll, state=DenseState(_reference=pol)))
     assert torch.allclose(same.tokens, group_advantages(rewards, 4, 1e-6)[:, None] * mask)  # π = π_ref: w = 0
 
 
@@ -219,7 +222,7 @@ def test_length_reward_by_hand():
     rewards = torch.tensor([1.0, 1, 0, 1])
     lengths = torch.tensor([4, 8, 5, 6])
     mask = (torch.arange(10)[None, :] < lengths[:, None]).float()
-    w = dense.length_credit(rewards, lengths, mask, 4, lam=0.5, limit=10)
+    w = length.length_credit(rewards, lengths, mask, 4, lam=0.5, limit=10)
     # m_g = (4 + 8 + 6)/3 = 6: −.5(4−6)/10 = +.1, −.5(8−6)/10 = −.1, wrong: 0, −.5(6−6)/10 = 0
     assert torch.allclose(w[:, 0], torch.tensor([0.1, -0.1, 0.0, 0.0]).to(w), atol=1e-7)
     assert torch.allclose(w, w[:, :1] * mask)

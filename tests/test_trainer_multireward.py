@@ -12,19 +12,19 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer.aggregate import LagrangeState  # noqa: E402
+from trainer.rewards.aggregation import LagrangeState  # noqa: E402
 from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.credit import compute_credit  # noqa: E402
-from trainer.credit import group_advantages as eq1  # noqa: E402
-from trainer.data import Problem  # noqa: E402
-from trainer.rewards import (  # noqa: E402
-    eval_channel_counts,
-    eval_channels,
+from trainer.interventions.credit_rules import compute_credit  # noqa: E402
+from trainer.core.credit import CreditContext  # noqa: E402
+from trainer.core.credit import group_advantages as eq1  # noqa: E402
+from trainer.data.problems import Problem  # noqa: E402
+from trainer.core.evaluate import eval_channel_counts, eval_channels  # noqa: E402
+from trainer.core.reward_step import (  # noqa: E402
     make_rewarder,
     state_from_dict,
     state_to_dict,
 )
-from trainer.verify import get_verifier  # noqa: E402
+from trainer.data.verifiers import get_verifier  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 
@@ -78,7 +78,7 @@ def test_verifier_only_and_primary_give_eq1_advantages():
     assert prim.log["channel/correct"] == 0.5 and prim.log["mixed_share"] == 1.0
     # the credit rule uses the given advantages
     mask = torch.ones(8, 3)
-    cr = compute_credit("outcome", prim.rewards, mask, group_size=4, eps=1e-6, advantages=prim.advantages)
+    cr = compute_credit("outcome", CreditContext.of(prim.rewards, mask, group_size=4, eps=1e-6, advantages=prim.advantages))
     torch.testing.assert_close(cr.tokens[:, 0], prim.advantages)
 
 
@@ -136,8 +136,8 @@ def test_eval_channel_counts():
 
 
 def test_checkpoint_extra_round_trip(tmp_path):
-    from trainer.budget import Counters
-    from trainer.checkpoint import load_checkpoint, save_checkpoint
+    from trainer.core.budget import Counters
+    from trainer.core.checkpoint import load_checkpoint, save_checkpoint
 
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam(model.parameters())
@@ -152,8 +152,8 @@ def test_checkpoint_extra_round_trip(tmp_path):
 def test_kl_penalty_to_reference():
     from test_trainer_credit import _rollouts, _tiny_policy
 
-    from trainer.credit import token_credit
-    from trainer.policy import make_optimizer, update_step
+    from trainer.core.credit import token_credit
+    from trainer.core.update import make_optimizer, update_step
 
     roll = _rollouts()
     credit = token_credit(torch.tensor([1.0, -1.0, 0.5, -0.5]), roll.completion_mask)
@@ -223,7 +223,7 @@ def test_tiny_multireward_run_logs_channels(tmp_path, mr_cache):
     assert (ev["ch_negative"] <= ev["samples"]).all() and (ev["ch_correct_negative"] <= ev["correct"]).all()
     # the last checkpoint carries ν for a resume
     extra: dict = {}
-    from trainer.checkpoint import checkpoint_path
+    from trainer.core.checkpoint import checkpoint_path
 
     state = torch.load(checkpoint_path(spec.run_dir), map_location="cpu", weights_only=False)
     extra = state["extra"]["reward_state"]

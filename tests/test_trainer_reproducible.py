@@ -23,7 +23,7 @@ from prereg_kit.cli import app  # noqa: E402
 from prereg_kit.runlog import read_meta, read_run  # noqa: E402
 from trainer.config import ConfigError, parse_config  # noqa: E402
 from trainer.launch import plan_jobs  # noqa: E402
-from trainer.warmstart import prepare_assets, weight_files, weights_sha256  # noqa: E402
+from trainer.core.assets import prepare_assets, weight_files, weights_sha256  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 
@@ -70,7 +70,7 @@ def _cli(*args):
 # --- the warm start and its hash ---------------------------------------------------------------
 
 def test_warm_start_is_identical_across_thread_counts_and_restores_the_callers_settings(tmp_path, monkeypatch):
-    import trainer.warmstart as ws  # noqa: PLC0415
+    import trainer.core.assets as ws  # noqa: PLC0415
 
     before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled())

@@ -1,6 +1,6 @@
-"""The reuse variants (paper 1 App. E, Table 16; extract §3.10; trainer/reuse.py) against hand
+"""The reuse variants (paper 1 App. E, Table 16; extract §3.10; trainer/interventions/reuse.py) against hand
 computations, the clipped multi-step update, short real runs, and a kill-resume of the learned
-critic's state (trainer/critic.py; the DenseState checkpoint)."""
+critic's state (trainer/interventions/critic.py; the DenseState checkpoint)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,15 @@ from test_trainer_credit import _rollouts, _tiny_policy  # noqa: E402
 from test_trainer_dense import FakeTok, verifier  # noqa: E402
 from test_trainer_run import _train  # noqa: E402
 
-from trainer import reuse  # noqa: E402
+from trainer.interventions import reuse  # noqa: E402
 from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.credit import compute_credit, policy_loss  # noqa: E402
-from trainer.dense import MAX_K  # noqa: E402
-from trainer.policy import Rollouts, make_optimizer, token_logprobs  # noqa: E402
+from trainer.core.update import policy_loss  # noqa: E402
+from trainer.core.credit import CreditContext  # noqa: E402
+from trainer.interventions.credit_rules import compute_credit  # noqa: E402
+from trainer.interventions.monte_carlo import MAX_K  # noqa: E402
+from trainer.core.engines import Rollouts  # noqa: E402
+from trainer.core.policy import token_logprobs  # noqa: E402
+from trainer.core.update import make_optimizer  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 
@@ -75,7 +79,7 @@ def _cfg(**kw):
 def test_vineppo_value_differences_by_hand():
     roll, rewards, engine = _group()
     cfg = _cfg(credit="vineppo")
-    out = compute_credit("vineppo", rewards, roll.completion_mask, group_size=3, eps=1e-6, **_ctx(cfg, roll, engine))
+    out = compute_credit("vineppo", CreditContext.of(rewards, roll.completion_mask, group_size=3, eps=1e-6, **_ctx(cfg, roll, engine)))
     # V(prompt) leave-one-out: c0 (1+1)/2 = 1, c1 (0+1)/2 = .5, c2 .5
     assert torch.allclose(reuse.leave_one_out_mean(rewards, 3), torch.tensor([1.0, 0.5, 0.5], dtype=torch.float64))
     # c0: 1 → .75 → .25 → R = 0: −.25 on [0,2), −.5 on [2,4), −.25 on [4,5)
@@ -145,10 +149,10 @@ def test_four_clipped_steps_per_iteration():
 def test_continuation_reuse_by_hand():
     roll, rewards, engine = _group()
     cfg = _cfg(credit="continuation_reuse")
-    out = compute_credit("continuation_reuse", rewards, roll.completion_mask, group_size=3, eps=1e-6,
-                         **_ctx(cfg, roll, engine))
-    mc = compute_credit("monte_carlo", rewards, roll.completion_mask, group_size=3, eps=1e-6,
-                        **_ctx(_cfg(), roll, FakeEngine(engine.successes)))
+    out = compute_credit("continuation_reuse", CreditContext.of(rewards, roll.completion_mask, group_size=3, eps=1e-6,
+                         **_ctx(cfg, roll, engine)))
+    mc = compute_credit("monte_carlo", CreditContext.of(rewards, roll.completion_mask, group_size=3, eps=1e-6,
+                        **_ctx(_cfg(), roll, FakeEngine(engine.successes))))
     assert torch.equal(out.tokens, mc.tokens)  # the rollouts keep the Monte-Carlo reward
     cut2, cut4 = out.sequences
     # leave-one-out among the 4 draws: [1,1,1,0] → 1/3 ×3, −1; [1,1,0,0] → 2/3, 2/3, −2/3, −2/3; [1,0,0,0] → 1, −1/3 ×3

@@ -10,11 +10,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from prereg_kit.runlog import read_run  # noqa: E402
-from trainer import select as sel  # noqa: E402
+from trainer.interventions import selection as sel  # noqa: E402
 from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.data import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions  # noqa: E402
+from trainer.data.problems import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions  # noqa: E402
 from trainer.launch import plan_jobs  # noqa: E402
-from trainer.policy import Rollouts  # noqa: E402
+from trainer.core.engines import Rollouts  # noqa: E402
+from trainer.interventions.ridge import Ridge  # noqa: E402
 
 from plans import run_plan  # noqa: E402
 
@@ -46,12 +47,13 @@ def test_ridge_fit_primal_and_dual_agree_with_normal_equations():
     g = torch.Generator().manual_seed(0)
     for n, d in [(40, 5), (6, 20)]:
         x, y = torch.randn(n, d, generator=g), torch.rand(n, generator=g)
-        w, b = sel.ridge_fit(x, y, 0.7)
+        fit = Ridge.fit(x, y, 0.7, standardize=False)
+        w, b = fit.weight, fit.bias
         xa = torch.cat([x.double(), torch.ones(n, 1, dtype=torch.float64)], 1)
         pen = torch.diag(torch.tensor([0.7] * d + [0.0], dtype=torch.float64))
         ref = torch.linalg.lstsq(xa.T @ xa + pen, xa.T @ y.double()).solution
         assert torch.allclose(torch.cat([w, b.view(1)]), ref, atol=1e-6)
-        p = sel.ridge_predict(w, b, x)
+        p = fit.predict(x)
         assert p.min() >= 0 and p.max() <= 1
 
 
@@ -313,3 +315,10 @@ def test_history_and_level_predictions():
             assert pred.tolist() == [0.75, 0.0, 0.375, 0.375, 0.375]
         else:  # the level's recent mean (levels 1, 2, 1, 2, 3), else the recent mean
             assert pred.tolist() == [0.75, 0.0, 0.75, 0.0, 0.375]
+
+
+def test_selection_rule_table_matches_the_allowed_names():
+    """Every name ``TrainerConfig.selection`` allows has exactly one rule, and back."""
+    import typing
+
+    assert tuple(sel.SELECTION_RULES) == typing.get_args(TrainerConfig.model_fields["selection"].annotation)

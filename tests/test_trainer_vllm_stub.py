@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, TrainerConfig, derive_seed
-from trainer.policy import Policy, VLLMEngine
+from trainer.core.engines import VLLMEngine  # noqa: E402
+from trainer.core.policy import Policy  # noqa: E402
 
 
 class _Params:
@@ -48,7 +49,7 @@ class _FakeLLM:
 def policy(tmp_path, monkeypatch):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from trainer.synthetic import build_tokenizer
+    from trainer.data.synthetic import build_tokenizer
 
     tok = build_tokenizer(tmp_path / "tok")
     tok.padding_side = "left"

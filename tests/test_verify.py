@@ -1,4 +1,4 @@
-"""Tests for trainer.verify: the case table, properties, and adversarial time bounds."""
+"""Tests for trainer.data.verifiers: the case table, properties, and adversarial time bounds."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from trainer.verify import (
+from trainer.data.verifiers import (
     MINUS_SIGNS,
     MathVerifyVerifier,
     UnknownVerifierError,
@@ -394,7 +394,7 @@ def test_math_verify_backend() -> None:  # pragma: no cover - runs only where th
 
 
 def test_no_torch_import() -> None:
-    code = "import sys, trainer.verify, trainer.data; assert 'torch' not in sys.modules"
+    code = "import sys, trainer.data.verifiers, trainer.data.problems; assert 'torch' not in sys.modules"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 
@@ -505,7 +505,7 @@ _PIECES = st.sampled_from(["1", "23", "456", ",", ".", "-", "/", "{", "}", "\\fr
 @given(pieces=st.lists(_PIECES, min_size=0, max_size=400))
 def test_windowed_last_number_equals_full_scan(pieces: list[str]) -> None:
     """The backwards-growing window finds the same last token as scanning everything."""
-    from trainer.verify import _TOKEN, _last_token, _token_text_value
+    from trainer.data.normalize import _TOKEN, _last_token, _token_text_value
 
     text = "".join(pieces) * 3  # long enough for the window to start mid-text
     full = None

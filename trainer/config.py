@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from prereg_kit.errors import PreregError
+from trainer.errors import ConfigError
+from trainer.rewards.spec import check_reward_config
 
-
-class ConfigError(PreregError):
-    """A recipe or run spec the trainer cannot use (exit code 2)."""
+__all__ = ["ConfigError", "EvalSetSpec", "RunSpec", "SandboxSettings", "TinyModel", "TrainerConfig", "WarmStart",
+           "derive_seed", "parse_config", "settings_hash"]
 
 
 class _Strict(BaseModel):
@@ -50,7 +50,7 @@ class WarmStart(_Strict):
 
 
 class SandboxSettings(_Strict):
-    """The program judge of ``task = "code"`` (``trainer/sandbox.py``; docs/multi-reward.md,
+    """The program judge of ``task = "code"`` (``trainer/rewards/sandbox.py``; docs/multi-reward.md,
     "Program channels in training"). Timeouts are the paper's (P2:L113); tests may shorten them."""
 
     small_timeout_s: float = Field(10.0, gt=0)  # paper: 10 s per small test
@@ -111,7 +111,7 @@ class TrainerConfig(_Strict):
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     # --- multi-reward (docs/multi-reward.md "Wiring in the trainer")
     channels: list[str | dict[str, Any]] = []  # [] = the verifier reward; else "name" or {name = ..., params}
-    aggregation: dict[str, Any] = {}  # trainer.aggregate.parse_aggregation table (rule, lam, beta, ...)
+    aggregation: dict[str, Any] = {}  # trainer.rewards.aggregation.parse_aggregation table (rule, lam, beta, ...)
     anchor: str = ""  # "": aggregation.anchor (index); a channel name; "elected": <study>/election.json
 
     # --- dense rewards (paper 1 §3.6-3.9, extract §1.E; docs/interventions.md "Dense rewards")
@@ -129,7 +129,7 @@ class TrainerConfig(_Strict):
     critic_layer: int = -1  # hidden-state layer of the features (-1: last, after the final norm)
     critic_window: int = Field(32, ge=1)  # earlier iterations the critic is fit on (the latest ones)
     length_lambda: float = Field(0.0, ge=0)  # λ of the group-relative length reward (0: off)
-    # reuse variants (extract §3.10; trainer/reuse.py): VinePPO-style "4 steps per batch" = 2 × 2, clip 0.2
+    # reuse variants (extract §3.10; trainer/interventions/reuse.py): VinePPO-style "4 steps per batch" = 2 × 2, clip 0.2
     ppo_epochs: int = Field(1, ge=1)  # passes over each iteration's sequences
     ppo_minibatches: int = Field(1, ge=1)  # minibatches per pass, one clipped optimizer step each
     ppo_clip: float = Field(0.0, ge=0, lt=1)  # ratio clip ε of the multi-step update (0: unclipped ratio)
@@ -201,8 +201,6 @@ class TrainerConfig(_Strict):
         if self.task in ("synthetic", "code") and not set(self.task_levels) <= {1, 2, 3}:
             raise ValueError("task_levels: synthetic levels are 1, 2, 3")
         if self.channels or self.aggregation or self.anchor or self.task == "code":
-            from trainer.rewards import check_reward_config  # noqa: PLC0415
-
             check_reward_config(self)
         return self
 

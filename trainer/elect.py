@@ -33,10 +33,12 @@ from typing import Any, Callable, Sequence
 
 from prereg_kit import __version__
 from prereg_kit.errors import PreregError
+from prereg_kit.lock import check_plan, lock_path, read_chain
 from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
-from trainer.rewards import ELECTION_FILE, _channel_spec
+from trainer.launch import SPEC_FILE, Job, _state, prepare, run_jobs
+from trainer.rewards.spec import ELECTION_FILE, channel_spec
 
 __all__ = ["elect", "election_configuration", "lock_state", "probe_jobs", "sequence_kl"]
 
@@ -71,7 +73,6 @@ def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds
     ``steps``: each probe stops after that many iterations (the paper's T); else ``tokens``
     (``15K``, ``B/2``; default B/2) of generated tokens. Giving both is an error. A complete probe
     is reused only if it was trained with the same stopping rule and recipe."""
-    from trainer.launch import Job, _state  # noqa: PLC0415
 
     if steps is not None and tokens is not None:
         raise PreregError("give --steps or --tokens, not both: a probe stops after T iterations or at a token budget")
@@ -96,7 +97,7 @@ def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds
     sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels) for s in ev.sets]
     jobs = []
     for item in cfg.channels:
-        ch, _ = _channel_spec(item)
+        ch, _ = channel_spec(item)
         pcfg = cfg.model_copy(update={"channels": [item], "aggregation": {"rule": "primary"}, "anchor": "",
                                       "keep_checkpoint": True})
         pcfg = parse_config(pcfg.model_dump(mode="json"), where=f"probe {ch!r}")
@@ -123,7 +124,6 @@ def _stop_rule(spec: RunSpec) -> str:
 
 def _check_reusable(folder: Path, spec: RunSpec, study: Path) -> None:
     """A complete probe is reused only when trained with the same stopping rule and recipe."""
-    from trainer.launch import SPEC_FILE  # noqa: PLC0415
 
     try:
         old = RunSpec.load(folder / SPEC_FILE)
@@ -142,7 +142,6 @@ def lock_state(plan_path: str | Path) -> dict[str, Any]:
     """The plan's lock state now: ``{"locked": False}``, or the chain's length, its last entry's
     hash and time, and whether the plan still matches it (``clean``, ``comment-only``,
     ``changed``); ``{"locked": False, "error": ...}`` for a lock that does not verify."""
-    from prereg_kit.lock import check_plan, lock_path, read_chain  # noqa: PLC0415
 
     if not lock_path(plan_path).exists():
         return {"locked": False}
@@ -161,7 +160,9 @@ def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, 
     generated token of every sample, divided by the number of those tokens. Returns (KL, tokens)."""
     import torch  # noqa: PLC0415
 
-    from trainer.policy import HFEngine, token_logprobs  # noqa: PLC0415
+    from trainer.core.engines import HFEngine  # noqa: PLC0415
+
+    from trainer.core.policy import token_logprobs  # noqa: PLC0415
 
     total, n_tok = 0.0, 0
     eng = HFEngine(p_policy)
@@ -182,8 +183,8 @@ def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, 
 def _load_probe(cfg: TrainerConfig, base_path: Path, folder: Path):
     import torch  # noqa: PLC0415
 
-    from trainer.checkpoint import checkpoint_path  # noqa: PLC0415
-    from trainer.policy import load_policy  # noqa: PLC0415
+    from trainer.core.checkpoint import checkpoint_path  # noqa: PLC0415
+    from trainer.core.policy import load_policy  # noqa: PLC0415
 
     ck = checkpoint_path(folder)
     if not ck.is_file():
@@ -203,10 +204,9 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
-    from trainer.evaluate import load_eval_sets  # noqa: PLC0415
-    from trainer.launch import prepare, run_jobs  # noqa: PLC0415
-    from trainer.policy import load_policy  # noqa: PLC0415
-    from trainer.warmstart import prepare_assets  # noqa: PLC0415
+    from trainer.core.evaluate import load_eval_sets  # noqa: PLC0415
+    from trainer.core.policy import load_policy  # noqa: PLC0415
+    from trainer.core.assets import prepare_assets  # noqa: PLC0415
 
     t0 = time.perf_counter()
     pf, name, cfg, jobs = probe_jobs(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps)
@@ -214,7 +214,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     todo = [j for j in jobs if j.state != "complete"]
     length = f"{steps} steps" if steps is not None else f"{jobs[0].spec.budget_tokens} tokens"
     log(f"{pf.path}: anchor election among the channels of {name!r} "
-        f"({', '.join(_channel_spec(c)[0] for c in cfg.channels)}); {len(jobs)} probe(s), {len(todo)} to run, "
+        f"({', '.join(channel_spec(c)[0] for c in cfg.channels)}); {len(jobs)} probe(s), {len(todo)} to run, "
         f"{length} each")
     if todo:
         prepare(jobs, log=log)
@@ -254,7 +254,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
         log(f"  probe {ch} seed {j.seed}: {len(it)} iterations, KL_rev {kl_rev:.4f} ({tok_rev} tokens), "
             f"KL_fwd {kl_fwd:.4f} ({tok_fwd} tokens)")
         del pol
-    names = [_channel_spec(c)[0] for c in cfg.channels]
+    names = [channel_spec(c)[0] for c in cfg.channels]
     kl_rev = {c: float(np.mean([p["kl_rev"] for p in probes if p["channel"] == c])) for c in names}
     kl_fwd = {c: float(np.mean([p["kl_fwd"] for p in probes if p["channel"] == c])) for c in names}
     elected = min(names, key=lambda c: kl_rev[c])  # ties: the first channel listed

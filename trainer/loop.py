@@ -12,28 +12,32 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-
 import torch
 
 import prereg_kit
 import trainer
 from prereg_kit.errors import PreregError
-from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, utc_now
+from prereg_kit.runlog import (RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir,
+                               utc_now)
 from prereg_kit.seal import code_sha256, seal_runs
-from trainer.budget import Counters, Schedule, StageClock
-from trainer.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from trainer.config import RunSpec, derive_seed
-from trainer.credit import compute_credit
-from trainer.data import ProblemPool, load_problems
-from trainer.dense import DenseState, dense_context, with_length_reward
-from trainer.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
-from trainer.policy import (Engine, Policy, learning_rate_at, load_policy, make_engine, make_optimizer,
-                            set_determinism, synchronize, update_step)
-from trainer.reuse import reuse_update, steps_per_iteration, uses_reuse_update
-from trainer.rewards import Rewarder, judge_meta, make_rewarder, state_from_dict, state_to_dict
-from trainer.select import Selector
-from trainer.verify import get_verifier
-from trainer.warmstart import prepare_assets
+from trainer.core.assets import prepare_assets
+from trainer.core.budget import Counters, Schedule, StageClock
+from trainer.core.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
+from trainer.core.credit import CreditContext
+from trainer.core.engines import Engine, make_engine
+from trainer.core.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
+from trainer.core.policy import Policy, load_policy, set_determinism, synchronize
+from trainer.core.program_judge import judge_meta
+from trainer.core.reward_step import Rewarder, make_rewarder, state_from_dict, state_to_dict
+from trainer.core.update import learning_rate_at, make_optimizer, update_step
+from trainer.data.problems import ProblemPool, load_problems
+from trainer.data.verifiers import get_verifier
+from trainer.interventions.credit_rules import compute_credit
+from trainer.interventions.length import with_length_reward
+from trainer.interventions.reuse import reuse_update, steps_per_iteration, uses_reuse_update
+from trainer.interventions.selection import Selector
+from trainer.interventions.state import DenseState
 
 
 class RunAlreadyComplete(PreregError):
@@ -63,7 +67,7 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
         while not c.done:
             it = c.iteration
             r.clock.reset()
-            with r.clock.stage("selection"):  # (seed, iteration) and the checkpointed selection state (select.py)
+            with r.clock.stage("selection"):  # (seed, iteration) and the checkpointed selection state
                 problems = r.selector.choose(it)  # "none": prompt_stream_batch(pool, seed, it, 8)
                 prompts = [r.render(p) for p in problems for _ in range(G)]
             with r.clock.stage("generation"):
@@ -71,9 +75,8 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                                          limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
                 problems, roll = r.selector.complete(it, problems, roll)  # dynamic sampling: more groups until 8 mixed
             with r.clock.stage("credit"):
-                rewards, advantages = iteration_rewards(r, it, problems, roll)  # multi-reward: trainer/rewards.py
-                credit = compute_credit(cfg.credit, rewards, roll.completion_mask, group_size=G, eps=cfg.advantage_eps,
-                                        advantages=advantages, **dense_context(r, it, problems, roll))  # dense rewards
+                rewards, advantages = iteration_rewards(r, it, problems, roll)  # verifier, or channels + aggregation
+                credit = compute_credit(cfg.credit, credit_context(r, it, problems, roll, rewards, advantages))
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
                 lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
@@ -89,7 +92,7 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                                    "discarded": r.selector.discarded_tokens}, r.clock.seconds, updates=steps_per_iteration(cfg))
             row.update(group_stats(rewards, roll, G), **stats)
             row.update(r.reward_log)  # channel/<name> means, shaped_reward, ν (multi-reward runs)
-            row.update(r.selector.record(problems, rewards))  # selection history; sel_* columns (select.py)
+            row.update(r.selector.record(problems, rewards))  # selection history; sel_* columns
             if r.schedule.eval_due(before, c.total_tokens):
                 c.done = r.schedule.finished(c.total_tokens)
                 _evaluate_log_checkpoint(r, spec, row=row, progress=progress)
@@ -108,8 +111,6 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
 def seal_run(spec: RunSpec) -> None:
     """Seal the completed main run into the plan's lock chain (``prereg_kit.seal``). A main-stage
     run trained outside the study's ``runs/`` (a copy, a test) is never analyzed and is not sealed."""
-    from prereg_kit.runlog import run_dir
-
     if Path(spec.run_dir).resolve() != run_dir(spec.study_dir, spec.configuration, spec.seed).resolve():
         print(f"note: {spec.run_dir} is not the study's run folder for this run: not sealed", file=sys.stderr)
         return
@@ -150,17 +151,6 @@ def _log(r: "Run", row: dict | None, eval_rows: list[dict], checkpoint: bool) ->
         c.excluded_seconds["checkpoint"] += time.perf_counter() - t1
 
 
-def verify_rewards(verifier, texts: list[str], answers: list[str]) -> torch.Tensor:
-    """R_g ∈ {0, 1}: the verifier on each completion (identical completions checked once)."""
-    seen: dict[tuple[str, str], float] = {}
-    out = []
-    for t, a in zip(texts, answers):
-        if (t, a) not in seen:
-            seen[(t, a)] = float(verifier(t, a))
-        out.append(seen[(t, a)])
-    return torch.tensor(out)
-
-
 def iteration_rewards(r: "Run", it: int, problems: list, roll) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The iteration's rewards [N] and, for multi-reward runs, the aggregation rule's advantages
     (else None: eq. 1 on the rewards). Carries the rule's state (Lagrangian ν) and the log columns on ``r``."""
@@ -171,6 +161,20 @@ def iteration_rewards(r: "Run", it: int, problems: list, roll) -> tuple[torch.Te
                      l_max=cfg.completion_limit, eps=cfg.advantage_eps)
     r.reward_state, r.reward_log = res.state, res.log
     return res.rewards, res.advantages
+
+
+def credit_context(r: "Run", it: int, problems: list, roll, rewards: torch.Tensor,
+                   advantages: torch.Tensor | None) -> CreditContext:
+    """What the iteration's credit rule reads: A_g (the aggregation rule's, else eq. 1), the
+    rollouts, each completion's rendered prompt and answer, and the run's policy, engine,
+    verifier, seed and dense state. Prompts are rebuilt from ``problems`` (a selector may have
+    added groups during generation)."""
+    cfg = r.spec.config
+    per = [p for p in problems for _ in range(cfg.group_size)]
+    return CreditContext.of(rewards, roll.completion_mask, group_size=cfg.group_size, eps=cfg.advantage_eps,
+                            advantages=advantages, cfg=cfg, rollouts=roll, prompts=[r.render(p) for p in per],
+                            answers=[p.answer for p in per], iteration=it, seed=r.spec.seed, policy=r.policy,
+                            engine=r.engine, verifier=r.reward, state=r.dense)
 
 
 def group_stats(rewards: torch.Tensor, roll, group_size: int) -> dict:

@@ -1,12 +1,10 @@
-"""Evaluation metrics of the multi-reward studies (multi-reward paper §4.7; P2:L29-31, L101-113).
+"""Sample-level metrics of the multi-reward studies (multi-reward paper §4.7; P2:L29-31, L101-113)
+that the run-log readings do not compute (pass@k, accuracy relative to the R_P-only reference and
+the collapse flag are ``prereg_kit.readings``'s: ``pass@K``, ``relative_accuracy_curves``,
+``metric="collapse"``).
 
-* pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) per problem, averaged over problems
-  (pass@4 from n = 8 samples for code, P2:L113), via ``prereg_kit.stats.pass_at_k``.
 * Auxiliary rates: each channel's mean over all samples (short-response rate, negative-answer
   rate, fast rate) and its joint rate with the primary channel (correct-and-short, ...).
-* Accuracy relative to the primary-only reference: held-out R_P as a multiple of the R_P-only
-  run's ("0.91×", P2:L103).
-* Collapse: pass@4 below the base model's (the shaded cells of Tables 1, 2, 11; P2:L113).
 * Code latency (P2:L35, L113): "fast" at evaluation means correct and T < T_ref, the reference
   timed under the same judge; mean latencies exclude timeouts.
 """
@@ -17,19 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from prereg_kit.stats import pass_at_k
-
-__all__ = ["aux_rates", "collapsed", "faster_than_reference", "mean_latency", "mean_pass_at_k",
-           "relative_accuracy"]
-
-
-def mean_pass_at_k(correct: np.ndarray, k: int = 4) -> float:
-    """Mean over problems of the unbiased pass@k; ``correct`` is (problems, n) of 0/1."""
-    c = np.asarray(correct)
-    if c.ndim != 2 or c.shape[0] == 0:
-        raise ValueError(f"correct must have shape (problems, n), got {c.shape}")
-    n = c.shape[1]
-    return float(np.mean(pass_at_k(np.full(c.shape[0], n), c.astype(bool).sum(axis=1), k)))
+__all__ = ["aux_rates", "faster_than_reference", "mean_latency"]
 
 
 def aux_rates(scores: np.ndarray, names: Sequence[str], *, primary: str | None = None) -> dict[str, float]:
@@ -52,16 +38,6 @@ def aux_rates(scores: np.ndarray, names: Sequence[str], *, primary: str | None =
         if name != p_name:
             out[f"{p_name}_and_{name}"] = float((p * s[:, k]).mean()) if len(s) else float("nan")
     return out
-
-
-def relative_accuracy(accuracy: float, reference_accuracy: float) -> float:
-    """Held-out R_P as a multiple of the R_P-only reference's (NaN when the reference is 0)."""
-    return float(accuracy) / float(reference_accuracy) if reference_accuracy > 0 else float("nan")
-
-
-def collapsed(pass4: float, base_pass4: float) -> bool:
-    """The collapse flag: pass@4 strictly below the base model's (step-0) pass@4."""
-    return bool(pass4 < base_pass4)
 
 
 def mean_latency(cpu_seconds: Sequence[float], timed_out: Sequence[bool]) -> float:

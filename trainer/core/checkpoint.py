@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.budget import Counters
+from trainer.core.budget import Counters
 
 CHECKPOINT = "checkpoint.pt"
 

@@ -9,7 +9,7 @@ Rules (dense-rewards paper §2.3 and the evaluation paragraph, L2314-2334, L2421
 * **Near duplicates** of the evaluation sets are removed: exact match after normalization, or
   8-gram Jaccard similarity ≥ 0.6 on word tokens (L2325-2327). Exact, not MinHash: an inverted
   index over the evaluation shingles with prefix filtering finds every pair at or above the
-  threshold (``find_near_duplicates``).
+  threshold (``trainer.data.duplicates.find_near_duplicates``).
 * **Prompt stream.** The pool is shuffled once per epoch and consumed in order; the stream is a
   function of (seed, position) only (L2422-2423, L2436-2438), so a resumed run, a filter and its
   random-choice control all see the same candidates.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,11 +30,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trainer.sandbox import ProgramTest
-from trainer.verify import canonical_answer, extract_boxed, normalize_answer, parse_number
+from trainer.data.duplicates import DuplicateMatch, find_near_duplicates, normalize_text, shingles, word_tokens
+from trainer.data.verifiers import canonical_answer, extract_boxed, normalize_answer, parse_number
 
 __all__ = [
     "DataError",
+    "ProgramTest",
     "DuplicateMatch",
     "code_problem",
     "epoch_permutation",
@@ -55,7 +56,20 @@ __all__ = [
 ]
 
 Layout = Literal["auto", "math", "gsm8k", "code"]
-TEST_SIZES = ("small", "mid", "large")
+Size = Literal["small", "mid", "large"]
+TEST_SIZES: tuple[Size, ...] = ("small", "mid", "large")
+
+
+@dataclass(frozen=True)
+class ProgramTest:
+    """One stdin/stdout test of a code problem. ``size`` picks the judge's timeout; "large" runs
+    last, only after a pass.
+
+    Only ``input`` reaches the program (on stdin); ``expected`` stays in the judge's process."""
+
+    input: str
+    expected: str
+    size: Size = "small"
 
 
 class DataError(ValueError):
@@ -70,7 +84,7 @@ class Problem:
     ``\\boxed{}`` of the solution, GSM8K: the text after ``####``); "" for a code problem.
     ``level`` is the MATH level as an int, None when absent. ``tests`` (last, so positional
     construction of math problems is unchanged) are a code problem's stdin/stdout tests, judged by
-    ``trainer/sandbox.py``; () for math.
+    ``trainer/rewards/sandbox.py``; () for math.
     """
 
     id: str
@@ -286,101 +300,6 @@ def load_hub(
         for i, rec in enumerate(ds, 1)
     ]
     return ProblemPool.from_problems(problems, where=name)
-
-
-# ---------------------------------------------------------------------------------------------
-# Near duplicates (exact after normalization, or 8-gram Jaccard >= 0.6 on word tokens).
-# ---------------------------------------------------------------------------------------------
-_WORD = re.compile(r"\w+|[^\w\s]")
-
-
-def word_tokens(text: str) -> list[str]:
-    """Lower-cased word tokens: runs of letters/digits/underscore, and each other non-space
-    character on its own ("7+5" → 7, +, 5) so that arithmetic operators tell problems apart."""
-    return _WORD.findall(text.lower())
-
-
-def normalize_text(text: str) -> str:
-    """The exact-match key: the word tokens joined by single spaces (case and spacing ignored)."""
-    return " ".join(word_tokens(text))
-
-
-def shingles(tokens: Sequence[str], n: int = 8) -> frozenset[str]:
-    """The set of n-grams of ``tokens``; a text shorter than n is one shingle (itself)."""
-    if len(tokens) < n:
-        return frozenset([" ".join(tokens)]) if tokens else frozenset()
-    return frozenset(" ".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
-
-
-@dataclass(frozen=True)
-class DuplicateMatch:
-    """A query problem that near-duplicates a reference problem."""
-
-    query_id: str
-    reference_id: str
-    kind: Literal["exact", "jaccard"]
-    similarity: float
-
-
-def find_near_duplicates(
-    queries: Sequence[Problem],
-    references: Sequence[Problem],
-    *,
-    n: int = 8,
-    threshold: float = 0.6,
-) -> list[DuplicateMatch]:
-    """For each query, its best near-duplicate in ``references`` (if any), exactly.
-
-    Exact match of ``normalize_text``, else the highest Jaccard similarity of the n-gram shingle
-    sets, kept when ≥ ``threshold``. Candidates come from an inverted index over the reference
-    shingles probed with each query's *prefix*: its ``|A| − ceil(t·|A|) + 1`` rarest shingles.
-    J(A, B) ≥ t implies |A ∩ B| ≥ t·|A|, so any such pair shares a prefix shingle; every
-    candidate is then checked exactly. Cost is near-linear in the total number of shingles.
-    """
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    ref_keys: dict[str, int] = {}
-    ref_sets: list[frozenset[str]] = []
-    index: dict[str, list[int]] = defaultdict(list)
-    for j, p in enumerate(references):
-        toks = word_tokens(p.prompt)
-        ref_keys.setdefault(" ".join(toks), j)
-        s = shingles(toks, n)
-        ref_sets.append(s)
-        for g in s:
-            index[g].append(j)
-
-    matches: list[DuplicateMatch] = []
-    for p in queries:
-        toks = word_tokens(p.prompt)
-        j = ref_keys.get(" ".join(toks))
-        if j is not None:
-            matches.append(DuplicateMatch(p.id, references[j].id, "exact", 1.0))
-            continue
-        a = shingles(toks, n)
-        if not a:
-            continue
-        # Rarest first (fewest postings; absent shingles cost nothing), ties broken by text.
-        ordered = sorted(a, key=lambda g: (len(index.get(g, ())), g))
-        prefix = ordered[: len(a) - math.ceil(threshold * len(a) - 1e-9) + 1]
-        cands: set[int] = set()
-        for g in prefix:
-            cands.update(index.get(g, ()))
-        best_j, best = -1, 0.0
-        for j in sorted(cands):
-            b = ref_sets[j]
-            # Size filter: J ≤ min/max, so skip pairs that cannot reach the threshold.
-            if min(len(a), len(b)) < threshold * max(len(a), len(b)) - 1e-9:
-                continue
-            inter = len(a & b)
-            sim = inter / (len(a) + len(b) - inter)
-            if sim > best:
-                best_j, best = j, sim
-        if best_j >= 0 and best >= threshold - 1e-12:
-            matches.append(DuplicateMatch(p.id, references[best_j].id, "jaccard", best))
-    return matches
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainer.data import DataError, Problem, ProblemPool, find_near_duplicates
+from trainer.data.problems import DataError, Problem, ProblemPool, find_near_duplicates
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PreTrainedTokenizerFast

@@ -3,12 +3,12 @@
 A channel maps one completion (and its problem) to a 0/1 reward. The built-ins:
 
 * ``correct``: R_P = 1 iff the final answer matches gold, by the trainer's verifier
-  (``trainer/verify.py``: "default", "strict" or "math_verify").
+  (``trainer/data/verifiers.py``: "default", "strict" or "math_verify").
 * ``brief``: R_A = 1[|y| < threshold tokens] (200 for Qwen at cap 512; 128 for Llama; 512 for
   Qwen3-30B-A3B at cap 4096; P2:L27, L107).
 * ``negative``: R_A = 1[final answer < 0]: the answer the verifier reads parses to a number
   below zero (``extract_answer`` then ``parse_number``; no number, no reward).
-* ``program_correct``: R_P = 1 iff every test passes in the sandbox (``trainer/sandbox.py``).
+* ``program_correct``: R_P = 1 iff every test passes in the sandbox (``trainer/rewards/sandbox.py``).
 * ``program_fast``: R_A = 1[T < threshold], T the largest CPU time over the executed tests,
   a timeout counting as slow; 60 ms is "Correct & fast", 3 ms "Correct & no-op" (P2:L35).
   Speed is judged alone: the joint outcome "correct and fast" is the aggregation's business.
@@ -17,8 +17,8 @@ Program channels read a ``sandbox.ProgramResult`` judged once per completion and
 (``score_channels`` runs the sandbox when given one; ``judge_programs`` judges each distinct
 (program, tests) pair once, with the sandbox's bounded concurrency). The program is the last
 fenced code block of the completion (```` ```python ```` or a bare fence); no block, no program
-(it fails). In training (``task = "code"``, ``trainer/rewards.py``) the problems' ``tests`` come
-from ``trainer.data.Problem.tests``.
+(it fails). In training (``task = "code"``, ``trainer/core/reward_step.py``) the problems' ``tests`` come
+from ``trainer.data.problems.Problem.tests``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from trainer.sandbox import ProgramResult, ProgramTest, Sandbox
-from trainer.verify import DEFAULT_TOL, extract_answer, get_verifier, normalize_answer, parse_number
+from trainer.rewards.sandbox import ProgramResult, ProgramTest, Sandbox
+from trainer.data.verifiers import DEFAULT_TOL, extract_answer, get_verifier, normalize_answer, parse_number
 
 __all__ = [
     "CHANNELS",

@@ -32,18 +32,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
 from trainer.config import TrainerConfig, derive_seed
-from trainer.data import Problem, prompt_stream_batch, prompt_stream_positions
-
-SELECTIONS = ("none", "critic", "history", "level", "random_choice", "dynamic")
-FILTERS = ("critic", "history", "level")  # choose by predicted success
-CANDIDATE_RULES = FILTERS + ("random_choice",)  # draw `candidates` prompts per iteration
-CRITIC_SCORED = ("critic", "random_choice")  # prefill + ridge critic every iteration
+from trainer.core.engines import concat_rollouts
+from trainer.core.policy import hidden_states
+from trainer.data.problems import Problem, prompt_stream_batch, prompt_stream_positions
+from trainer.interventions.ridge import Ridge
 
 
 # --------------------------------------------------------------------------------------------
@@ -68,25 +66,6 @@ def uniform_choice(n_candidates: int, k: int, rng: np.random.Generator) -> list[
     return sorted(int(i) for i in rng.choice(n_candidates, size=k, replace=False))
 
 
-def ridge_fit(x: torch.Tensor, y: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ridge regression with an unpenalized intercept, in float64: (w, b) minimizing
-    ‖y − Xw − b‖² + λ‖w‖². Solved in the primal (d×d) or dual (n×n) form, whichever is smaller."""
-    x, y = x.double(), y.double()
-    mx, my = x.mean(0), y.mean()
-    xc, yc = x - mx, y - my
-    n, d = xc.shape
-    if d <= n:
-        w = torch.linalg.solve(xc.T @ xc + lam * torch.eye(d, dtype=xc.dtype), xc.T @ yc)
-    else:
-        w = xc.T @ torch.linalg.solve(xc @ xc.T + lam * torch.eye(n, dtype=xc.dtype), yc)
-    return w, my - mx @ w
-
-
-def ridge_predict(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> np.ndarray:
-    """Predicted success, clipped to [0, 1]."""
-    return (x.double() @ w + b).clamp(0.0, 1.0).numpy()
-
-
 def ids_hash(ids: Sequence[str]) -> str:
     """A short hash of an ordered list of prompt ids (logged: equal hashes = equal candidates)."""
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
@@ -98,46 +77,13 @@ def candidate_positions(cfg: TrainerConfig, pool_size: int, seed: int, iteration
     return prompt_stream_batch(pool_size, seed, iteration, cfg.candidates)
 
 
-@torch.no_grad()
 def prompt_features(policy, prompts: Sequence[str], layer: int = -1) -> torch.Tensor:
-    """The policy's hidden state (``hidden_states[layer]``; −1: the last layer, after the final
-    norm) at the last prompt token, for each rendered prompt: [n, d] float32 on the CPU. One
+    """The policy's hidden state at the last prompt token (``hidden_states[layer]``; −1: the last
+    layer, after the final norm), for each rendered prompt: [n, d] float32 on the CPU. One
     left-padded prefill under no_grad."""
-    tok = policy.tokenizer
-    enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
-    ids, mask = enc["input_ids"].to(policy.device), enc["attention_mask"].to(policy.device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    was_training = policy.model.training
-    policy.model.eval()
-    with policy.autocast():
-        out = policy.model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True,
-                           use_cache=False, logits_to_keep=1)
-    policy.model.train(was_training)
-    return out.hidden_states[layer][:, -1].float().cpu()
-
-
-def concat_rollouts(parts: Sequence[tuple[object, Sequence[int]]], pad_id: int):
-    """One ``Rollouts`` from rows of several generation calls (prompts re-padded on the left,
-    completions on the right; positions follow the attention mask, so log-probabilities are
-    unchanged)."""
-    from trainer.policy import Rollouts  # noqa: PLC0415
-
-    P = max(r.prompt_len for r, rows in parts if len(rows))
-    T = max(r.completion_mask.shape[1] for r, rows in parts if len(rows))
-    seqs, attn, cmask, lengths, trunc, texts = [], [], [], [], [], []
-    for r, rows in parts:
-        if not len(rows):
-            continue
-        idx = torch.as_tensor(list(rows), dtype=torch.long)
-        s, a = r.sequences[idx.to(r.sequences.device)], r.attention_mask[idx.to(r.sequences.device)]
-        p, t = r.prompt_len, r.sequences.shape[1] - r.prompt_len
-        seqs.append(torch.nn.functional.pad(s, (P - p, T - t), value=pad_id))
-        attn.append(torch.nn.functional.pad(a, (P - p, T - t), value=0))
-        cmask.append(torch.nn.functional.pad(r.completion_mask[idx.to(r.completion_mask.device)], (0, T - t), value=0.0))
-        lengths.append(r.lengths[idx])
-        trunc.append(r.truncated[idx])
-        texts.extend(r.texts[i] for i in rows)
-    return Rollouts(torch.cat(seqs), torch.cat(attn), P, torch.cat(cmask), torch.cat(lengths), torch.cat(trunc), texts)
+    enc = policy.tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    return hidden_states(policy, enc["input_ids"].to(policy.device), enc["attention_mask"].to(policy.device), -1,
+                         layer)
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,6 +127,7 @@ class Selector:
                  render: Callable[[Problem], str] | None = None, reward: Callable[[str, str], bool] | None = None):
         self.cfg, self.seed, self.pool = cfg, seed, pool
         self.policy, self.engine, self.render, self.reward = policy, engine, render, reward
+        self.rule = SELECTION_RULES[cfg.selection]
         self.state = SelectionState()
         self.discarded_tokens = 0  # of the current iteration
         self._info: dict = {}
@@ -188,54 +135,12 @@ class Selector:
 
     # --- selection stage
     def choose(self, it: int) -> list[Problem]:
-        cfg, st = self.cfg, self.state
-        n = cfg.prompts_per_iteration
         self.discarded_tokens, self._features, self._info = 0, None, {}
-        if cfg.selection == "none":
-            return [self.pool[int(i)] for i in prompt_stream_batch(len(self.pool), self.seed, it, n)]
-        if cfg.selection == "dynamic":
-            return [self.pool[int(i)] for i in prompt_stream_positions(len(self.pool), self.seed, st.cursor, st.cursor + n)]
-        cand = [self.pool[int(i)] for i in candidate_positions(cfg, len(self.pool), self.seed, it)]
-        feats = None
-        if cfg.selection in CRITIC_SCORED:
-            feats = prompt_features(self.policy, [self.render(p) for p in cand], cfg.prompt_critic_layer)
-        pred = self.predict(cand, feats)
-        warmup = st.trained_prompts < cfg.warmup_prompts or pred is None
-        if warmup:
-            keep = list(range(n))
-        elif cfg.selection == "random_choice":
-            keep = uniform_choice(len(cand), n, np.random.default_rng(derive_seed(self.seed, it, "select:random_choice")))
-        else:
-            keep = nearest_target(pred, cfg.target, cfg.keep_nearest, cfg.keep_random,
-                                  np.random.default_rng(derive_seed(self.seed, it, "select:others")))
-        if feats is not None:
-            self._features = feats[keep]
-        self._info = {"sel_warmup": warmup, "sel_candidates": ids_hash([p.id for p in cand]),
-                      "sel_pred_candidates": None if pred is None else float(np.mean(pred)),
-                      "sel_pred_trained": None if pred is None else float(np.mean(np.asarray(pred)[keep]))}
-        return [cand[i] for i in keep]
+        return self.rule.choose(self, it)
 
     def predict(self, cand: Sequence[Problem], feats: torch.Tensor | None) -> np.ndarray | None:
         """Predicted success of each candidate (None: the predictor has no data yet)."""
-        cfg, st = self.cfg, self.state
-        if cfg.selection in CRITIC_SCORED:
-            if not st.critic_x:
-                return None
-            w, b = ridge_fit(torch.cat(st.critic_x), torch.cat(st.critic_y), cfg.prompt_critic_ridge)
-            return ridge_predict(w, b, feats)
-        if not st.recent:
-            return None
-        means = [m for ms, _ in st.recent for m in ms]
-        overall = float(np.mean(means))
-        if cfg.selection == "history":
-            return np.array([st.last_reward.get(p.id, overall) for p in cand])
-        by_level: dict[int, list[float]] = {}
-        for ms, lv in st.recent:
-            for m, level in zip(ms, lv):
-                if level != NO_LEVEL:
-                    by_level.setdefault(level, []).append(m)
-        level_mean = {level: float(np.mean(ms)) for level, ms in by_level.items()}
-        return np.array([level_mean.get(_level(p), overall) for p in cand])
+        return self.rule.predict(self, cand, feats)
 
     # --- generation stage (dynamic sampling)
     def complete(self, it: int, problems: list[Problem], roll):
@@ -243,7 +148,7 @@ class Selector:
         stream until ``prompts_per_iteration`` mixed groups are kept or ``dynamic_max_groups``
         groups are generated; returns the trained (problems, rollouts). Other rules: unchanged."""
         cfg = self.cfg
-        if cfg.selection != "dynamic":
+        if not self.rule.dynamic:
             return problems, roll
         n, G = cfg.prompts_per_iteration, cfg.group_size
         batches = [(problems, roll)]
@@ -295,7 +200,7 @@ class Selector:
     def record(self, problems: Sequence[Problem], rewards: torch.Tensor) -> dict:
         """Remember the trained prompts' group mean rewards (and features); the row's columns."""
         cfg, st = self.cfg, self.state
-        if cfg.selection == "none":
+        if not self.rule.remembers:
             return {}
         means = rewards.float().view(len(problems), -1).mean(1)
         st.trained_prompts += len(problems)
@@ -308,8 +213,124 @@ class Selector:
         return {**self._info, "sel_realized_trained": float(means.mean()), "sel_distinct_prompts": len(st.last_reward)}
 
     def state_dict(self) -> dict:
-        return {} if self.cfg.selection == "none" else self.state.to_dict()
+        return self.state.to_dict() if self.rule.remembers else {}
 
     def load_state_dict(self, d: dict | None) -> None:
         if d:
             self.state = SelectionState.from_dict(d)
+
+
+# --------------------------------------------------------------------------------------------
+# The rules: which prompts an iteration trains on
+# --------------------------------------------------------------------------------------------
+def _plain_stream(sel: Selector, it: int) -> list[Problem]:
+    """Outcome-only GRPO's prompts: stream positions n·i … n·i + n − 1."""
+    n = sel.cfg.prompts_per_iteration
+    return [sel.pool[int(i)] for i in prompt_stream_batch(len(sel.pool), sel.seed, it, n)]
+
+
+def _stream_at_cursor(sel: Selector, it: int) -> list[Problem]:
+    """Dynamic sampling's first batch: the next n stream positions (the cursor is checkpointed)."""
+    n, cur = sel.cfg.prompts_per_iteration, sel.state.cursor
+    return [sel.pool[int(i)] for i in prompt_stream_positions(len(sel.pool), sel.seed, cur, cur + n)]
+
+
+def _from_candidates(sel: Selector, it: int, keep_rule: Callable[..., list[int]]) -> list[Problem]:
+    """Draw ``candidates`` from the stream, predict their success, keep ``prompts_per_iteration``
+    of them by ``keep_rule`` (the first ones during the warm-up) and log the prediction."""
+    cfg, st = sel.cfg, sel.state
+    n = cfg.prompts_per_iteration
+    cand = [sel.pool[int(i)] for i in candidate_positions(cfg, len(sel.pool), sel.seed, it)]
+    feats = None
+    if sel.rule.scored:
+        feats = prompt_features(sel.policy, [sel.render(p) for p in cand], cfg.prompt_critic_layer)
+    pred = sel.predict(cand, feats)
+    warmup = st.trained_prompts < cfg.warmup_prompts or pred is None
+    keep = list(range(n)) if warmup else keep_rule(sel, it, pred, len(cand))
+    if feats is not None:
+        sel._features = feats[keep]
+    sel._info = {"sel_warmup": warmup, "sel_candidates": ids_hash([p.id for p in cand]),
+                 "sel_pred_candidates": None if pred is None else float(np.mean(pred)),
+                 "sel_pred_trained": None if pred is None else float(np.mean(np.asarray(pred)[keep]))}
+    return [cand[i] for i in keep]
+
+
+def _keep_nearest(sel: Selector, it: int, pred: np.ndarray, n_cand: int) -> list[int]:
+    cfg = sel.cfg
+    return nearest_target(pred, cfg.target, cfg.keep_nearest, cfg.keep_random,
+                          np.random.default_rng(derive_seed(sel.seed, it, "select:others")))
+
+
+def _keep_uniform(sel: Selector, it: int, pred: np.ndarray, n_cand: int) -> list[int]:
+    return uniform_choice(n_cand, sel.cfg.prompts_per_iteration,
+                          np.random.default_rng(derive_seed(sel.seed, it, "select:random_choice")))
+
+
+def _filter(sel: Selector, it: int) -> list[Problem]:
+    """A filter: the candidates whose predicted success is nearest the target, plus random others."""
+    return _from_candidates(sel, it, _keep_nearest)
+
+
+def _random_choice(sel: Selector, it: int) -> list[Problem]:
+    """The control: the critic's candidates, scored and logged, but kept uniformly at random."""
+    return _from_candidates(sel, it, _keep_uniform)
+
+
+def _critic_prediction(sel: Selector, cand: Sequence[Problem], feats: torch.Tensor | None) -> np.ndarray | None:
+    """The prompt critic: ridge on raw features with a free intercept, fit on earlier iterations."""
+    st = sel.state
+    if not st.critic_x:
+        return None
+    fit = Ridge.fit(torch.cat(st.critic_x), torch.cat(st.critic_y), sel.cfg.prompt_critic_ridge, standardize=False)
+    return fit.predict(feats).numpy()
+
+
+def _recent_mean(sel: Selector) -> float | None:
+    return float(np.mean([m for ms, _ in sel.state.recent for m in ms])) if sel.state.recent else None
+
+
+def _history_prediction(sel: Selector, cand: Sequence[Problem], feats: torch.Tensor | None) -> np.ndarray | None:
+    """The prompt's last group mean reward, else the recent mean group reward."""
+    overall = _recent_mean(sel)
+    if overall is None:
+        return None
+    return np.array([sel.state.last_reward.get(p.id, overall) for p in cand])
+
+
+def _level_prediction(sel: Selector, cand: Sequence[Problem], feats: torch.Tensor | None) -> np.ndarray | None:
+    """The recent mean group reward of the prompt's level, else of all levels."""
+    overall = _recent_mean(sel)
+    if overall is None:
+        return None
+    by_level: dict[int, list[float]] = {}
+    for ms, lv in sel.state.recent:
+        for m, level in zip(ms, lv):
+            if level != NO_LEVEL:
+                by_level.setdefault(level, []).append(m)
+    level_mean = {level: float(np.mean(ms)) for level, ms in by_level.items()}
+    return np.array([level_mean.get(_level(p), overall) for p in cand])
+
+
+def _no_prediction(sel: Selector, cand: Sequence[Problem], feats: torch.Tensor | None) -> None:
+    return None
+
+
+class SelectionRule(NamedTuple):
+    """A prompt-selection rule: how it chooses, what it predicts, and what the selector does around it."""
+
+    choose: Callable[[Selector, int], list[Problem]]
+    predict: Callable[[Selector, Sequence[Problem], torch.Tensor | None], np.ndarray | None] = _no_prediction
+    scored: bool = False  # candidates prefilled and scored by the prompt critic every iteration
+    dynamic: bool = False  # generation goes on until enough mixed groups (``Selector.complete``)
+    remembers: bool = True  # keeps (and checkpoints) selection history and logs sel_* columns
+
+
+# ``selection`` → the rule (see the module docstring); keys = the names ``TrainerConfig.selection`` allows.
+SELECTION_RULES: dict[str, SelectionRule] = {
+    "none": SelectionRule(_plain_stream, remembers=False),
+    "critic": SelectionRule(_filter, _critic_prediction, scored=True),
+    "history": SelectionRule(_filter, _history_prediction),
+    "level": SelectionRule(_filter, _level_prediction),
+    "random_choice": SelectionRule(_random_choice, _critic_prediction, scored=True),
+    "dynamic": SelectionRule(_stream_at_cursor, dynamic=True),
+}

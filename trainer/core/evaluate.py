@@ -22,14 +22,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from trainer.budget import Counters
-from trainer.channels import has_program, judge_programs
+import numpy as np
+
 from trainer.config import ConfigError, EvalSetSpec, RunSpec, derive_seed
-from trainer.data import Problem, load_problems
-from trainer.rewards import eval_channel_counts, eval_channels, make_sandbox
-from trainer.verify import get_verifier, has_boxed
+from trainer.core.budget import Counters
+from trainer.core.program_judge import make_sandbox
+from trainer.data.problems import Problem, load_problems
+from trainer.data.verifiers import get_verifier, has_boxed
+from trainer.rewards.channels import Channel, Completion, get_channel, has_program, judge_programs, score_channels
+from trainer.rewards.sandbox import ProgramResult
+from trainer.rewards.spec import CODE_DEFAULT_CHANNEL, build_channels
 
 
 @dataclass(frozen=True)
@@ -153,3 +157,39 @@ def accuracy(rows: Sequence[dict], eval_set: str | None = None) -> float:
     """Mean over problems of the fraction correct (default verifier)."""
     sel = [r for r in rows if eval_set is None or r["eval_set"] == eval_set]
     return sum(r["correct"] / r["samples"] for r in sel) / max(1, len(sel))
+
+
+def eval_channels(cfg) -> list[Channel]:
+    """The auxiliary channels counted at evaluation. Math: the recipe's non-correct channels, and
+    ``negative`` always (cheap; threshold-free). Code: the recipe's channels other than
+    ``program_correct`` (that is ``correct``), and ``program_fast`` always (the recipe's threshold
+    if it sets one, else 60 ms). ``brief`` only when the recipe sets one (its threshold is the
+    recipe's)."""
+    out: dict[str, Channel] = {}
+    code = cfg.task == "code"
+    for ch in (build_channels(cfg) if cfg.channels else []):
+        if ch.name not in ("correct", CODE_DEFAULT_CHANNEL) and (code or not ch.needs_program):
+            out[ch.name] = ch
+    if code:
+        out.setdefault("program_fast", get_channel("program_fast"))
+    else:
+        out.setdefault("negative", get_channel("negative"))
+    return list(out.values())
+
+
+def eval_channel_counts(channels: Sequence[Channel], texts: Sequence[str], lengths: Sequence[int], problem: Any,
+                        correct: Sequence[bool], programs: Sequence[ProgramResult] | None = None) -> dict[str, int]:
+    """Per-problem eval-row columns: ``ch_<name>`` = samples with channel = 1 and
+    ``ch_correct_<name>`` = samples correct (default verifier; code: every test passed) with
+    channel = 1. Program channels read ``programs`` (one sandbox result per sample)."""
+    row: dict[str, int] = {}
+    if not channels:
+        return row
+    S = score_channels(channels, [Completion(t, int(n)) for t, n in zip(texts, lengths)], [problem] * len(texts),
+                       programs=programs)
+    ok = np.asarray(correct, dtype=bool)
+    for k, ch in enumerate(channels):
+        hit = S[:, k] > 0
+        row[f"ch_{ch.name}"] = int(hit.sum())
+        row[f"ch_correct_{ch.name}"] = int((hit & ok).sum())
+    return row

@@ -5,7 +5,7 @@ and the multi-step clipped update they need. docs/interventions.md, "Reuse varia
 * **VinePPO-style value differences** (``credit = "vineppo"``): token credit in segment s is
   V(b_s) − V(b_{s−1}) with V(b_0) = the leave-one-out group mean of the outcomes, V(b_s) = the
   Monte-Carlo continuations' p̂ at interior cut b_s, V(end) = R; no group advantage is added and
-  nothing is normalized. A completion that ends before a cut takes V = R there (trainer/dense.py);
+  nothing is normalized. A completion that ends before a cut takes V = R there (trainer/interventions/monte_carlo.py);
   each completion's segment differences sum to R_g − V(b_0), REINFORCE's leave-one-out advantage.
 * **Continuation reuse** (``credit = "continuation_reuse"``): the rollouts get the Monte-Carlo
   reward (A_g + p̂_s − p̂_{s−1}); every continuation becomes a training sequence prompt + prefix +
@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+
 
 import numpy as np
 import torch
 
 from trainer.config import TrainerConfig, derive_seed
-from trainer.credit import Credit, policy_loss
-from trainer.dense import boundary_values, mc_context, mc_credit, monte_carlo_values, segment_credit
-from trainer.policy import synchronize, token_logprobs
+from trainer.core.credit import Credit, CreditContext
+from trainer.core.policy import synchronize, token_logprobs
+from trainer.core.update import policy_loss
+from trainer.interventions.monte_carlo import mc_credit, monte_carlo_values
+from trainer.interventions.segments import boundary_values, segment_credit
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,14 +85,13 @@ def vineppo_values(p_hat: torch.Tensor, rewards: torch.Tensor, cuts, lengths: to
                            cuts, lengths)
 
 
-def vineppo_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int, eps: float,
-                   cfg: TrainerConfig, rollouts, **ctx: Any) -> Credit:
+def vineppo_credit(ctx: CreditContext) -> Credit:
     """c_{g,h} = V(b_s) − V(b_{s−1}) for h in segment s, alone (no A_g, not normalized); the
-    continuations are the Monte-Carlo reward's (``mc_k`` per interior cut, trainer/dense.py).
+    continuations are the Monte-Carlo reward's (``mc_k`` per interior cut, trainer/interventions/monte_carlo.py).
     ``Credit.advantages`` holds the per-completion sum R_g − V(b_0)."""
-    mc = monte_carlo_values(cfg, rollouts=rollouts, **mc_context(ctx))
-    values = vineppo_values(mc.p_hat, rewards, mc.cuts, rollouts.lengths, group_size)
-    w = segment_credit(values, mc.cuts, completion_mask)
+    mc = monte_carlo_values(ctx)
+    values = vineppo_values(mc.p_hat, ctx.rewards, mc.cuts, ctx.rollouts.lengths, ctx.group_size)
+    w = segment_credit(values, mc.cuts, ctx.completion_mask)
     return Credit(w, (values[:, -1] - values[:, 0]).float(), mc.tokens)
 
 
@@ -117,17 +118,14 @@ def continuation_batch(rollouts, cut: int, parents: torch.Tensor, cont, advantag
     return TrainBatch(seqs, attn, P, cmask, advantages[:, None].to(cmask) * cmask)
 
 
-def continuation_reuse_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int,
-                              eps: float, cfg: TrainerConfig, rollouts, advantages: torch.Tensor | None = None,
-                              **ctx: Any) -> ReuseCredit:
+def continuation_reuse_credit(ctx: CreditContext) -> ReuseCredit:
     """Rollouts: the Monte-Carlo reward, c = A_g + (p̂_s − p̂_{s−1}) (the k = ``mc_k`` reward).
     Continuations: one training sequence each, credit R_j − mean_{j'≠j} R_{j'} among the k draws
     from the same prefix on its continuation tokens, 0 on the prefix (trained once, in the rollout)."""
-    mc = monte_carlo_values(cfg, rollouts=rollouts, **mc_context(ctx))
-    base = mc_credit(mc, rewards, completion_mask, group_size=group_size, eps=eps, cfg=cfg,
-                     lengths=rollouts.lengths, advantages=advantages)
-    batches = [continuation_batch(rollouts, d.cut, d.parents, d.generated,
-                                  leave_one_out_advantages(d.outcomes.view(-1, cfg.mc_k)).view(-1))
+    mc = monte_carlo_values(ctx)
+    base = mc_credit(mc, ctx)
+    batches = [continuation_batch(ctx.rollouts, d.cut, d.parents, d.generated,
+                                  leave_one_out_advantages(d.outcomes.view(-1, ctx.cfg.mc_k)).view(-1))
                for d in mc.draws]
     return ReuseCredit(base.tokens, base.advantages, base.continuation_tokens, sequences=batches)
 
@@ -141,7 +139,7 @@ def steps_per_iteration(cfg: TrainerConfig) -> int:
 
 
 def uses_reuse_update(cfg: TrainerConfig) -> bool:
-    """True when the iteration's update is not ``policy.update_step`` (several steps, or extra sequences)."""
+    """True when the iteration's update is not ``update.update_step`` (several steps, or extra sequences)."""
     return steps_per_iteration(cfg) > 1 or cfg.credit == "continuation_reuse"
 
 

@@ -15,7 +15,7 @@ A_i = (r_i − r̄)/(σ + ε), σ the population SD, and A_i = 0 for every sampl
 group ("if all rewards in the group coincide, every advantage is 0 by convention", P2:L73;
 enforced exactly, not left to ε).
 
-Rules (``RULES``), with r the shaped scalar:
+Rules (the table ``RULES``, name → rule), with r the shaped scalar:
 
 * ``primary``: r = R_P (the R_P-only reference arm).
 * ``additive``: r = (R_P + R_A)/2; for K channels the mean.
@@ -24,7 +24,7 @@ Rules (``RULES``), with r the shaped scalar:
   affine in Σ_k R_k, so its advantages equal ``additive``'s sample by sample (kept as a check).
 * ``lagrangian``: r = R_P + ν_t R_A; after the batch, dual ascent on E[R_A] ≥ τ:
   ν_{t+1} = max{0, ν_t + α_dual (τ − R̄_A)}, τ = 0.5, α_dual = 0.05, ν_0 = 0.5 (once per
-  rollout batch: one call of ``group_advantages`` is one batch). One ν per auxiliary channel.
+  rollout batch: one call of ``rule_advantages`` is one batch). One ν per auxiliary channel.
 * ``pg_ot``: per group, standardize each channel, take the Pareto front of the n points and
   set r_i = −min_{j ∈ front} ‖z_i − z_j‖² (front points score 0); ε → 0 limit of PG-OT.
 * ``mo_grpo``: A_i = Σ_k (r_ik − r̄_k)/(s_k + ε), used directly (no second standardization).
@@ -43,33 +43,34 @@ Rules (``RULES``), with r the shaped scalar:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainer.config import ConfigError
+from trainer.errors import ConfigError
 
 __all__ = [
     "RULES",
     "AggregationConfig",
     "GroupAdvantages",
     "LagrangeState",
+    "Rule",
+    "RuleName",
     "channel_means",
-    "group_advantages",
     "grpo_advantage",
     "iteration_log",
     "parse_aggregation",
     "pareto_front",
+    "rule_advantages",
     "rule_kl_beta",
     "shaped_reward",
     "tag_reward",
     "zscore",
 ]
 
-Rule = Literal["primary", "additive", "and", "lsc", "lagrangian", "pg_ot", "mo_grpo", "dr_grpo",
+RuleName = Literal["primary", "additive", "and", "lsc", "lagrangian", "pg_ot", "mo_grpo", "dr_grpo",
                "dropout", "weighted", "additive_kl", "tag"]
-RULES: tuple[str, ...] = Rule.__args__  # type: ignore[attr-defined]
 
 
 class AggregationConfig(BaseModel):
@@ -77,7 +78,7 @@ class AggregationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rule: Rule = "additive"
+    rule: RuleName = "additive"
     anchor: int = Field(0, ge=0)  # index of R_P / the TAG anchor among the channels
     weights: list[float] | None = None  # "weighted": one per channel (required)
     lam: float | list[float] = 1.0  # TAG λ: one value for every auxiliary channel, or one each
@@ -240,6 +241,130 @@ def _check_R(R: Any, cfg: AggregationConfig) -> np.ndarray:
     return R
 
 
+# Each rule: its shaped scalar r (None: the rule has none) and its advantages. ``nu`` and ``keep``
+# reach the shaping of ``lagrangian`` and ``dropout``; ``inputs`` carries what some rules need.
+class RuleInputs(NamedTuple):
+    lengths: Any = None  # (groups, n) completion lengths |o_i| (dr_grpo)
+    l_max: float | None = None  # the completion cap L_max (dr_grpo)
+    rng: np.random.Generator | None = None  # seeded; Rubric Dropout's draws
+    state: Any = None  # the Lagrangian ν carried between batches
+    eps: float = 1e-6
+
+
+def _anchor(R, cfg, **_):
+    return _split(R, cfg.anchor)[0].copy()
+
+
+def _mean(R, cfg, **_):
+    return R.mean(axis=2)
+
+
+def _min(R, cfg, **_):
+    return R.min(axis=2)
+
+
+def _lsc(R, cfg, **_):
+    return _log_sigmoid(cfg.lsc_a * (R - cfg.lsc_c)).sum(axis=2)
+
+
+def _weighted(R, cfg, **_):
+    return R @ np.asarray(cfg.weights, dtype=np.float64)
+
+
+def _tag(R, cfg, **_):
+    return tag_reward(R, cfg.anchor, cfg.lam)
+
+
+def _lagrangian(R, cfg, *, nu=None, **_):
+    P, A = _split(R, cfg.anchor)
+    nu_v = np.full(A.shape[2], cfg.nu0) if nu is None else np.asarray(nu, dtype=np.float64)
+    return P + A @ nu_v
+
+
+def _dropout(R, cfg, *, keep=None, **_):
+    P, A = _split(R, cfg.anchor)
+    kept = np.ones(A.shape[::2], dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
+    # mean of the anchor and the kept auxiliary channels: R_P alone when all are dropped
+    return (P + (A * kept[:, None, :]).sum(axis=2)) / (1.0 + kept.sum(axis=1))[:, None]
+
+
+def _pg_ot_reward(R, cfg, **_):
+    return _pg_ot(R, eps=1e-12)
+
+
+def _no_scalar(R, cfg, **_):
+    return None
+
+
+def _standard(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
+    """GRPO's advantage of the rule's shaped scalar (paper 1 eq. 1 per group)."""
+    r = RULES[cfg.rule].shape(R, cfg)
+    return GroupAdvantages(grpo_advantage(r, eps=inputs.eps), r, inputs.state)
+
+
+def _mo_grpo_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
+    # Σ_k per-channel group z-scores, used directly (P2:L9, L105)
+    return GroupAdvantages(zscore(R, eps=inputs.eps, axis=1).sum(axis=2), None, inputs.state)
+
+
+def _dr_grpo_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
+    if inputs.lengths is None or inputs.l_max is None:
+        raise ValueError("rule 'dr_grpo' needs lengths (groups, n) and l_max")
+    L = np.asarray(inputs.lengths, dtype=np.float64)
+    if L.shape != R.shape[:2] or not inputs.l_max > 0:
+        raise ValueError(f"dr_grpo: lengths must have shape {R.shape[:2]} and l_max must be > 0")
+    r = R.mean(axis=2)
+    d = np.where(_uniform(r, 1), 0.0, r - r.mean(axis=1, keepdims=True))
+    return GroupAdvantages(d * (L / float(inputs.l_max)), r, inputs.state)
+
+
+def _lagrangian_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
+    A = _split(R, cfg.anchor)[1]
+    state = inputs.state
+    st = state if isinstance(state, LagrangeState) else LagrangeState(nu=(cfg.nu0,) * A.shape[2])
+    if len(st.nu) != A.shape[2]:
+        raise ValueError(f"lagrangian state has {len(st.nu)} multipliers for {A.shape[2]} auxiliary channels")
+    nu_t = np.asarray(st.nu, dtype=np.float64)
+    r = _lagrangian(R, cfg, nu=nu_t)
+    rate = A.mean(axis=(0, 1))  # R̄_A over the whole rollout batch
+    nu_next = np.maximum(0.0, nu_t + cfg.dual_step * (cfg.tau - rate))
+    new = LagrangeState(tuple(map(float, nu_next)), tuple(map(float, nu_t)), tuple(map(float, rate)), st.steps + 1)
+    return GroupAdvantages(grpo_advantage(r, eps=inputs.eps), r, new)
+
+
+def _dropout_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
+    if inputs.rng is None:
+        raise ValueError("rule 'dropout' needs rng (a seeded numpy Generator)")
+    A = _split(R, cfg.anchor)[1]
+    keep = inputs.rng.random((R.shape[0], A.shape[2])) >= cfg.dropout_p  # one draw per group and channel
+    r = _dropout(R, cfg, keep=keep)
+    return GroupAdvantages(grpo_advantage(r, eps=inputs.eps), r, inputs.state)
+
+
+class Rule(NamedTuple):
+    """An aggregation rule: the scalar it shapes, and how advantages follow from it."""
+
+    shape: Callable[..., np.ndarray | None]
+    advantages: Callable[[np.ndarray, AggregationConfig, RuleInputs], "GroupAdvantages"] = _standard
+
+
+# ``aggregation.rule`` → the rule (see the module docstring); keys = the names ``RuleName`` allows.
+RULES: dict[str, Rule] = {
+    "primary": Rule(_anchor),
+    "additive": Rule(_mean),
+    "and": Rule(_min),
+    "lsc": Rule(_lsc),
+    "lagrangian": Rule(_lagrangian, _lagrangian_advantages),
+    "pg_ot": Rule(_pg_ot_reward),
+    "mo_grpo": Rule(_no_scalar, _mo_grpo_advantages),
+    "dr_grpo": Rule(_mean, _dr_grpo_advantages),
+    "dropout": Rule(_dropout, _dropout_advantages),
+    "weighted": Rule(_weighted),
+    "additive_kl": Rule(_mean),
+    "tag": Rule(_tag),
+}
+
+
 def shaped_reward(R: np.ndarray, config: AggregationConfig, *, nu: Sequence[float] | None = None,
                   keep: np.ndarray | None = None) -> np.ndarray | None:
     """The scalar r (groups, n) a rule feeds to the advantage; None for ``mo_grpo``.
@@ -247,37 +372,11 @@ def shaped_reward(R: np.ndarray, config: AggregationConfig, *, nu: Sequence[floa
     ``nu``: the Lagrangian multipliers to use (default ν_0); ``keep``: for ``dropout``, a
     (groups, K−1) mask of the auxiliary channels kept in each group (default: all kept).
     """
-    cfg = config
-    R = _check_R(R, cfg)
-    P, A = _split(R, cfg.anchor)
-    rule = cfg.rule
-    if rule == "primary":
-        return P.copy()
-    if rule in ("additive", "additive_kl", "dr_grpo"):
-        return R.mean(axis=2)
-    if rule == "and":
-        return R.min(axis=2)
-    if rule == "lsc":
-        return _log_sigmoid(cfg.lsc_a * (R - cfg.lsc_c)).sum(axis=2)
-    if rule == "weighted":
-        return R @ np.asarray(cfg.weights, dtype=np.float64)
-    if rule == "tag":
-        return tag_reward(R, cfg.anchor, cfg.lam)
-    if rule == "lagrangian":
-        nu_v = np.full(A.shape[2], cfg.nu0) if nu is None else np.asarray(nu, dtype=np.float64)
-        return P + A @ nu_v
-    if rule == "dropout":
-        kept = np.ones(A.shape[::2], dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
-        # mean of the anchor and the kept auxiliary channels: R_P alone when all are dropped
-        return (P + (A * kept[:, None, :]).sum(axis=2)) / (1.0 + kept.sum(axis=1))[:, None]
-    if rule == "pg_ot":
-        return _pg_ot(R, eps=1e-12)
-    if rule == "mo_grpo":
-        return None
-    raise ValueError(f"unknown aggregation rule {rule!r}")  # pragma: no cover — Literal-checked
+    R = _check_R(R, config)
+    return RULES[config.rule].shape(R, config, nu=nu, keep=keep)
 
 
-def group_advantages(
+def rule_advantages(
     R: Any,
     *,
     rule: str | AggregationConfig,
@@ -288,7 +387,7 @@ def group_advantages(
     state: Any = None,
     eps: float = 1e-6,
 ) -> GroupAdvantages:
-    """Advantages (groups, n) of one rollout batch under ``rule`` (see the module docstring).
+    """Advantages (groups, n) of one rollout batch under an aggregation ``rule`` (module docstring).
 
     ``lengths`` (groups, n) and ``l_max`` (completion lengths |o_i| and the cap L_max) are
     needed by ``dr_grpo``; ``rng`` (a seeded Generator) by ``dropout``; ``state`` carries the
@@ -297,38 +396,7 @@ def group_advantages(
     """
     cfg = _as_config(rule, params)
     R = _check_R(R, cfg)
-    P, A = _split(R, cfg.anchor)
-    if cfg.rule == "mo_grpo":
-        # Σ_k per-channel group z-scores, used directly (P2:L9, L105)
-        return GroupAdvantages(zscore(R, eps=eps, axis=1).sum(axis=2), None, state)
-    if cfg.rule == "dr_grpo":
-        if lengths is None or l_max is None:
-            raise ValueError("rule 'dr_grpo' needs lengths (groups, n) and l_max")
-        L = np.asarray(lengths, dtype=np.float64)
-        if L.shape != R.shape[:2] or not l_max > 0:
-            raise ValueError(f"dr_grpo: lengths must have shape {R.shape[:2]} and l_max must be > 0")
-        r = R.mean(axis=2)
-        d = np.where(_uniform(r, 1), 0.0, r - r.mean(axis=1, keepdims=True))
-        return GroupAdvantages(d * (L / float(l_max)), r, state)
-    if cfg.rule == "lagrangian":
-        st = state if isinstance(state, LagrangeState) else LagrangeState(nu=(cfg.nu0,) * A.shape[2])
-        if len(st.nu) != A.shape[2]:
-            raise ValueError(f"lagrangian state has {len(st.nu)} multipliers for {A.shape[2]} auxiliary channels")
-        nu_t = np.asarray(st.nu, dtype=np.float64)
-        r = shaped_reward(R, cfg, nu=nu_t)
-        rate = A.mean(axis=(0, 1))  # R̄_A over the whole rollout batch
-        nu_next = np.maximum(0.0, nu_t + cfg.dual_step * (cfg.tau - rate))
-        new = LagrangeState(tuple(map(float, nu_next)), tuple(map(float, nu_t)),
-                            tuple(map(float, rate)), st.steps + 1)
-        return GroupAdvantages(grpo_advantage(r, eps=eps), r, new)
-    if cfg.rule == "dropout":
-        if rng is None:
-            raise ValueError("rule 'dropout' needs rng (a seeded numpy Generator)")
-        keep = rng.random((R.shape[0], A.shape[2])) >= cfg.dropout_p  # one draw per group and channel
-        r = shaped_reward(R, cfg, keep=keep)
-        return GroupAdvantages(grpo_advantage(r, eps=eps), r, state)
-    r = shaped_reward(R, cfg)
-    return GroupAdvantages(grpo_advantage(r, eps=eps), r, state)
+    return RULES[cfg.rule].advantages(R, cfg, RuleInputs(lengths, l_max, rng, state, eps))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A tiny synthetic code task: stdin/stdout programs a tiny model can learn on a CPU.
 
 It stands in for DeepCoder-RT (multi-reward paper §4.6, P2:L35, L113; ``docs/multi-reward.md``,
-"Program channels in training") the way ``trainer/synthetic.py`` stands in for MATH: every
+"Program channels in training") the way ``trainer/data/synthetic.py`` stands in for MATH: every
 problem asks for a program that reads two integers a and b from one line of standard input and
 prints an arithmetic expression of them; it carries three small tests and one large-input test
 (run last, only after the others pass, as in the paper's judge); the worked solution is a short
@@ -28,7 +28,7 @@ copy ``a+b`` into their worked answer.
 
 The large test draws a and b from [10^6, 10^7): a closed form is instant there, a loop over a
 (``for _ in range(a)``) is not, so the speed channel has something to measure. Files are
-written in the code layout (``trainer/data.py``, ``code_problem``) so the real loader runs on
+written in the code layout (``trainer/data/problems.py``, ``code_problem``) so the real loader runs on
 them. Prompts end in a short tail after the expression (" on one line."): a pair of distinct
 problems then shares few 8-gram shingles (Jaccard < 0.6), and the trainer's near-duplicate
 filter (the paper's rule for its pools) keeps the training pool. No torch, no global state.
@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.data import Problem
-from trainer.sandbox import ProgramTest
-from trainer.synthetic import TaskError, write_splits
+from trainer.data.problems import Problem
+from trainer.data.problems import ProgramTest
+from trainer.data.synthetic import TaskError, write_splits
 
 __all__ = ["CODE_LEVELS", "CODE_TASK_VERSION", "CODE_LEVEL_CAPACITY", "code_prompt", "expected_output",
            "expression_of", "gold_program",

@@ -2,7 +2,7 @@
 
 A ridge regression on the policy's hidden states predicts a prefix's success probability. The
 prefixes are the Monte-Carlo reward's: the prompt (cut 0) and the interior cuts b_1 … b_C
-(``trainer.dense.cut_offsets``) that fall inside the completion; the target of each is the
+(``trainer.interventions.segments.cut_offsets``) that fall inside the completion; the target of each is the
 completion's outcome R ∈ {0, 1}. Each iteration it is **refit on the rollouts of earlier
 iterations only** (the last ``critic_window`` of them), scores the current rollouts, and only
 then adds them to its buffer, so no iteration is scored by a critic fit on it. In use from
@@ -22,35 +22,14 @@ pass over the rollouts) and the fit run in the loop's credit stage, so they are 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
-from trainer.credit import Credit, group_advantages, token_credit
-from trainer.dense import baseline_credit, boundary_values, cut_offsets, segment_credit
-
-
-@dataclass
-class Ridge:
-    """y ≈ b + ((x − μ)/σ)·w, w = argmin ‖y − b − Zw‖² + λ‖w‖² (closed form, float64)."""
-
-    mean: torch.Tensor
-    scale: torch.Tensor
-    weight: torch.Tensor
-    bias: float
-
-    @classmethod
-    def fit(cls, x: torch.Tensor, y: torch.Tensor, ridge: float) -> "Ridge":
-        x, y = x.double(), y.double()
-        mean, scale = x.mean(0), x.std(0, correction=0).clamp(min=1e-6)
-        z = (x - mean) / scale
-        bias = float(y.mean())
-        a = z.T @ z + ridge * torch.eye(z.shape[1], dtype=z.dtype)
-        w = torch.linalg.solve(a, z.T @ (y - bias))
-        return cls(mean, scale, w, bias)
-
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        return (((x.double() - self.mean) / self.scale) @ self.weight + self.bias).clamp(0.0, 1.0)
+from trainer.core.credit import Credit, CreditContext, token_credit
+from trainer.core.policy import hidden_states
+from trainer.interventions.ridge import Ridge
+from trainer.interventions.segments import baseline_credit, boundary_values, cut_offsets, segment_credit
 
 
 @dataclass
@@ -70,7 +49,7 @@ class CriticBuffer:
         rows = [e for e in self.entries if e[0] < iteration][-self.window:]
         if not rows:
             return None
-        return Ridge.fit(torch.cat([e[1] for e in rows]), torch.cat([e[2] for e in rows]), ridge)
+        return Ridge.fit(torch.cat([e[1] for e in rows]), torch.cat([e[2] for e in rows]), ridge, standardize=True)
 
     def iterations(self) -> list[int]:
         return [e[0] for e in self.entries]
@@ -83,22 +62,13 @@ class CriticBuffer:
         return cls(d["window"], [(int(i), x, y) for i, x, y in d["entries"]])
 
 
-@torch.no_grad()
 def prefix_features(policy, rollouts, cuts: Sequence[int], layer: int = -1) -> torch.Tensor:
     """[N, C+1, d]: hidden state at the last token of the prompt (cut 0) and of each prefix of
     b_i completion tokens (column prompt_len + b_i − 1; clamped for cuts past the batch's width,
     whose entries are not used)."""
-    seqs, attn, P = rollouts.sequences, rollouts.attention_mask, rollouts.prompt_len
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: positions count real tokens only
-    was = policy.model.training
-    policy.model.eval()
-    with policy.autocast():
-        out = policy.model(input_ids=seqs, attention_mask=attn, position_ids=pos, output_hidden_states=True,
-                           use_cache=False)
-    policy.model.train(was)
-    h = out.hidden_states[layer].float()
-    cols = torch.tensor([P - 1] + [P + b - 1 for b in cuts]).clamp(max=seqs.shape[1] - 1).to(h.device)
-    return h[:, cols].cpu()
+    seqs, P = rollouts.sequences, rollouts.prompt_len
+    cols = torch.tensor([P - 1] + [P + b - 1 for b in cuts]).clamp(max=seqs.shape[1] - 1)
+    return hidden_states(policy, seqs, rollouts.attention_mask, cols, layer)
 
 
 def valid_prefixes(cuts: Sequence[int], lengths: torch.Tensor) -> torch.Tensor:
@@ -107,31 +77,30 @@ def valid_prefixes(cuts: Sequence[int], lengths: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.ones_like(inside[:, :1]), inside], 1)
 
 
-def critic_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int, eps: float,
-                  cfg, policy, rollouts, iteration: int, state, form: str, advantages=None, **_: Any) -> Credit:
+def critic_credit(ctx: CreditContext, form: str) -> Credit:
     """c = A_g + w with w the critic's TD or baseline credit (0 before ``critic_start_iteration``)."""
+    cfg, rollouts, state, rewards, mask = ctx.cfg, ctx.rollouts, ctx.state, ctx.rewards, ctx.completion_mask
     cuts = cut_offsets(cfg)
     if state.critic is None:
         state.critic = CriticBuffer(cfg.critic_window)
-    feats = prefix_features(policy, rollouts, cuts, cfg.critic_layer)  # [N, C+1, d]
+    feats = prefix_features(ctx.policy, rollouts, cuts, cfg.critic_layer)  # [N, C+1, d]
     ok = valid_prefixes(cuts, rollouts.lengths)
-    adv = group_advantages(rewards, group_size, eps) if advantages is None else advantages.float()
-    model = state.critic.fit(iteration, cfg.critic_ridge) if iteration >= cfg.critic_start_iteration else None
+    model = state.critic.fit(ctx.iteration, cfg.critic_ridge) if ctx.iteration >= cfg.critic_start_iteration else None
     w = None
     if model is not None:  # score with a critic fit on earlier iterations only
         v = model.predict(feats.reshape(-1, feats.shape[-1])).view(feats.shape[0], -1)
         values = boundary_values(v[:, 0], v[:, 1:], rewards.double(), cuts, rollouts.lengths)
-        w = (segment_credit(values, cuts, completion_mask) if form == "td"
-             else baseline_credit(values, rewards, cuts, completion_mask))
+        w = (segment_credit(values, cuts, mask) if form == "td"
+             else baseline_credit(values, rewards, cuts, mask))
     # Only now does the current iteration join the buffer (targets: each prefix's outcome R).
     y = rewards.float()[:, None].expand_as(ok)
-    state.critic.add(iteration, feats[ok], y[ok])
-    return Credit(token_credit(adv, completion_mask, dense=w), adv, 0)
+    state.critic.add(ctx.iteration, feats[ok], y[ok])
+    return Credit(token_credit(ctx.advantages, mask, dense=w), ctx.advantages, 0)
 
 
-def critic_td_credit(rewards, completion_mask, **ctx) -> Credit:
-    return critic_credit(rewards, completion_mask, form="td", **ctx)
+def critic_td_credit(ctx: CreditContext) -> Credit:
+    return critic_credit(ctx, "td")
 
 
-def critic_baseline_credit(rewards, completion_mask, **ctx) -> Credit:
-    return critic_credit(rewards, completion_mask, form="baseline", **ctx)
+def critic_baseline_credit(ctx: CreditContext) -> Credit:
+    return critic_credit(ctx, "baseline")

@@ -25,6 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from trainer.config import ConfigError, TrainerConfig, settings_hash
+from trainer.data.codetask import CODE_TASK_VERSION, noisy_solution, write_code_task
+from trainer.data.problems import load_problems
+from trainer.data.synthetic import TOKENIZER_VERSION, build_tokenizer, sft_examples, write_task
 
 # 4: built on one thread with deterministic algorithms, key without the thread count
 WARMSTART_VERSION = 4
@@ -45,9 +48,7 @@ class Assets:
 
 def task_files(cfg: TrainerConfig, cache_dir: Path, n_eval: int) -> tuple[Path, Path]:
     """The built-in task's ``train.jsonl`` and ``eval.jsonl`` (disjoint), cached by settings: the
-    synthetic arithmetic task, or with ``task = "code"`` the synthetic code task (``trainer/codetask.py``)."""
-    from trainer.codetask import CODE_TASK_VERSION, write_code_task  # noqa: PLC0415
-    from trainer.synthetic import write_task  # noqa: PLC0415
+    synthetic arithmetic task, or with ``task = "code"`` the synthetic code task (``trainer/data/codetask.py``)."""
 
     settings = {"levels": cfg.task_levels, "n_train": cfg.task_train_problems, "n_eval": n_eval, "seed": cfg.task_seed}
     if cfg.task == "code":  # a key of its own; the math key is unchanged, so its cached files stay valid
@@ -164,7 +165,6 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     ``warmstart.json`` in the folder records the settings, the final loss, the build seconds and
     the weights' ``model_sha256``.
     """
-    from trainer.synthetic import TOKENIZER_VERSION  # noqa: PLC0415
 
     # No thread count in the key: the build runs on one thread whatever the caller's (see _one_thread)
     key = settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.tiny.model_dump(), "sft": cfg.warm_start.model_dump(),
@@ -172,7 +172,7 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     folder = cache_dir / f"warmstart-{key}"
     if (folder / "warmstart.json").is_file():
         return folder
-    from trainer.policy import quiet_transformers  # noqa: PLC0415
+    from trainer.core.policy import quiet_transformers  # noqa: PLC0415
 
     quiet_transformers()
     t0 = time.perf_counter()
@@ -222,8 +222,6 @@ def _train_warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path):
     """The tiny model after its warm start, its tokenizer and the per-step losses."""
     import torch  # noqa: PLC0415
 
-    from trainer.data import load_problems  # noqa: PLC0415
-    from trainer.synthetic import build_tokenizer, sft_examples  # noqa: PLC0415
 
     tok = build_tokenizer(cache_dir / "tokenizer")
     model = build_tiny_model(cfg, tok)
@@ -258,7 +256,6 @@ def _with_answer_noise(problems: list, share: float, seed: int) -> list:
     """
     if share <= 0:
         return problems
-    from trainer.codetask import noisy_solution  # noqa: PLC0415
 
     rng = np.random.default_rng([seed, 11])
     out = []

@@ -1,0 +1,39 @@
+"""The credit rules by name: ``TrainerConfig.credit`` → the function that computes an iteration's
+token credit from its :class:`~trainer.core.credit.CreditContext` (docs/interventions.md).
+
+Outcome-only GRPO gives every token A_g (paper 1 eq. 2 with w = 0); a dense rule adds a
+per-token w_{g,h}, generating continuations through the context's engine when it needs them and
+counting them in ``Credit.continuation_tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from trainer.core.credit import Credit, CreditContext, outcome_credit
+from trainer.interventions.critic import critic_baseline_credit, critic_td_credit
+from trainer.interventions.equal_iteration import equal_iteration_credit, implicit_credit, shuffled_credit
+from trainer.interventions.monte_carlo import monte_carlo_credit
+from trainer.interventions.reuse import continuation_reuse_credit, vineppo_credit
+
+# Keys = the names ``TrainerConfig.credit`` allows (a test holds the two together).
+CREDIT_RULES: dict[str, Callable[[CreditContext], Credit]] = {
+    "outcome": outcome_credit,  # c = A_g
+    "monte_carlo": monte_carlo_credit,  # c = A + (p̂_s − p̂_{s−1}), §3.6
+    "equal_iteration": equal_iteration_credit,  # c = A + α·w, MC-within, §1.E
+    "shuffled": shuffled_credit,  # MC-within, credit permuted per completion
+    "implicit": implicit_credit,  # w = log π_θ − log π_ref, MC-within pipeline
+    "critic_td": critic_td_credit,  # ridge critic, V̂(b_s) − V̂(b_{s−1}), §3.7
+    "critic_baseline": critic_baseline_credit,  # R − V̂(b_{s−1}), §3.7
+    "vineppo": vineppo_credit,  # V(b_s) − V(b_{s−1}), V(b_0) leave-one-out mean, §3.10
+    "continuation_reuse": continuation_reuse_credit,  # MC reward + continuation sequences, §3.10
+}
+
+
+def compute_credit(rule: str, ctx: CreditContext) -> Credit:
+    """The iteration's credit under the named rule."""
+    try:
+        fn = CREDIT_RULES[rule]
+    except KeyError:
+        raise ValueError(f"unknown credit rule {rule!r} (have: {', '.join(CREDIT_RULES)})") from None
+    return fn(ctx)
