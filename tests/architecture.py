@@ -11,6 +11,7 @@ deferred import cannot hide a cycle or an upward edge. ``check`` returns one lin
 * a **deferred import that is not allowed**: an import inside a function of one of our modules is
   accepted only where it keeps torch out of torch-free code (the imported module needs torch,
   the importer does not) or keeps command start-up fast (the importer is a command module);
+* (imports under ``if TYPE_CHECKING:`` never run and are not counted);
 * a module found by **name in a string** (``importlib.import_module("trainer.x")``), which hides
   an edge from every reader.
 
@@ -93,6 +94,15 @@ class _Visitor(ast.NodeVisitor):
         self.depth -= 1
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_If(self, node: ast.If) -> None:
+        t = node.test
+        if (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+                isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"):
+            for child in node.orelse:  # the body never runs; only annotations read it
+                self.visit(child)
+            return
+        self.generic_visit(node)
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
         if self.depth == 0 and _heavy(node, self.mod):

@@ -41,12 +41,14 @@ LAYERS = {
         ("command", ["figures.__main__"]),
     ],
     "trainer": [
-        ("settings", ["trainer.__init__", "trainer.config"]),
+        ("errors", ["trainer.__init__", "trainer.errors"]),
         ("data", ["trainer.data"]),
         ("rewards", ["trainer.rewards"]),
+        ("settings", ["trainer.config"]),
         ("core", ["trainer.core"]),
         ("interventions", ["trainer.interventions"]),
-        ("top", ["trainer.loop", "trainer.launch", "trainer.elect", "trainer.plugin", "trainer.__main__"]),
+        ("run", ["trainer.loop"]),
+        ("commands", ["trainer.launch", "trainer.elect", "trainer.plugin", "trainer.__main__"]),
     ],
 }
 COMMANDS = ("prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "figures.__main__", "trainer.plugin")
@@ -127,6 +129,11 @@ def test_a_deferred_import_is_allowed_only_to_keep_torch_out(tmp_path):
     problems = _tiny(tmp_path, files, layers=layers)
     assert problems == ["app.top:3: imports app.high inside a function; allowed only to keep torch out of "
                         "torch-free code or in a command module"], problems
+
+
+def test_imports_for_type_checking_only_do_not_count(tmp_path):
+    files = {"app/low.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n    from app.high import X\n"}
+    assert _tiny(tmp_path, files) == []
 
 
 def test_a_module_named_in_a_string_fails(tmp_path):

@@ -37,6 +37,8 @@ from prereg_kit.lock import check_plan, lock_path, read_chain
 from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
+from trainer.core.assets import prepare_assets
+from trainer.core.evaluate import load_eval_sets
 from trainer.launch import SPEC_FILE, Job, _state, prepare, run_jobs
 from trainer.rewards.spec import ELECTION_FILE, channel_spec
 
@@ -204,9 +206,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
-    from trainer.core.evaluate import load_eval_sets  # noqa: PLC0415
     from trainer.core.policy import load_policy  # noqa: PLC0415
-    from trainer.core.assets import prepare_assets  # noqa: PLC0415
 
     t0 = time.perf_counter()
     pf, name, cfg, jobs = probe_jobs(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps)

@@ -33,6 +33,7 @@ from prereg_kit.lock import check_plan, read_chain
 from prereg_kit.plan import PlanFile, load_plan
 from prereg_kit.runlog import RunLogError, read_meta, run_busy
 from trainer.config import EvalSetSpec, RunSpec, parse_config
+from trainer.core.assets import prepare_assets
 from trainer.core.program_judge import judge_meta
 
 SPEC_FILE = "spec.json"
@@ -125,8 +126,6 @@ def _state(folder: Path, plan_hash: str) -> str:
 
 def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
     """Build each distinct configuration's assets (task files, warm start) once, in this process."""
-    from trainer.core.assets import prepare_assets  # noqa: PLC0415 — torch only when running
-
     seen = set()
     judged = set()
     for j in jobs:
