@@ -37,8 +37,8 @@ def spec(tmp_path, stage: str = "main", **recipe) -> RunSpec:
 
 
 def test_allow_weak_isolation_is_a_strict_recipe_key():
-    assert parse_config({"task": "code"}).sandbox.allow_weak_isolation is False
-    assert parse_config({"task": "code", "sandbox": {"allow_weak_isolation": True}}).sandbox.allow_weak_isolation
+    assert parse_config({"task": "code"}).rewards.sandbox.allow_weak_isolation is False
+    assert parse_config({"task": "code", "sandbox": {"allow_weak_isolation": True}}).rewards.sandbox.allow_weak_isolation
     for bad in ("yes", 1, "true"):  # an opt-in out of isolation must be spelled as a TOML boolean
         with pytest.raises(ConfigError) as e:
             parse_config({"task": "code", "sandbox": {"allow_weak_isolation": bad}})

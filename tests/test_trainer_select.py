@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from prereg_kit.runlog import read_run  # noqa: E402
 from trainer import select as sel  # noqa: E402
-from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
+from trainer.config import ConfigError, TrainerConfig, parse_config, updated  # noqa: E402
 from trainer.data import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions  # noqa: E402
 from trainer.launch import plan_jobs  # noqa: E402
 from trainer.policy import Rollouts  # noqa: E402
@@ -56,7 +56,7 @@ def test_ridge_fit_primal_and_dual_agree_with_normal_equations():
 
 
 def test_config_checks_the_selection_fields():
-    assert TrainerConfig().selection == "none"
+    assert TrainerConfig().selection.rule == "none"
     with pytest.raises(ConfigError, match="keep_nearest"):
         parse_config({"selection": "critic", "keep_nearest": 5})
     with pytest.raises(ConfigError, match="candidates"):
@@ -279,7 +279,7 @@ def test_resume_restores_the_selection_state(tmp_path, runs):
 
     spec, ref = runs["critic"]
     spec = spec.model_copy(update={"run_dir": str(tmp_path / "killed"),
-                                   "config": spec.config.model_copy(update={"checkpoint_every": 1})})
+                                   "config": updated(spec.config, {"engine": {"checkpoint_every": 1}})})
 
     class Stop(Exception):
         pass

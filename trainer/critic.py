@@ -112,11 +112,11 @@ def critic_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, group
     """c = A_g + w with w the critic's TD or baseline credit (0 before ``critic_start_iteration``)."""
     cuts = cut_offsets(cfg)
     if state.critic is None:
-        state.critic = CriticBuffer(cfg.critic_window)
-    feats = prefix_features(policy, rollouts, cuts, cfg.critic_layer)  # [N, C+1, d]
+        state.critic = CriticBuffer(cfg.credit.critic_window)
+    feats = prefix_features(policy, rollouts, cuts, cfg.credit.critic_layer)  # [N, C+1, d]
     ok = valid_prefixes(cuts, rollouts.lengths)
     adv = group_advantages(rewards, group_size, eps) if advantages is None else advantages.float()
-    model = state.critic.fit(iteration, cfg.critic_ridge) if iteration >= cfg.critic_start_iteration else None
+    model = state.critic.fit(iteration, cfg.credit.critic_ridge) if iteration >= cfg.credit.critic_start_iteration else None
     w = None
     if model is not None:  # score with a critic fit on earlier iterations only
         v = model.predict(feats.reshape(-1, feats.shape[-1])).view(feats.shape[0], -1)

@@ -32,9 +32,9 @@ MAX_K = 1 << 20  # request keys n·MAX_K + j: draw j of completion n, whatever k
 # --------------------------------------------------------------------------------------------
 def cut_offsets(cfg: TrainerConfig) -> list[int]:
     """Interior cut offsets: ``mc_cuts``, or round(i·L_max/S), i = 1 … S−1 (128 … 640 at 768)."""
-    if cfg.mc_cuts:
-        return list(cfg.mc_cuts)
-    L, S = cfg.completion_limit, cfg.mc_segments
+    if cfg.credit.mc_cuts:
+        return list(cfg.credit.mc_cuts)
+    L, S = cfg.rollout.completion_limit, cfg.credit.mc_segments
     cuts = sorted({int(i * L / S + 0.5) for i in range(1, S)})  # round half up, no duplicates
     return [b for b in cuts if 0 < b < L]
 
@@ -118,7 +118,7 @@ def monte_carlo_values(cfg: TrainerConfig, *, engine, policy, rollouts, prompts:
     prefix + continuation by the training verifier; the draws are kept in ``MonteCarlo.draws``
     (the Monte-Carlo reward discards them, continuation reuse trains on them).
     """
-    cuts, k, tok = cut_offsets(cfg), cfg.mc_k, policy.tokenizer
+    cuts, k, tok = cut_offsets(cfg), cfg.credit.mc_k, policy.tokenizer
     comp = rollouts.completion_ids.cpu()
     lengths = rollouts.lengths
     n = rollouts.n
@@ -132,11 +132,11 @@ def monte_carlo_values(cfg: TrainerConfig, *, engine, policy, rollouts, prompts:
         prefixes = {i: comp[i, :b].tolist() for i in rows}
         texts = [prompts[i] + tok.decode(prefixes[i], skip_special_tokens=False) for i in rows for _ in range(k)]
         keys = [i * MAX_K + j for i in rows for j in range(k)]
-        limit = cfg.completion_limit - b
-        if cfg.mc_continuation_limit:
-            limit = min(limit, cfg.mc_continuation_limit)
+        limit = cfg.rollout.completion_limit - b
+        if cfg.credit.mc_continuation_limit:
+            limit = min(limit, cfg.credit.mc_continuation_limit)
         cont = engine.generate(texts, noise_seed=derive_seed(seed, iteration, f"mc/{b}"), keys=keys, limit=limit,
-                               temperature=cfg.temperature, top_p=cfg.top_p)
+                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         tokens += cont.tokens
         cids = cont.completion_ids.cpu()
         full = [prefixes[i] + cids[r, :int(cont.lengths[r])].tolist()
@@ -152,10 +152,10 @@ def mc_values(mc: MonteCarlo, cfg: TrainerConfig, rewards: torch.Tensor, lengths
     """Boundary values of the Monte-Carlo reward: p̂_0 = ``mc_prompt_value``, p̂ at the cuts, and
     V(end) = R (``mc_end_value = "outcome"``) or the last segment's start (no credit on it)."""
     n = rewards.shape[0]
-    v0 = torch.full((n,), cfg.mc_prompt_value, dtype=torch.float64)
+    v0 = torch.full((n,), cfg.credit.mc_prompt_value, dtype=torch.float64)
     end = rewards.double()
     values = boundary_values(v0, mc.p_hat.nan_to_num(0.0), end, mc.cuts, lengths)
-    if cfg.mc_end_value == "none":
+    if cfg.credit.mc_end_value == "none":
         end = last_start_value(values, mc.cuts, lengths)
         values = boundary_values(v0, mc.p_hat.nan_to_num(0.0), end, mc.cuts, lengths)
     return values
@@ -253,10 +253,10 @@ def _mc_within(rewards, mask, *, group_size, eps, cfg, rollouts, advantages=None
     values = mc_values(mc, cfg, rewards, rollouts.lengths)
     w = segment_credit(values, mc.cuts, mask)
     adv = _advantages(rewards, group_size, eps, advantages)
-    w = gate(w, cfg.eq_gate, advantages=adv, disagreement=end_disagreement(mc, values, mask))
+    w = gate(w, cfg.credit.eq_gate, advantages=adv, disagreement=end_disagreement(mc, values, mask))
     if shuffle_seed is not None:
         w = shuffle_within(w, mask, shuffle_seed)
-    return Credit(combine(adv, center_within(w, mask), mask, cfg.eq_alpha, cfg.eq_norm), adv, mc.tokens)
+    return Credit(combine(adv, center_within(w, mask), mask, cfg.credit.eq_alpha, cfg.credit.eq_norm), adv, mc.tokens)
 
 
 def equal_iteration_credit(rewards, completion_mask, *, group_size, eps, **ctx) -> Credit:
@@ -287,8 +287,8 @@ def implicit_credit(rewards: torch.Tensor, completion_mask: torch.Tensor, *, gro
     mask = completion_mask
     w = (lp - lr).to(mask) * mask
     adv = _advantages(rewards, group_size, eps, advantages)
-    w = gate(w, cfg.eq_gate, advantages=adv)
-    return Credit(combine(adv, center_within(w, mask), mask, cfg.eq_alpha, cfg.eq_norm), adv, 0)
+    w = gate(w, cfg.credit.eq_gate, advantages=adv)
+    return Credit(combine(adv, center_within(w, mask), mask, cfg.credit.eq_alpha, cfg.credit.eq_norm), adv, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,10 +307,10 @@ def length_credit(rewards: torch.Tensor, lengths: torch.Tensor, mask: torch.Tens
 
 def with_length_reward(credit: Credit, rewards: torch.Tensor, rollouts, group_size: int, cfg: TrainerConfig) -> Credit:
     """Add the length term to any rule's token credit (no-op at ``length_lambda = 0``)."""
-    if not cfg.length_lambda:
+    if not cfg.credit.length_lambda:
         return credit
-    w = length_credit(rewards, rollouts.lengths, rollouts.completion_mask, group_size, cfg.length_lambda,
-                      cfg.completion_limit)
+    w = length_credit(rewards, rollouts.lengths, rollouts.completion_mask, group_size, cfg.credit.length_lambda,
+                      cfg.rollout.completion_limit)
     return Credit(credit.tokens + w.to(credit.tokens), credit.advantages, credit.continuation_tokens)
 
 
@@ -349,7 +349,7 @@ def dense_context(run, iteration: int, problems: Sequence, rollouts) -> dict:
     policy, rollouts, each completion's rendered prompt and answer, iteration, run seed, training
     verifier and the dense state. Prompts are rebuilt from ``problems`` (a selector may have
     added groups during generation)."""
-    G = run.spec.config.group_size
+    G = run.spec.config.rollout.group_size
     per = [p for p in problems for _ in range(G)]
     return {"cfg": run.spec.config, "engine": run.engine, "policy": run.policy, "rollouts": rollouts,
             "prompts": [run.render(p) for p in per], "answers": [p.answer for p in per], "iteration": iteration,

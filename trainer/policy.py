@@ -33,7 +33,7 @@ from trainer.config import ConfigError, TrainerConfig, derive_seed
 # --------------------------------------------------------------------------------------------
 def pick_device(cfg: TrainerConfig) -> torch.device:
     """``auto``: the (first visible) GPU when CUDA exists, else the CPU."""
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+    if cfg.engine.device == "cuda" or (cfg.engine.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("device = 'cuda' but torch sees no CUDA device")
         return torch.device("cuda")
@@ -42,17 +42,17 @@ def pick_device(cfg: TrainerConfig) -> torch.device:
 
 def autocast_dtype(cfg: TrainerConfig, device: torch.device) -> torch.dtype | None:
     """bf16 autocast on GPU (paper: float32 master weights, bf16 compute); none on CPU."""
-    if cfg.precision == "float32":
+    if cfg.engine.precision == "float32":
         return None
-    if cfg.precision == "bf16-autocast" or (cfg.precision == "auto" and device.type == "cuda"):
+    if cfg.engine.precision == "bf16-autocast" or (cfg.engine.precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
 
 
 def set_determinism(cfg: TrainerConfig, device: torch.device) -> None:
     """Fixed threads and deterministic kernels where torch offers them (bit-exact resume on CPU)."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.engine.threads:
+        torch.set_num_threads(cfg.engine.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = False
@@ -102,7 +102,7 @@ class Policy:
         """
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": problem_text}], tokenize=False, add_generation_prompt=True,
-            enable_thinking=self.cfg.enable_thinking, date_string=self.cfg.template_date,
+            enable_thinking=self.cfg.model.enable_thinking, date_string=self.cfg.model.template_date,
         )
 
     @property
@@ -300,7 +300,7 @@ class VLLMEngine:
             raise ConfigError("engine = 'vllm' needs the vllm package (pip install prereg-kit[vllm])") from None
         self.policy = policy
         self.llm = LLM(model=policy.path, dtype="bfloat16", seed=0, enable_prefix_caching=False,
-                       gpu_memory_utilization=policy.cfg.vllm_gpu_memory_utilization)
+                       gpu_memory_utilization=policy.cfg.engine.vllm_gpu_memory_utilization)
 
     def generate(self, prompts, *, noise_seed, keys, limit, temperature, top_p, batch_size=None):
         from vllm import SamplingParams  # noqa: PLC0415
@@ -324,7 +324,7 @@ class VLLMEngine:
 
 
 def make_engine(policy: Policy) -> Engine:
-    return VLLMEngine(policy) if policy.cfg.engine == "vllm" else HFEngine(policy)
+    return VLLMEngine(policy) if policy.cfg.engine.name == "vllm" else HFEngine(policy)
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,7 +343,7 @@ def token_logprobs(policy: Policy, seqs: torch.Tensor, attn: torch.Tensor, promp
 
 def make_optimizer(policy: Policy) -> torch.optim.Optimizer:
     """Adam, β = (0.9, 0.999), ε = 1e-8, no weight decay (a positive weight_decay uses AdamW)."""
-    c = policy.cfg
+    c = policy.cfg.update
     params = [p for p in policy.model.parameters() if p.requires_grad]
     kw = dict(lr=c.learning_rate, betas=(c.adam_beta1, c.adam_beta2), eps=c.adam_eps, foreach=False)
     if c.weight_decay > 0:
@@ -354,9 +354,9 @@ def make_optimizer(policy: Policy) -> torch.optim.Optimizer:
 def learning_rate_at(cfg: TrainerConfig, tokens_before: int, budget_tokens: int) -> float:
     """Constant (paper default), or ``linear``: lr·(1 − f), f the budget share generated before
     the iteration starts, reaching 0 at B (S32, extract §3.2; learning_rate is the peak)."""
-    if cfg.lr_schedule == "linear":
-        return cfg.learning_rate * max(0.0, 1.0 - tokens_before / budget_tokens)
-    return cfg.learning_rate
+    if cfg.update.lr_schedule == "linear":
+        return cfg.update.learning_rate * max(0.0, 1.0 - tokens_before / budget_tokens)
+    return cfg.update.learning_rate
 
 
 def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts, credit: torch.Tensor,
@@ -379,7 +379,7 @@ def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     n = roll.n
-    mb = policy.cfg.micro_batch_size or n
+    mb = policy.cfg.update.micro_batch_size or n
     credit = credit.to(policy.device)
     cmask = roll.completion_mask.to(policy.device)
     total = 0.0
@@ -402,7 +402,7 @@ def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts
     synchronize(policy.device)
     fwd_bwd = time.perf_counter() - t0
     params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, policy.cfg.grad_clip))
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, policy.cfg.update.grad_clip))
     optimizer.step()
     out = {"loss": total, "grad_norm": grad_norm, "lr": lr, "fwd_bwd_seconds": fwd_bwd}
     if use_kl:

@@ -78,10 +78,10 @@ def build_channels(cfg) -> list[Channel]:
     """The recipe's channels (``correct`` gets the recipe's verifier unless it names one); a code
     task without channels: ``program_correct``."""
     out = []
-    for item in cfg.channels or ([CODE_DEFAULT_CHANNEL] if cfg.task == "code" else []):
+    for item in cfg.rewards.channels or ([CODE_DEFAULT_CHANNEL] if cfg.task.name == "code" else []):
         name, params = _channel_spec(item)
         if name == "correct":
-            params.setdefault("verifier", cfg.reward_verifier)
+            params.setdefault("verifier", cfg.rewards.verifier)
         out.append(get_channel(name, **params))
     return out
 
@@ -89,22 +89,22 @@ def build_channels(cfg) -> list[Channel]:
 def check_reward_config(cfg) -> None:
     """Validate the multi-reward block of a recipe; ValueErrors (one line) for pydantic."""
     try:
-        agg = parse_aggregation(cfg.aggregation)
+        agg = parse_aggregation(cfg.rewards.aggregation)
     except ConfigError as e:
         raise ValueError("; ".join(e.lines)) from None
-    code = cfg.task == "code"
-    if code and cfg.credit not in CODE_CREDIT:
-        raise ValueError(f"task = 'code': credit {cfg.credit!r} scores continuations with the math verifier; "
+    code = cfg.task.name == "code"
+    if code and cfg.credit.rule not in CODE_CREDIT:
+        raise ValueError(f"task = 'code': credit {cfg.credit.rule!r} scores continuations with the math verifier; "
                          "use credit = 'outcome'")
-    if code and cfg.selection == "dynamic":
+    if code and cfg.selection.rule == "dynamic":
         raise ValueError("task = 'code': selection 'dynamic' checks groups with the math verifier; "
                          "use another selection rule")
-    if not cfg.channels:
-        if cfg.aggregation or cfg.anchor:
+    if not cfg.rewards.channels:
+        if cfg.rewards.aggregation or cfg.rewards.anchor:
             raise ValueError("aggregation/anchor need channels (e.g. channels = [\"correct\", \"negative\"])")
         return
     names = []
-    for item in cfg.channels:
+    for item in cfg.rewards.channels:
         name, params = _channel_spec(item)
         if get_channel(name, **params).needs_program and not code:  # unknown names / parameters: ValueError
             raise ValueError(f"channels: {name!r} judges programs: it needs task = 'code' (problems with tests, "
@@ -115,8 +115,8 @@ def check_reward_config(cfg) -> None:
         names.append(name)
     if len(set(names)) != len(names):
         raise ValueError(f"channels: a channel is listed twice ({', '.join(names)})")
-    if cfg.anchor and cfg.anchor != "elected" and cfg.anchor not in names:
-        raise ValueError(f"anchor: {cfg.anchor!r} is not one of the channels ({', '.join(names)}) nor 'elected'")
+    if cfg.rewards.anchor and cfg.rewards.anchor != "elected" and cfg.rewards.anchor not in names:
+        raise ValueError(f"anchor: {cfg.rewards.anchor!r} is not one of the channels ({', '.join(names)}) nor 'elected'")
     if agg.anchor >= len(names):
         raise ValueError(f"aggregation: anchor {agg.anchor} out of range for {len(names)} channels")
     K = len(names)
@@ -249,7 +249,7 @@ def task_paths(spec) -> list[str]:
     """Host paths that hold expected outputs or the run's state: the study, cache and run
     folders, ``train_file`` and file evaluation sets (relative paths: under the study folder)."""
     study = Path(spec.study_dir)
-    files = [spec.config.train_file,
+    files = [spec.config.task.train_file,
              *(s.source for s in spec.eval_sets if not (s.source or "synthetic").startswith("synthetic"))]
     return [spec.study_dir, spec.cache_dir, spec.run_dir,
             *(str(Path(f) if Path(f).is_absolute() else study / f) for f in files if f)]
@@ -263,9 +263,9 @@ def judge_meta(spec, *, where: str = "") -> dict[str, str]:
     unless the recipe sets ``sandbox.allow_weak_isolation = true``; smoke and pilot runs go on
     with a warning on stderr (the run's ``train.log``)."""
     cfg, stage = spec.config, spec.stage
-    if cfg.task != "code":
+    if cfg.task.name != "code":
         return {}
-    lim = sandbox_limits(cfg.sandbox)
+    lim = sandbox_limits(cfg.rewards.sandbox)
     try:
         iso = probe_isolation(lim.python, lim.drop_uid, lim.network, lim.bwrap)
     except SandboxUnavailableError as e:  # no interpreter at all, or network = "require" unmet
@@ -275,7 +275,7 @@ def judge_meta(spec, *, where: str = "") -> dict[str, str]:
         return {"judge_isolation": iso.mode}
     mode = "bwrap-task-visible" if iso.os_sandbox else iso.mode
     why = _weak_reason(iso, shown)
-    if stage in STRICT_STAGES and not cfg.sandbox.allow_weak_isolation:
+    if stage in STRICT_STAGES and not cfg.rewards.sandbox.allow_weak_isolation:
         fix = ("move those files out of the interpreter's folders" if iso.os_sandbox
                else "install bubblewrap (with user namespaces allowed)")
         raise ConfigError(f"{where}{stage}-stage code rewards need an OS sandbox for the program judge, and there is "
@@ -288,19 +288,19 @@ def judge_meta(spec, *, where: str = "") -> dict[str, str]:
 
 def make_sandbox(cfg) -> Sandbox:
     """The run's program judge (probes the machine and calibrates T's fixed overhead once)."""
-    return Sandbox(sandbox_limits(cfg.sandbox))
+    return Sandbox(sandbox_limits(cfg.rewards.sandbox))
 
 
 def make_rewarder(cfg, study_dir: str | Path | None = None) -> Rewarder:
     """The run's rewarder; ``anchor = "elected"`` reads the election record now (run start). A code
     task gets the sandbox, and without channels trains on ``program_correct`` (rule ``primary``)."""
-    code = cfg.task == "code"
-    if not cfg.channels and not code:
+    code = cfg.task.name == "code"
+    if not cfg.rewards.channels and not code:
         return Rewarder([], [], None)
     channels = build_channels(cfg)
     names = [c.name for c in channels]
-    agg = parse_aggregation(cfg.aggregation if cfg.channels else {"rule": "primary"})
-    anchor = cfg.anchor
+    agg = parse_aggregation(cfg.rewards.aggregation if cfg.rewards.channels else {"rule": "primary"})
+    anchor = cfg.rewards.anchor
     if anchor == "elected":
         if study_dir is None:
             raise ConfigError("anchor = 'elected' needs the study folder (its election.json)")
@@ -336,8 +336,8 @@ def eval_channels(cfg) -> list[Channel]:
     if it sets one, else 60 ms). ``brief`` only when the recipe sets one (its threshold is the
     recipe's)."""
     out: dict[str, Channel] = {}
-    code = cfg.task == "code"
-    for ch in (build_channels(cfg) if cfg.channels else []):
+    code = cfg.task.name == "code"
+    for ch in (build_channels(cfg) if cfg.rewards.channels else []):
         if ch.name not in ("correct", CODE_DEFAULT_CHANNEL) and (code or not ch.needs_program):
             out[ch.name] = ch
     if code:

@@ -95,7 +95,7 @@ def ids_hash(ids: Sequence[str]) -> str:
 def candidate_positions(cfg: TrainerConfig, pool_size: int, seed: int, iteration: int) -> np.ndarray:
     """The candidates' pool indices: a function of (seed, iteration) only, the same for every
     candidate rule (so a filter and its random-choice control score the same candidates)."""
-    return prompt_stream_batch(pool_size, seed, iteration, cfg.candidates)
+    return prompt_stream_batch(pool_size, seed, iteration, cfg.selection.candidates)
 
 
 @torch.no_grad()
@@ -189,24 +189,24 @@ class Selector:
     # --- selection stage
     def choose(self, it: int) -> list[Problem]:
         cfg, st = self.cfg, self.state
-        n = cfg.prompts_per_iteration
+        n = cfg.rollout.prompts_per_iteration
         self.discarded_tokens, self._features, self._info = 0, None, {}
-        if cfg.selection == "none":
+        if cfg.selection.rule == "none":
             return [self.pool[int(i)] for i in prompt_stream_batch(len(self.pool), self.seed, it, n)]
-        if cfg.selection == "dynamic":
+        if cfg.selection.rule == "dynamic":
             return [self.pool[int(i)] for i in prompt_stream_positions(len(self.pool), self.seed, st.cursor, st.cursor + n)]
         cand = [self.pool[int(i)] for i in candidate_positions(cfg, len(self.pool), self.seed, it)]
         feats = None
-        if cfg.selection in CRITIC_SCORED:
-            feats = prompt_features(self.policy, [self.render(p) for p in cand], cfg.prompt_critic_layer)
+        if cfg.selection.rule in CRITIC_SCORED:
+            feats = prompt_features(self.policy, [self.render(p) for p in cand], cfg.selection.prompt_critic_layer)
         pred = self.predict(cand, feats)
-        warmup = st.trained_prompts < cfg.warmup_prompts or pred is None
+        warmup = st.trained_prompts < cfg.selection.warmup_prompts or pred is None
         if warmup:
             keep = list(range(n))
-        elif cfg.selection == "random_choice":
+        elif cfg.selection.rule == "random_choice":
             keep = uniform_choice(len(cand), n, np.random.default_rng(derive_seed(self.seed, it, "select:random_choice")))
         else:
-            keep = nearest_target(pred, cfg.target, cfg.keep_nearest, cfg.keep_random,
+            keep = nearest_target(pred, cfg.selection.target, cfg.selection.keep_nearest, cfg.selection.keep_random,
                                   np.random.default_rng(derive_seed(self.seed, it, "select:others")))
         if feats is not None:
             self._features = feats[keep]
@@ -218,16 +218,16 @@ class Selector:
     def predict(self, cand: Sequence[Problem], feats: torch.Tensor | None) -> np.ndarray | None:
         """Predicted success of each candidate (None: the predictor has no data yet)."""
         cfg, st = self.cfg, self.state
-        if cfg.selection in CRITIC_SCORED:
+        if cfg.selection.rule in CRITIC_SCORED:
             if not st.critic_x:
                 return None
-            w, b = ridge_fit(torch.cat(st.critic_x), torch.cat(st.critic_y), cfg.prompt_critic_ridge)
+            w, b = ridge_fit(torch.cat(st.critic_x), torch.cat(st.critic_y), cfg.selection.prompt_critic_ridge)
             return ridge_predict(w, b, feats)
         if not st.recent:
             return None
         means = [m for ms, _ in st.recent for m in ms]
         overall = float(np.mean(means))
-        if cfg.selection == "history":
+        if cfg.selection.rule == "history":
             return np.array([st.last_reward.get(p.id, overall) for p in cand])
         by_level: dict[int, list[float]] = {}
         for ms, lv in st.recent:
@@ -243,9 +243,9 @@ class Selector:
         stream until ``prompts_per_iteration`` mixed groups are kept or ``dynamic_max_groups``
         groups are generated; returns the trained (problems, rollouts). Other rules: unchanged."""
         cfg = self.cfg
-        if cfg.selection != "dynamic":
+        if cfg.selection.rule != "dynamic":
             return problems, roll
-        n, G = cfg.prompts_per_iteration, cfg.group_size
+        n, G = cfg.rollout.prompts_per_iteration, cfg.rollout.group_size
         batches = [(problems, roll)]
         groups: list[tuple[int, int, bool]] = []  # (batch, group in batch, mixed)
         seen: dict[tuple[str, str], float] = {}
@@ -262,13 +262,13 @@ class Selector:
 
         scan(0)
         made = n
-        while sum(m for *_, m in groups) < n and made < cfg.dynamic_max_groups:
-            k = min(n, cfg.dynamic_max_groups - made)
+        while sum(m for *_, m in groups) < n and made < cfg.selection.dynamic_max_groups:
+            k = min(n, cfg.selection.dynamic_max_groups - made)
             pos = prompt_stream_positions(len(self.pool), self.seed, self.state.cursor + made, self.state.cursor + made + k)
             probs = [self.pool[int(i)] for i in pos]
             r = self.engine.generate([self.render(p) for p in probs for _ in range(G)],
                                      noise_seed=derive_seed(self.seed, it, "rollout"), keys=range(made * G, (made + k) * G),
-                                     limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
+                                     limit=cfg.rollout.completion_limit, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
             batches.append((probs, r))
             scan(len(batches) - 1)
             made += k
@@ -295,20 +295,20 @@ class Selector:
     def record(self, problems: Sequence[Problem], rewards: torch.Tensor) -> dict:
         """Remember the trained prompts' group mean rewards (and features); the row's columns."""
         cfg, st = self.cfg, self.state
-        if cfg.selection == "none":
+        if cfg.selection.rule == "none":
             return {}
         means = rewards.float().view(len(problems), -1).mean(1)
         st.trained_prompts += len(problems)
         for p, m in zip(problems, means.tolist()):
             st.last_reward[p.id] = m
-        st.recent = (st.recent + [(means.tolist(), [_level(p) for p in problems])])[-cfg.recent_window:]
+        st.recent = (st.recent + [(means.tolist(), [_level(p) for p in problems])])[-cfg.selection.recent_window:]
         if self._features is not None:
-            st.critic_x = (st.critic_x + [self._features])[-cfg.prompt_critic_window:]
-            st.critic_y = (st.critic_y + [means.clone()])[-cfg.prompt_critic_window:]
+            st.critic_x = (st.critic_x + [self._features])[-cfg.selection.prompt_critic_window:]
+            st.critic_y = (st.critic_y + [means.clone()])[-cfg.selection.prompt_critic_window:]
         return {**self._info, "sel_realized_trained": float(means.mean()), "sel_distinct_prompts": len(st.last_reward)}
 
     def state_dict(self) -> dict:
-        return {} if self.cfg.selection == "none" else self.state.to_dict()
+        return {} if self.cfg.selection.rule == "none" else self.state.to_dict()
 
     def load_state_dict(self, d: dict | None) -> None:
         if d:
