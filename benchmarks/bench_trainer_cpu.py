@@ -37,11 +37,11 @@ def main() -> None:
 
     from prereg_kit.plan import load_plan
     from prereg_kit.runlog import read_run
-    from trainer.config import EvalSetSpec, RunSpec, parse_config
+    from trainer.config import EvalSetSpec, RunSpec, config_of, updated
     from trainer.loop import train
 
     plan = load_plan(ROOT / "registry" / "cpu-grpo" / "plan.toml").plan
-    cfg = parse_config({**plan.resolved_config("grpo"), "threads": args.threads})
+    cfg = updated(config_of(plan, "grpo"), {"engine": {"threads": args.threads}})
     tmp = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     spec = RunSpec(study="bench", configuration="grpo", seed=0, plan_hash="bench", study_dir=str(tmp),
                    run_dir=str(tmp / "run"), cache_dir=args.cache, budget_tokens=args.tokens,
@@ -62,7 +62,7 @@ def main() -> None:
     fb = it["fwd_bwd_seconds"].mean()
     rest_train = train_s - gen - fb
     rest_all = wall - gen - fb
-    print(f"tiny model, {cfg.prompts_per_iteration}x{cfg.group_size} completions, limit {cfg.completion_limit}, "
+    print(f"tiny model, {cfg.rollout.prompts_per_iteration}x{cfg.rollout.group_size} completions, limit {cfg.rollout.completion_limit}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}")
     print(f"{n} iterations measured, mean {it['tokens_total'].mean():.0f} generated tokens each; whole run {total:.1f} s")
     print(f"per iteration (training stages)       : {train_s * 1e3:7.1f} ms")

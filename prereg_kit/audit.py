@@ -37,6 +37,15 @@ class AuditReport:
     n_runs: int = 0
 
 
+def _anchor(config: object) -> object:
+    """The recorded anchor setting: ``rewards.anchor`` in a sectioned recipe, ``anchor`` in the
+    older flat one (runs of both kinds are in the registry)."""
+    if not isinstance(config, dict):
+        return None
+    rewards = config.get("rewards")
+    return rewards.get("anchor") if isinstance(rewards, dict) else config.get("anchor")
+
+
 def _applies_to(key: str, configuration: str) -> bool:
     if key.startswith("configurations."):
         return key.split(".", 2)[1].split("[", 1)[0] == configuration
@@ -76,7 +85,7 @@ def _short(h: str) -> str:
 
 def _check_election(report: AuditReport, name: str, meta: RunMeta, now: str, path: Path) -> None:
     """A main run that read ``election.json`` must find the same file there now."""
-    elected = isinstance(meta.config, dict) and meta.config.get("anchor") == "elected"
+    elected = _anchor(meta.config) == "elected"
     if not (elected or meta.election_sha256):
         return
     if not meta.election_sha256:

@@ -26,7 +26,7 @@ def test_probe_jobs_are_single_channel_calibration_runs(tmp_path, mr_cache):  # 
     assert name == "tag" and [j.configuration for j in jobs] == ["probe-correct", "probe-negative"]
     for j, ch in zip(jobs, ["correct", "negative"]):
         c = j.spec.config
-        assert c.channels == [ch] and c.aggregation == {"rule": "primary"} and c.anchor == "" and c.keep_checkpoint
+        assert c.rewards.channels == [ch] and c.rewards.aggregation == {"rule": "primary"} and c.rewards.anchor == "" and c.engine.keep_checkpoint
         assert j.spec.stage == "calibration" and j.spec.budget_tokens == 100
         assert j.folder == study / "stages" / "calibration" / f"probe-{ch}" / "seed-0"
     assert probe_jobs(study, tokens="50")[3][0].spec.budget_tokens == 50

@@ -37,8 +37,8 @@ def spec(tmp_path, stage: str = "main", **recipe) -> RunSpec:
 
 
 def test_allow_weak_isolation_is_a_strict_recipe_key():
-    assert parse_config({"task": "code"}).sandbox.allow_weak_isolation is False
-    assert parse_config({"task": "code", "sandbox": {"allow_weak_isolation": True}}).sandbox.allow_weak_isolation
+    assert parse_config({"task": "code"}).rewards.sandbox.allow_weak_isolation is False
+    assert parse_config({"task": "code", "sandbox": {"allow_weak_isolation": True}}).rewards.sandbox.allow_weak_isolation
     for bad in ("yes", 1, "true"):  # an opt-in out of isolation must be spelled as a TOML boolean
         with pytest.raises(ConfigError) as e:
             parse_config({"task": "code", "sandbox": {"allow_weak_isolation": bad}})
@@ -127,11 +127,11 @@ def test_launcher_refuses_before_building_anything(tmp_path, probe, monkeypatch,
     naming the cause and the key, exit 2, no asset built, no run started; smoke goes on."""
     from typer.testing import CliRunner
 
-    import trainer.core.assets as warmstart
+    import trainer.launch as launcher
     from prereg_kit.cli import app
 
     built: list = []
-    monkeypatch.setattr(warmstart, "prepare_assets", lambda *a, **k: built.append(a) or (_ for _ in ()).throw(
+    monkeypatch.setattr(launcher, "prepare_assets", lambda *a, **k: built.append(a) or (_ for _ in ()).throw(
         RuntimeError("stop after the check")))
     (tmp_path / "plan.toml").write_text(PLAN)
     probe(WEAK)

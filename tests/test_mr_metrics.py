@@ -165,8 +165,8 @@ COUNTS = {
 }
 
 
-def _write_run(study, config, seed, plan_hash, *, anchor="", election=""):
-    cfg = {"anchor": anchor} if anchor else {}
+def _write_run(study, config, seed, plan_hash, *, anchor="", election="", sectioned=False):
+    cfg = ({"rewards": {"anchor": anchor}} if sectioned else {"anchor": anchor}) if anchor else {}
     meta = RunMeta(study="mr", configuration=config, seed=seed, plan_hash=plan_hash, started_at=T0 + H,
                    config=cfg, election_sha256=election)
     w = RunLogWriter(run_dir(study, config, seed), meta, fsync=False)
@@ -310,6 +310,16 @@ def test_run_without_a_recorded_election_hash_is_a_warning(tmp_path):
     (d / "plan.toml").write_text(MR_PLAN)
     h = lock_at(d / "plan.toml", T0).entry["content_sha256"]
     _write_run(d, "tag", 0, h, anchor="elected")  # an older trainer: no hash
+    rep = verify_study(d)
+    assert rep.exit_code == 0 and any("recorded no election hash" in w for w in rep.warnings)
+
+
+def test_the_anchor_is_read_from_sectioned_settings_too(tmp_path):
+    d = tmp_path / "study"
+    d.mkdir()
+    (d / "plan.toml").write_text(MR_PLAN)
+    h = lock_at(d / "plan.toml", T0).entry["content_sha256"]
+    _write_run(d, "tag", 0, h, anchor="elected", sectioned=True)  # rewards.anchor, no hash
     rep = verify_study(d)
     assert rep.exit_code == 0 and any("recorded no election hash" in w for w in rep.warnings)
 

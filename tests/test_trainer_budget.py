@@ -123,16 +123,16 @@ def test_template_and_registry_recipes_are_trainer_configs():
     from pathlib import Path
 
     from prereg_kit.plan import load_plan
-    from trainer.config import ConfigError, parse_config
+    from trainer.config import ConfigError, config_of, parse_config
 
     root = Path(__file__).resolve().parents[1]
     with resources.as_file(resources.files("prereg_kit") / "templates" / "plan.toml") as tpl:
         plans = [load_plan(tpl).plan, load_plan(root / "registry" / "cpu-grpo" / "plan.toml").plan]
     for plan in plans:
         for name in plan.configurations:
-            parse_config(plan.resolved_config(name))
+            config_of(plan, name)
     cpu = plans[1]
-    assert parse_config(cpu.resolved_config("frozen")).learning_rate == 0.0
+    assert config_of(cpu, "frozen").update.learning_rate == 0.0
     with pytest.raises(ConfigError) as e:
         parse_config({"learning_rate": 1e-6, "lerning_rate": 2e-6, "tiny": {"layers": 0}})
     assert sorted(e.value.lines) == ["recipe: lerning_rate: unknown key", "recipe: tiny.layers: Input should be greater than 0"]

@@ -107,9 +107,9 @@ def test_code_recipe_checks_and_default_reward():
 
     bad = [({"task": "code", "channels": ["correct"]}, "math verifier"),
            ({"task": "code", "channels": ["program_correct", "negative"]}, "math verifier"),
-           ({"task": "code", "credit": "monte_carlo"}, "credit = 'outcome'"),
+           ({"task": "code", "credit": "monte_carlo"}, "credit.rule = 'outcome'"),
            ({"task": "code", "selection": "dynamic"}, "dynamic"),
-           ({"channels": ["program_fast"]}, "needs task = 'code'"),
+           ({"channels": ["program_fast"]}, "needs task.name = 'code'"),
            ({"task": "code", "task_levels": [4]}, "levels"),
            ({"task": "code", "sandbox": {"small_timeout_s": 0}}, "sandbox.small_timeout_s")]
     for data, msg in bad:
@@ -119,14 +119,14 @@ def test_code_recipe_checks_and_default_reward():
     cfg = parse_config({"task": "code", "sandbox": SHORT})
     rw = make_rewarder(cfg)  # no channels: program_correct alone, eq. 1 on R_P
     assert rw.names == ["program_correct"] and rw.agg.rule == "primary" and rw.multi
-    lim = sandbox_limits(cfg.sandbox)
+    lim = sandbox_limits(cfg.rewards.sandbox)
     assert (lim.small_timeout_s, lim.large_timeout_s, lim.max_workers, lim.memory_bytes) == (0.5, 2.0, 2, 1 << 30)
     assert [c.name for c in eval_channels(cfg)] == ["program_fast"]
     cfg2 = parse_config({"task": "code", "channels": ["program_correct", {"name": "program_fast", "threshold_s": 0.003},
                                                       {"name": "brief", "threshold": 50}]})
     assert [(c.name, getattr(c, "threshold_s", None)) for c in eval_channels(cfg2)] == [
         ("program_fast", 0.003), ("brief", None)]
-    assert parse_config({}).sandbox.small_timeout_s == 10.0 and parse_config({}).task == "synthetic"
+    assert parse_config({}).rewards.sandbox.small_timeout_s == 10.0 and parse_config({}).task.name == "synthetic"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -125,14 +125,16 @@ def test_adam_settings_are_the_papers():
     g = opt.param_groups[0]
     assert type(opt).__name__ == "Adam" and g["betas"] == (0.9, 0.999) and g["eps"] == 1e-8 and g["weight_decay"] == 0
     d = TrainerConfig()
-    assert (d.learning_rate, d.lr_schedule, d.grad_clip, d.group_size, d.prompts_per_iteration, d.completion_limit,
-            d.temperature, d.top_p) == (1e-6, "constant", 1.0, 8, 8, 380, 1.0, 1.0)
+    u, r = d.update, d.rollout
+    assert (u.learning_rate, u.lr_schedule, u.grad_clip, r.group_size, r.prompts_per_iteration, r.completion_limit,
+            r.temperature, r.top_p) == (1e-6, "constant", 1.0, 8, 8, 380, 1.0, 1.0)
 
 
 def test_credit_rule_table_matches_the_allowed_names():
-    """Every name ``TrainerConfig.credit`` allows has exactly one rule, and back."""
+    """Every name ``TrainerConfig.credit.rule`` allows has exactly one rule, and back."""
     import typing
 
+    from trainer.config import CreditSection
     from trainer.interventions.credit_rules import CREDIT_RULES
 
-    assert tuple(CREDIT_RULES) == typing.get_args(TrainerConfig.model_fields["credit"].annotation)
+    assert tuple(CREDIT_RULES) == typing.get_args(CreditSection.model_fields["rule"].annotation)

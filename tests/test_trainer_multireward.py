@@ -47,15 +47,15 @@ PROBS = [p for p in _problems([5, -3]) for _ in range(4)]
 def test_recipe_fields_validate_in_one_line():
     cfg = parse_config({"channels": ["correct", {"name": "brief", "threshold": 9}], "aggregation": {"rule": "tag"},
                         "anchor": "brief"})
-    assert cfg.anchor == "brief" and cfg.channels[1] == {"name": "brief", "threshold": 9}
-    assert TrainerConfig().channels == [] and TrainerConfig().aggregation == {} and TrainerConfig().anchor == ""
+    assert cfg.rewards.anchor == "brief" and cfg.rewards.channels[1] == {"name": "brief", "threshold": 9}
+    assert TrainerConfig().rewards.channels == [] and TrainerConfig().rewards.aggregation == {} and TrainerConfig().rewards.anchor == ""
     bad = [({"channels": ["nope"]}, "unknown channel"),
            ({"channels": ["correct"], "anchor": "brief"}, "not one of the channels"),
            ({"channels": ["correct", "negative"], "aggregation": {"rule": "sum"}}, "aggregation: rule"),
            ({"channels": ["correct", "negative"], "aggregation": {"rule": "weighted", "weights": [1.0]}}, "2 weights"),
-           ({"aggregation": {"rule": "tag"}}, "need channels"),
+           ({"aggregation": {"rule": "tag"}}, "need rewards.channels"),
            ({"channels": ["correct", "correct"]}, "twice"),
-           ({"channels": ["program_correct"]}, "needs task = 'code'")]
+           ({"channels": ["program_correct"]}, "needs task.name = 'code'")]
     for data, msg in bad:
         with pytest.raises(ConfigError) as e:
             parse_config(data)
@@ -202,11 +202,12 @@ def mr_study(tmp_path: Path, cache: Path, rule: str = "lagrangian", tokens: int 
 def test_tiny_multireward_run_logs_channels(tmp_path, mr_cache):
     from prereg_kit.runlog import read_run
     from trainer.launch import plan_jobs
+    from trainer.config import updated
     from trainer.loop import train
 
     study = mr_study(tmp_path, mr_cache)
     _, jobs = plan_jobs(study, "smoke", ["additive"], [0])
-    spec = jobs[0].spec.model_copy(update={"config": jobs[0].spec.config.model_copy(update={"keep_checkpoint": True})})
+    spec = jobs[0].spec.model_copy(update={"config": updated(jobs[0].spec.config, {"engine": {"keep_checkpoint": True}})})
     threads = torch.get_num_threads()
     try:
         train(spec)

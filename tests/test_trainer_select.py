@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from prereg_kit.runlog import read_run  # noqa: E402
 from trainer.interventions import selection as sel  # noqa: E402
-from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
+from trainer.config import ConfigError, TrainerConfig, parse_config, updated  # noqa: E402
 from trainer.data.problems import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions  # noqa: E402
 from trainer.launch import plan_jobs  # noqa: E402
 from trainer.core.engines import Rollouts  # noqa: E402
@@ -58,7 +58,7 @@ def test_ridge_fit_primal_and_dual_agree_with_normal_equations():
 
 
 def test_config_checks_the_selection_fields():
-    assert TrainerConfig().selection == "none"
+    assert TrainerConfig().selection.rule == "none"
     with pytest.raises(ConfigError, match="keep_nearest"):
         parse_config({"selection": "critic", "keep_nearest": 5})
     with pytest.raises(ConfigError, match="candidates"):
@@ -281,7 +281,7 @@ def test_resume_restores_the_selection_state(tmp_path, runs):
 
     spec, ref = runs["critic"]
     spec = spec.model_copy(update={"run_dir": str(tmp_path / "killed"),
-                                   "config": spec.config.model_copy(update={"checkpoint_every": 1})})
+                                   "config": updated(spec.config, {"engine": {"checkpoint_every": 1}})})
 
     class Stop(Exception):
         pass
@@ -318,7 +318,7 @@ def test_history_and_level_predictions():
 
 
 def test_selection_rule_table_matches_the_allowed_names():
-    """Every name ``TrainerConfig.selection`` allows has exactly one rule, and back."""
+    """Every name ``TrainerConfig.selection.rule`` allows has exactly one rule, and back."""
     import typing
 
-    assert tuple(sel.SELECTION_RULES) == typing.get_args(TrainerConfig.model_fields["selection"].annotation)
+    assert tuple(sel.SELECTION_RULES) == typing.get_args(TrainerConfig.model_fields["selection"].annotation.model_fields["rule"].annotation)

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trainer.errors import ConfigError
 from trainer.rewards.spec import check_reward_config
 
-__all__ = ["ConfigError", "EvalSetSpec", "RunSpec", "SandboxSettings", "TinyModel", "TrainerConfig", "WarmStart",
-           "derive_seed", "parse_config", "settings_hash"]
+__all__ = ["ConfigError", "EvalSetSpec", "RunSpec", "SandboxSettings", "SECTIONS", "TinyModel", "TrainerConfig",
+           "WarmStart", "config_of", "derive_seed", "flat_keys", "merge_recipe", "parse_config", "plan_flat_keys",
+           "recipe_of", "sectioned", "settings_hash", "updated"]
 
 
 class _Strict(BaseModel):
@@ -50,7 +51,7 @@ class WarmStart(_Strict):
 
 
 class SandboxSettings(_Strict):
-    """The program judge of ``task = "code"`` (``trainer/rewards/sandbox.py``; docs/multi-reward.md,
+    """The program judge of ``task = "code"`` (``trainer/rewards/sandbox/``; docs/multi-reward.md,
     "Program channels in training"). Timeouts are the paper's (P2:L113); tests may shorten them."""
 
     small_timeout_s: float = Field(10.0, gt=0)  # paper: 10 s per small test
@@ -65,33 +66,48 @@ class SandboxSettings(_Strict):
     allow_weak_isolation: bool = Field(False, strict=True)
 
 
-class TrainerConfig(_Strict):
-    """One configuration's resolved recipe (paper defaults; see docs/trainer.md)."""
+class TaskSection(_Strict):
+    """The training pool and the synthetic task's evaluation sets (docs/data.md)."""
 
-    # --- task and model
-    task: Literal["synthetic", "file", "code"] = "synthetic"
-    train_file: str = ""  # task="file": MATH/GSM8K-layout JSONL or Parquet; task="code": code layout ("": built-in)
-    task_levels: list[int] = [1, 2, 3]  # synthetic (math or code) task: difficulty levels of pool and eval set
-    task_train_problems: int = Field(2000, gt=0)
-    task_seed: int = Field(0, ge=0)
-    model: str = "tiny"  # "tiny" or a local transformers model folder
-    model_sha256: str = ""  # "sha256:<hex>": the run refuses other weights (warmstart.weights_sha256); "": any
+    name: Literal["synthetic", "file", "code"] = "synthetic"
+    train_file: str = ""  # name="file": MATH/GSM8K-layout JSONL or Parquet; name="code": code layout ("": built-in)
+    levels: list[int] = [1, 2, 3]  # synthetic (math or code) task: difficulty levels of pool and eval set
+    train_problems: int = Field(2000, gt=0)
+    seed: int = Field(0, ge=0)
+
+
+class ModelSection(_Strict):
+    """The starting policy: the tiny model (warm-started) or a local transformers folder."""
+
+    name: str = "tiny"  # "tiny" or a local transformers model folder
+    sha256: str = ""  # "sha256:<hex>": the run refuses other weights (warmstart.weights_sha256); "": any
     tiny: TinyModel = TinyModel()
     warm_start: WarmStart = WarmStart()
-    sandbox: SandboxSettings = SandboxSettings()  # task = "code": the program judge's limits
     enable_thinking: bool = False  # Qwen3 chat templates: non-thinking mode (paper §2.3)
     template_date: str = "26 Jul 2024"  # Llama-3 chat templates insert a date: fix it (C.1)
-    # --- one iteration (§2.3; extract §3.1)
+
+    @field_validator("sha256")
+    @classmethod
+    def _check_sha256(cls, v: str) -> str:
+        if v and not re.fullmatch(r"sha256:[0-9a-f]{64}", v):
+            raise ValueError(f"expected 'sha256:' and 64 lowercase hex digits (as in a run's meta.json), got {v!r}")
+        return v
+
+
+class RolloutSection(_Strict):
+    """One iteration's sampling (§2.3; extract §3.1)."""
+
     prompts_per_iteration: int = Field(8, gt=0)
     group_size: int = Field(8, gt=0)
     completion_limit: int = Field(380, gt=0)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    reward_verifier: Literal["default", "strict", "math_verify"] = "default"
-    credit: Literal["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td",
-                    "critic_baseline", "vineppo", "continuation_reuse"] = "outcome"  # dense rules: docs/interventions.md
-    advantage_eps: float = Field(1e-6, gt=0)
-    # --- the update (§2.3; extract §3.2)
+
+
+class UpdateSection(_Strict):
+    """The update: Adam, gradient clip, learning-rate schedule (§2.3; extract §3.2); the reuse
+    variants' multi-step update (extract §3.10: VinePPO-style "4 steps per batch" = 2 × 2, clip 0.2)."""
+
     learning_rate: float = Field(1e-6, ge=0)
     lr_schedule: Literal["constant", "linear"] = "constant"
     adam_beta1: float = Field(0.9, ge=0, lt=1)
@@ -100,21 +116,21 @@ class TrainerConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(0, ge=0)  # completions per forward/backward; 0 = all at once
-    # --- machinery
-    engine: Literal["hf", "vllm"] = "hf"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["auto", "float32", "bf16-autocast"] = "auto"
-    threads: int = Field(0, ge=0)  # torch CPU threads in the run process; 0 = torch's default
-    eval_batch_size: int = Field(512, gt=0)  # sequences per generation call during evaluation
-    checkpoint_every: int = Field(0, ge=0)  # extra checkpoints every N iterations (0: at evaluations only)
-    keep_checkpoint: bool = False  # keep the last checkpoint once the run is complete
-    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    # --- multi-reward (docs/multi-reward.md "Wiring in the trainer")
-    channels: list[str | dict[str, Any]] = []  # [] = the verifier reward; else "name" or {name = ..., params}
-    aggregation: dict[str, Any] = {}  # trainer.rewards.aggregation.parse_aggregation table (rule, lam, beta, ...)
-    anchor: str = ""  # "": aggregation.anchor (index); a channel name; "elected": <study>/election.json
+    ppo_epochs: int = Field(1, ge=1)  # passes over each iteration's sequences
+    ppo_minibatches: int = Field(1, ge=1)  # minibatches per pass, one clipped optimizer step each
+    ppo_clip: float = Field(0.0, ge=0, lt=1)  # ratio clip ε of the multi-step update (0: unclipped ratio)
 
-    # --- dense rewards (paper 1 §3.6-3.9, extract §1.E; docs/interventions.md "Dense rewards")
+
+CreditRule = Literal["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td",
+                     "critic_baseline", "vineppo", "continuation_reuse"]
+
+
+class CreditSection(_Strict):
+    """Per-token credit: outcome-only GRPO (eq. 1-2) or a dense rule (paper 1 §3.6-3.9, extract
+    §1.E; docs/interventions.md "Dense rewards")."""
+
+    rule: CreditRule = "outcome"
+    advantage_eps: float = Field(1e-6, gt=0)  # ε of eq. (1)
     mc_k: int = Field(4, gt=0)  # continuations per interior cut (S1: 4; S25: 1, 2)
     mc_segments: int = Field(6, ge=2)  # segments per completion: mc_segments − 1 interior cuts
     mc_cuts: list[int] = []  # explicit interior cut offsets in tokens; [] = round(i·limit/mc_segments)
@@ -129,13 +145,28 @@ class TrainerConfig(_Strict):
     critic_layer: int = -1  # hidden-state layer of the features (-1: last, after the final norm)
     critic_window: int = Field(32, ge=1)  # earlier iterations the critic is fit on (the latest ones)
     length_lambda: float = Field(0.0, ge=0)  # λ of the group-relative length reward (0: off)
-    # reuse variants (extract §3.10; trainer/interventions/reuse.py): VinePPO-style "4 steps per batch" = 2 × 2, clip 0.2
-    ppo_epochs: int = Field(1, ge=1)  # passes over each iteration's sequences
-    ppo_minibatches: int = Field(1, ge=1)  # minibatches per pass, one clipped optimizer step each
-    ppo_clip: float = Field(0.0, ge=0, lt=1)  # ratio clip ε of the multi-step update (0: unclipped ratio)
 
-    # --- prompt selection (paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md "Prompt selection")
-    selection: Literal["none", "critic", "history", "level", "random_choice", "dynamic"] = "none"
+    @model_validator(mode="after")
+    def _check(self) -> "CreditSection":
+        if self.rule == "implicit" and self.eq_gate == "disagreement":
+            raise ValueError("eq_gate = 'disagreement' needs continuations; the implicit reward has none")
+        if self.rule == "vineppo" and self.mc_end_value == "none":
+            raise ValueError("rule = 'vineppo' takes V(end) = R (mc_end_value = 'outcome')")
+        if self.rule == "continuation_reuse" and self.mc_k < 2:
+            raise ValueError("rule = 'continuation_reuse': leave-one-out among the draws needs mc_k ≥ 2 "
+                             "(with k = 1 every continuation's advantage is 0)")
+        if self.rule == "continuation_reuse" and self.length_lambda:
+            raise ValueError("rule = 'continuation_reuse' does not take the length reward (length_lambda)")
+        return self
+
+
+SelectionRule = Literal["none", "critic", "history", "level", "random_choice", "dynamic"]
+
+
+class SelectionSection(_Strict):
+    """Prompt selection (paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md)."""
+
+    rule: SelectionRule = "none"
     candidates: int = Field(24, gt=0)  # candidates per iteration: prompt_stream_batch(pool, seed, it, candidates)
     target: float = Field(0.5, ge=0, le=1)  # predicted success the filters aim at
     keep_nearest: int = Field(6, ge=0)  # candidates kept by nearness of p̂ to the target
@@ -147,75 +178,228 @@ class TrainerConfig(_Strict):
     recent_window: int = Field(32, ge=1)  # iterations behind the history/level filters' "recent mean reward"
     dynamic_max_groups: int = Field(96, gt=0)  # dynamic sampling: groups generated per iteration at most
 
-    @field_validator("model_sha256")
+
+class RewardsSection(_Strict):
+    """The training reward: the verifier, reward channels, their aggregation rule and anchor, the
+    program judge (docs/multi-reward.md "Wiring in the trainer")."""
+
+    verifier: Literal["default", "strict", "math_verify"] = "default"
+    channels: list[str | dict[str, Any]] = []  # [] = the verifier reward; else "name" or {name = ..., params}
+    aggregation: dict[str, Any] = {}  # the aggregation table (rule, lam, beta, ...; docs/multi-reward.md)
+    anchor: str = ""  # "": aggregation.anchor (index); a channel name; "elected": <study>/election.json
+    sandbox: SandboxSettings = SandboxSettings()  # task "code": the program judge's limits
+
+
+class EvaluationSection(_Strict):
+    """How evaluation generates (what is evaluated, and how often, is the plan's)."""
+
+    batch_size: int = Field(512, gt=0)  # sequences per generation call during evaluation
+
+
+class EngineSection(_Strict):
+    """Where and how the run computes; none of it changes what is drawn."""
+
+    name: Literal["hf", "vllm"] = "hf"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "float32", "bf16-autocast"] = "auto"
+    threads: int = Field(0, ge=0)  # torch CPU threads in the run process; 0 = torch's default
+    checkpoint_every: int = Field(0, ge=0)  # extra checkpoints every N iterations (0: at evaluations only)
+    keep_checkpoint: bool = False  # keep the last checkpoint once the run is complete
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+
+
+SECTIONS: dict[str, type[_Strict]] = {
+    "task": TaskSection, "model": ModelSection, "rollout": RolloutSection, "update": UpdateSection,
+    "credit": CreditSection, "selection": SelectionSection, "rewards": RewardsSection,
+    "evaluation": EvaluationSection, "engine": EngineSection,
+}
+
+# The recipe's keys before it had sections: flat key -> (section, key). A plan may still use them;
+# the launcher names each with its new place (``flat_keys``).
+FLAT_KEYS: dict[str, tuple[str, str]] = {
+    "task": ("task", "name"), "train_file": ("task", "train_file"), "task_levels": ("task", "levels"),
+    "task_train_problems": ("task", "train_problems"), "task_seed": ("task", "seed"),
+    "model": ("model", "name"), "model_sha256": ("model", "sha256"), "tiny": ("model", "tiny"),
+    "warm_start": ("model", "warm_start"), "enable_thinking": ("model", "enable_thinking"),
+    "template_date": ("model", "template_date"),
+    **{k: ("rollout", k) for k in RolloutSection.model_fields},
+    **{k: ("update", k) for k in UpdateSection.model_fields},
+    "credit": ("credit", "rule"), **{k: ("credit", k) for k in CreditSection.model_fields if k != "rule"},
+    "selection": ("selection", "rule"),
+    **{k: ("selection", k) for k in SelectionSection.model_fields if k != "rule"},
+    "reward_verifier": ("rewards", "verifier"), "channels": ("rewards", "channels"),
+    "aggregation": ("rewards", "aggregation"), "anchor": ("rewards", "anchor"), "sandbox": ("rewards", "sandbox"),
+    "eval_batch_size": ("evaluation", "batch_size"),
+    "engine": ("engine", "name"), **{k: ("engine", k) for k in EngineSection.model_fields if k != "name"},
+}
+
+
+def _is_flat(key: str, value: Any) -> bool:
+    """A flat key; ``task``, ``model``, ``credit``, ``selection`` and ``engine`` are flat when they
+    hold a name and sections when they hold a table."""
+    return key in FLAT_KEYS and not (key in SECTIONS and isinstance(value, dict))
+
+
+def flat_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(flat key, its sectioned path) for every flat key in one recipe table, in file order."""
+    return [(k, ".".join(FLAT_KEYS[k])) for k, v in data.items() if _is_flat(k, v)]
+
+
+def sectioned(data: dict[str, Any]) -> dict[str, Any]:
+    """One recipe table (a plan's ``[recipe]`` or a configuration's overrides) in sectioned form.
+
+    Flat keys move to their section; giving one setting both ways is an error, since neither
+    could be said to win.
+    """
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if not _is_flat(k, v):
+            out[k] = dict(v) if isinstance(v, dict) and k in SECTIONS else v
+    for k, v in data.items():
+        if _is_flat(k, v):
+            section, key = FLAT_KEYS[k]
+            table = out.setdefault(section, {})
+            if not isinstance(table, dict):
+                continue  # the section's own validation names the bad value
+            if key in table:
+                raise ConfigError(f"{k}: given twice, as {k!r} and as {section}.{key}; keep {section}.{key}")
+            table[key] = v
+    return out
+
+
+def merge_recipe(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's overrides applied to the shared recipe, both sectioned first (tables
+    merge key by key, so overriding ``credit.mc_k`` keeps the recipe's ``credit.rule``)."""
+    def merge(a: dict, b: dict) -> dict:
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+    return merge(sectioned(base), sectioned(over))
+
+
+class TrainerConfig(_Strict):
+    """One configuration's resolved recipe, in sections (paper defaults; see docs/trainer.md)."""
+
+    task: TaskSection = TaskSection()
+    model: ModelSection = ModelSection()
+    rollout: RolloutSection = RolloutSection()
+    update: UpdateSection = UpdateSection()
+    credit: CreditSection = CreditSection()
+    selection: SelectionSection = SelectionSection()
+    rewards: RewardsSection = RewardsSection()
+    evaluation: EvaluationSection = EvaluationSection()
+    engine: EngineSection = EngineSection()
+
+    @model_validator(mode="before")
     @classmethod
-    def _check_model_sha256(cls, v: str) -> str:
-        if v and not re.fullmatch(r"sha256:[0-9a-f]{64}", v):
-            raise ValueError(f"expected 'sha256:' and 64 lowercase hex digits (as in a run's meta.json), got {v!r}")
-        return v
+    def _sections(cls, data: Any) -> Any:
+        """Flat keys (older plans, run specs and run metadata) are read into their sections."""
+        return sectioned(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _check_selection(self) -> "TrainerConfig":
-        n = self.prompts_per_iteration
-        if self.selection in ("critic", "history", "level", "random_choice") and self.candidates < n:
-            raise ValueError(f"candidates: {self.candidates} < prompts_per_iteration ({n})")
-        if self.selection in ("critic", "history", "level") and self.keep_nearest + self.keep_random != n:
-            raise ValueError(f"keep_nearest + keep_random must equal prompts_per_iteration ({n})")
-        if self.selection == "dynamic" and self.dynamic_max_groups < n:
-            raise ValueError(f"dynamic_max_groups: {self.dynamic_max_groups} < prompts_per_iteration ({n})")
+        s, n = self.selection, self.rollout.prompts_per_iteration
+        if s.rule in ("critic", "history", "level", "random_choice") and s.candidates < n:
+            raise ValueError(f"selection.candidates: {s.candidates} < rollout.prompts_per_iteration ({n})")
+        if s.rule in ("critic", "history", "level") and s.keep_nearest + s.keep_random != n:
+            raise ValueError(f"selection.keep_nearest + keep_random must equal rollout.prompts_per_iteration ({n})")
+        if s.rule == "dynamic" and s.dynamic_max_groups < n:
+            raise ValueError(f"selection.dynamic_max_groups: {s.dynamic_max_groups} < rollout.prompts_per_iteration ({n})")
         return self
 
     @model_validator(mode="after")
     def _check_dense(self) -> "TrainerConfig":
-        if self.mc_cuts and (sorted(set(self.mc_cuts)) != self.mc_cuts or self.mc_cuts[0] < 1
-                             or self.mc_cuts[-1] >= self.completion_limit):
-            raise ValueError("mc_cuts: strictly increasing offsets in 1 .. completion_limit − 1")
-        if self.credit == "implicit" and self.eq_gate == "disagreement":
-            raise ValueError("eq_gate = 'disagreement' needs continuations; the implicit reward has none")
+        c, limit = self.credit, self.rollout.completion_limit
+        if c.mc_cuts and (sorted(set(c.mc_cuts)) != c.mc_cuts or c.mc_cuts[0] < 1 or c.mc_cuts[-1] >= limit):
+            raise ValueError("credit.mc_cuts: strictly increasing offsets in 1 .. rollout.completion_limit − 1")
         self._check_reuse()
         return self
 
     def _check_reuse(self) -> None:
         """The reuse variants' preconditions (docs/interventions.md, "Reuse variants")."""
-        if self.credit == "vineppo" and self.group_size < 2:
-            raise ValueError("credit = 'vineppo': V(prompt) is a leave-one-out group mean; group_size must be ≥ 2")
-        if self.credit == "vineppo" and self.mc_end_value == "none":
-            raise ValueError("credit = 'vineppo' takes V(end) = R (mc_end_value = 'outcome')")
-        if self.credit == "vineppo" and (self.channels or self.aggregation):
-            raise ValueError("credit = 'vineppo' replaces the group advantage with 0/1 values; no reward channels")
-        if self.credit == "continuation_reuse" and self.mc_k < 2:
-            raise ValueError("credit = 'continuation_reuse': leave-one-out among the draws needs mc_k ≥ 2 "
-                             "(with k = 1 every continuation's advantage is 0)")
-        if self.credit == "continuation_reuse" and self.length_lambda:
-            raise ValueError("credit = 'continuation_reuse' does not take the length reward (length_lambda)")
-        if self.ppo_minibatches > self.prompts_per_iteration * self.group_size:
-            raise ValueError("ppo_minibatches: more minibatches than completions per iteration")
-        multi = self.ppo_epochs * self.ppo_minibatches > 1 or self.credit == "continuation_reuse"
-        if multi and self.aggregation.get("rule") == "additive_kl":
+        c, u, r = self.credit, self.update, self.rewards
+        if c.rule == "vineppo" and self.rollout.group_size < 2:
+            raise ValueError("credit.rule = 'vineppo': V(prompt) is a leave-one-out group mean; "
+                             "rollout.group_size must be ≥ 2")
+        if c.rule == "vineppo" and (r.channels or r.aggregation):
+            raise ValueError("credit.rule = 'vineppo' replaces the group advantage with 0/1 values; no reward channels")
+        if u.ppo_minibatches > self.rollout.prompts_per_iteration * self.rollout.group_size:
+            raise ValueError("update.ppo_minibatches: more minibatches than completions per iteration")
+        multi = u.ppo_epochs * u.ppo_minibatches > 1 or c.rule == "continuation_reuse"
+        if multi and r.aggregation.get("rule") == "additive_kl":
             raise ValueError("the reuse update has no KL term: additive_kl needs one step per iteration")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
-        if self.task == "file" and not self.train_file:
-            raise ValueError("task = 'file' needs train_file")
-        if self.task in ("synthetic", "code") and not set(self.task_levels) <= {1, 2, 3}:
-            raise ValueError("task_levels: synthetic levels are 1, 2, 3")
-        if self.channels or self.aggregation or self.anchor or self.task == "code":
+        t = self.task
+        if t.name == "file" and not t.train_file:
+            raise ValueError("task.name = 'file' needs task.train_file")
+        if t.name in ("synthetic", "code") and not set(t.levels) <= {1, 2, 3}:
+            raise ValueError("task.levels: synthetic levels are 1, 2, 3")
+        r = self.rewards
+        if r.channels or r.aggregation or r.anchor or t.name == "code":
             check_reward_config(self)
         return self
 
 
-def parse_config(data: dict[str, Any], *, where: str = "recipe") -> TrainerConfig:
-    """Validate a resolved recipe; unknown keys and bad values become one-line ConfigErrors."""
+def _as_written(loc: tuple, written: dict[str, str]) -> str:
+    """An error's key path in the words of the recipe: a flat key stays flat in the message."""
+    path = ".".join(str(x) for x in loc)
+    for new, old in written.items():
+        if path == new or path.startswith(new + "."):
+            return old + path[len(new):]
+    return path or "(recipe)"
+
+
+def parse_config(data: dict[str, Any], *, where: str = "recipe",
+                 written: dict[str, str] | None = None) -> TrainerConfig:
+    """Validate a resolved recipe (sectioned, or with flat keys); unknown keys and bad values
+    become one-line ConfigErrors naming each key as the recipe wrote it (``written``: sectioned
+    path -> flat key, when the flat keys were already moved)."""
+    written = dict(written or {}) | {new: old for old, new in flat_keys(data)}
     try:
-        return TrainerConfig.model_validate(data)
+        return TrainerConfig.model_validate(sectioned(data))
+    except ConfigError as e:
+        raise ConfigError(*(f"{where}: {line}" for line in e.lines)) from None
     except ValidationError as e:
         lines = []
         for err in e.errors():
-            key = ".".join(str(x) for x in err["loc"]) or "(recipe)"
+            key = _as_written(err["loc"], written)
             msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
             lines.append(f"{where}: {key}: {msg}")
         raise ConfigError(*lines) from None
+
+
+def recipe_of(plan: Any, configuration: str) -> dict[str, Any]:
+    """A plan configuration's recipe, sectioned: the plan's ``[recipe]`` with the configuration's
+    overrides merged table by table (flat and sectioned keys may be mixed between the two)."""
+    return merge_recipe(plan.recipe, plan.configurations[configuration].overrides)
+
+
+def config_of(plan: Any, configuration: str, *, where: str = "") -> TrainerConfig:
+    """A plan configuration's validated settings (``recipe_of``, then ``parse_config``)."""
+    where = where or f"configuration {configuration!r}"
+    try:
+        data = recipe_of(plan, configuration)
+    except ConfigError as e:
+        raise ConfigError(*(f"{where}: {line}" for line in e.lines)) from None
+    overrides = plan.configurations[configuration].overrides
+    written = {new: old for old, new in flat_keys(plan.recipe) + flat_keys(overrides)}
+    return parse_config(data, where=where, written=written)
+
+
+def plan_flat_keys(plan: Any) -> list[tuple[str, str]]:
+    """(key path in the plan, its sectioned place) for every flat recipe key a plan still uses."""
+    out = [(f"recipe.{k}", f"recipe.{new}") for k, new in flat_keys(plan.recipe)]
+    for name, c in plan.configurations.items():
+        out += [(f"configurations.{name}.{k}", f"configurations.{name}.{new}") for k, new in flat_keys(c.overrides)]
+    return out
+
+
+def updated(cfg: TrainerConfig, changes: dict[str, Any]) -> TrainerConfig:
+    """``cfg`` with ``changes`` (sectioned tables, merged key by key) applied and validated again."""
+    return parse_config(merge_recipe(cfg.model_dump(mode="json"), changes), where="settings")
 
 
 class EvalSetSpec(_Strict):

@@ -36,7 +36,7 @@ from prereg_kit.errors import PreregError
 from prereg_kit.lock import check_plan, lock_path, read_chain
 from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
-from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
+from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, config_of, derive_seed, recipe_of, updated
 from trainer.core.assets import prepare_assets
 from trainer.core.evaluate import load_eval_sets
 from trainer.launch import SPEC_FILE, Job, _state, prepare, run_jobs
@@ -58,13 +58,13 @@ def election_configuration(plan, configuration: str | None = None) -> tuple[str,
             raise PreregError(f"--configuration: {configuration!r} is not a configuration (have: {', '.join(names)})")
         cands = [configuration]
     else:
-        cands = [n for n in names if plan.resolved_config(n).get("anchor") == "elected"]
+        cands = [n for n in names if recipe_of(plan, n).get("rewards", {}).get("anchor") == "elected"]
         if not cands:
             raise PreregError("no configuration names anchor = \"elected\"; pass --configuration to elect among its channels")
     name = cands[0]
-    cfg = parse_config(plan.resolved_config(name), where=f"configuration {name!r}")
-    if len(cfg.channels) < 2:
-        raise PreregError(f"configuration {name!r}: an election needs at least two channels (has {len(cfg.channels)})")
+    cfg = config_of(plan, name)
+    if len(cfg.rewards.channels) < 2:
+        raise PreregError(f"configuration {name!r}: an election needs at least two channels (has {len(cfg.rewards.channels)})")
     return name, cfg
 
 
@@ -98,11 +98,10 @@ def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds
     ev = plan.evaluation
     sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels) for s in ev.sets]
     jobs = []
-    for item in cfg.channels:
+    for item in cfg.rewards.channels:
         ch, _ = channel_spec(item)
-        pcfg = cfg.model_copy(update={"channels": [item], "aggregation": {"rule": "primary"}, "anchor": "",
-                                      "keep_checkpoint": True})
-        pcfg = parse_config(pcfg.model_dump(mode="json"), where=f"probe {ch!r}")
+        pcfg = updated(cfg, {"rewards": {"channels": [item], "aggregation": {"rule": "primary"}, "anchor": ""},
+                             "engine": {"keep_checkpoint": True}})
         for seed in seeds:
             folder = run_dir(study, f"probe-{ch}", seed, "calibration")
             spec = RunSpec(study=plan.study.id, configuration=f"probe-{ch}", seed=seed, stage="calibration",
@@ -214,7 +213,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     todo = [j for j in jobs if j.state != "complete"]
     length = f"{steps} steps" if steps is not None else f"{jobs[0].spec.budget_tokens} tokens"
     log(f"{pf.path}: anchor election among the channels of {name!r} "
-        f"({', '.join(channel_spec(c)[0] for c in cfg.channels)}); {len(jobs)} probe(s), {len(todo)} to run, "
+        f"({', '.join(channel_spec(c)[0] for c in cfg.rewards.channels)}); {len(jobs)} probe(s), {len(todo)} to run, "
         f"{length} each")
     if todo:
         prepare(jobs, log=log)
@@ -222,8 +221,8 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
         failed = [j for j in todo if not j.result.startswith("complete")]
         if failed:
             raise PreregError(*[f"probe {j.configuration} seed {j.seed}: {j.result} (log: {j.folder / 'train.log'})" for j in failed])
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.engine.threads:
+        torch.set_num_threads(cfg.engine.threads)
     spec0 = jobs[0].spec
     n_eval = max([s.n_problems or 64 for s in spec0.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
     assets = prepare_assets(spec0.config, spec0.cache_dir, spec0.study_dir, n_eval)
@@ -239,9 +238,9 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
         pol = _load_probe(cfg, assets.model_path, j.folder)
         with torch.no_grad():
             kl_rev, tok_rev = sequence_kl(pol, base, rendered, noise_seed=derive_seed(j.seed, 0, "elect:probe"),
-                                          limit=cfg.completion_limit, batch_size=cfg.eval_batch_size)
+                                          limit=cfg.rollout.completion_limit, batch_size=cfg.evaluation.batch_size)
             kl_fwd, tok_fwd = sequence_kl(base, pol, rendered, noise_seed=derive_seed(j.seed, 0, "elect:base"),
-                                          limit=cfg.completion_limit, batch_size=cfg.eval_batch_size)
+                                          limit=cfg.rollout.completion_limit, batch_size=cfg.evaluation.batch_size)
         run = read_run(j.folder)
         it = run.iterations
         ch_col = f"channel/{ch}"
@@ -254,7 +253,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
         log(f"  probe {ch} seed {j.seed}: {len(it)} iterations, KL_rev {kl_rev:.4f} ({tok_rev} tokens), "
             f"KL_fwd {kl_fwd:.4f} ({tok_fwd} tokens)")
         del pol
-    names = [channel_spec(c)[0] for c in cfg.channels]
+    names = [channel_spec(c)[0] for c in cfg.rewards.channels]
     kl_rev = {c: float(np.mean([p["kl_rev"] for p in probes if p["channel"] == c])) for c in names}
     kl_fwd = {c: float(np.mean([p["kl_fwd"] for p in probes if p["channel"] == c])) for c in names}
     elected = min(names, key=lambda c: kl_rev[c])  # ties: the first channel listed
@@ -264,7 +263,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
         "elected": elected, "kl_rev": kl_rev, "kl_fwd": kl_fwd, "probes": probes,
         "probe_stop": "steps" if steps is not None else "tokens",
         "probe_steps": steps, "probe_tokens": None if steps is not None else spec0.budget_tokens,
-        "probe_batch": {"prompts_per_iteration": cfg.prompts_per_iteration, "group_size": cfg.group_size},
+        "probe_batch": {"prompts_per_iteration": cfg.rollout.prompts_per_iteration, "group_size": cfg.rollout.group_size},
         "seeds": sorted({j.seed for j in jobs}),
         "heldout": {"eval_set": primary, "prompts": len(probs), "samples": samples, "temperature": 1.0},
         "plan_hash": pf.content_sha256, "plan_raw_sha256": pf.raw_sha256, "lock": lock_state(pf.path),

@@ -32,7 +32,7 @@ from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.lock import check_plan, read_chain
 from prereg_kit.plan import PlanFile, load_plan
 from prereg_kit.runlog import RunLogError, read_meta, run_busy
-from trainer.config import EvalSetSpec, RunSpec, parse_config
+from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
 from trainer.core.program_judge import judge_meta
 
@@ -94,7 +94,7 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
     sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels) for s in ev.sets]
     jobs = []
     for name in [c for c in names if not configs or c in configs]:
-        cfg = parse_config(plan.resolved_config(name), where=f"{pf.path}: configuration {name!r}")
+        cfg = config_of(plan, name, where=f"{pf.path}: configuration {name!r}")
         for seed in [s for s in all_seeds if seeds is None or s in seeds]:
             folder = stage_run_dir(study, name, seed, stage)
             spec = RunSpec(study=plan.study.id, configuration=name, seed=seed, stage=stage,
@@ -132,8 +132,8 @@ def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
         if j.state in ("complete", "busy"):
             continue
         cfg = j.spec.config
-        if cfg.task == "code" and (cfg.sandbox, cfg.train_file) not in judged:  # refuse a weak judge before any run
-            judged.add((cfg.sandbox, cfg.train_file))
+        if cfg.task.name == "code" and (cfg.rewards.sandbox, cfg.task.train_file) not in judged:  # refuse a weak judge before any run
+            judged.add((cfg.rewards.sandbox, cfg.task.train_file))
             judge_meta(j.spec, where=f"{j.configuration}: ")
         n_eval = max([s.n_problems or 64 for s in j.spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
         key = cfg.model_dump_json(include={"task", "train_file", "task_levels", "task_train_problems", "task_seed",
@@ -141,10 +141,10 @@ def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
         if key in seen:
             continue
         seen.add(key)
-        if cfg.threads:
+        if cfg.engine.threads:
             import torch  # noqa: PLC0415
 
-            torch.set_num_threads(cfg.threads)
+            torch.set_num_threads(cfg.engine.threads)
         prepare_assets(cfg, j.spec.cache_dir, j.spec.study_dir, n_eval, log=log)
 
 
@@ -242,6 +242,11 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
 
     con = console or Console(stderr=True)
     pf, jobs = plan_jobs(study_dir, stage, configs, seeds)
+    flat = plan_flat_keys(pf.plan)
+    if flat:  # still read; the sectioned names are what docs/trainer.md describes
+        shown = ", ".join(f"{old} → {new}" for old, new in flat[:6]) + (f", … ({len(flat)} in all)" if len(flat) > 6 else "")
+        con.print(f"{pf.path}: deprecated: recipe keys without sections still work; their new names: {shown}",
+                  markup=False, highlight=False)
     done = [j for j in jobs if j.state == "complete"]
     busy = [j for j in jobs if j.state == "busy"]
     for j in busy:

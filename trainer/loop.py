@@ -60,7 +60,7 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
 
 def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Counters:
     r = setup(spec, lock)
-    cfg, c, G = spec.config, r.counters, spec.config.group_size
+    cfg, c, G = spec.config, r.counters, spec.config.rollout.group_size
     with r.writer:
         if c.eval_index == 0:  # the evaluation at the start, before any update
             _evaluate_log_checkpoint(r, spec, row=None, progress=progress)
@@ -72,11 +72,11 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                 prompts = [r.render(p) for p in problems for _ in range(G)]
             with r.clock.stage("generation"):
                 roll = r.engine.generate(prompts, noise_seed=derive_seed(spec.seed, it, "rollout"), keys=range(len(prompts)),
-                                         limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
+                                         limit=cfg.rollout.completion_limit, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
                 problems, roll = r.selector.complete(it, problems, roll)  # dynamic sampling: more groups until 8 mixed
             with r.clock.stage("credit"):
                 rewards, advantages = iteration_rewards(r, it, problems, roll)  # verifier, or channels + aggregation
-                credit = compute_credit(cfg.credit, credit_context(r, it, problems, roll, rewards, advantages))
+                credit = compute_credit(cfg.credit.rule, credit_context(r, it, problems, roll, rewards, advantages))
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
                 lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
@@ -97,11 +97,11 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                 c.done = r.schedule.finished(c.total_tokens)
                 _evaluate_log_checkpoint(r, spec, row=row, progress=progress)
             else:
-                _log(r, row, [], checkpoint=bool(cfg.checkpoint_every) and c.iteration % cfg.checkpoint_every == 0)
+                _log(r, row, [], checkpoint=bool(cfg.engine.checkpoint_every) and c.iteration % cfg.engine.checkpoint_every == 0)
                 progress({"tokens": c.total_tokens, "stop": r.schedule.stop_tokens, "iteration": c.iteration})
         r.writer.meta = r.writer.meta.model_copy(update={"excluded_seconds": dict(c.excluded_seconds)})
         r.writer.finish("complete")
-    if not cfg.keep_checkpoint:
+    if not cfg.engine.keep_checkpoint:
         remove_checkpoint(spec.run_dir)
     if spec.stage == "main":
         seal_run(spec)
@@ -154,11 +154,11 @@ def _log(r: "Run", row: dict | None, eval_rows: list[dict], checkpoint: bool) ->
 def iteration_rewards(r: "Run", it: int, problems: list, roll) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The iteration's rewards [N] and, for multi-reward runs, the aggregation rule's advantages
     (else None: eq. 1 on the rewards). Carries the rule's state (Lagrangian ν) and the log columns on ``r``."""
-    cfg, G = r.spec.config, r.spec.config.group_size
+    cfg, G = r.spec.config, r.spec.config.rollout.group_size
     per_completion = [p for p in problems for _ in range(G)]
     res = r.rewarder(r.reward, roll.texts, roll.lengths.tolist(), per_completion, G, state=r.reward_state,
                      rng=np.random.default_rng(derive_seed(r.spec.seed, it, "dropout")),
-                     l_max=cfg.completion_limit, eps=cfg.advantage_eps)
+                     l_max=cfg.rollout.completion_limit, eps=cfg.credit.advantage_eps)
     r.reward_state, r.reward_log = res.state, res.log
     return res.rewards, res.advantages
 
@@ -170,8 +170,8 @@ def credit_context(r: "Run", it: int, problems: list, roll, rewards: torch.Tenso
     verifier, seed and dense state. Prompts are rebuilt from ``problems`` (a selector may have
     added groups during generation)."""
     cfg = r.spec.config
-    per = [p for p in problems for _ in range(cfg.group_size)]
-    return CreditContext.of(rewards, roll.completion_mask, group_size=cfg.group_size, eps=cfg.advantage_eps,
+    per = [p for p in problems for _ in range(cfg.rollout.group_size)]
+    return CreditContext.of(rewards, roll.completion_mask, group_size=cfg.rollout.group_size, eps=cfg.credit.advantage_eps,
                             advantages=advantages, cfg=cfg, rollouts=roll, prompts=[r.render(p) for p in per],
                             answers=[p.answer for p in per], iteration=it, seed=r.spec.seed, policy=r.policy,
                             engine=r.engine, verifier=r.reward, state=r.dense)
@@ -223,7 +223,7 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     set_determinism(cfg, policy.device)
     optimizer = make_optimizer(policy)
     pool = load_problems(assets.train_file, source="train")
-    pool = pool.with_tests() if cfg.task == "code" else pool.numeric_only()  # what the reward can score
+    pool = pool.with_tests() if cfg.task.name == "code" else pool.numeric_only()  # what the reward can score
     eval_sets = load_eval_sets(spec, assets.synthetic_eval)
     pool = pool.without_near_duplicates(*[es.problems for es in eval_sets])
     cache: dict[str, str] = {}
@@ -235,9 +235,9 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
 
     meta = RunMeta(study=spec.study, configuration=spec.configuration, seed=spec.seed, stage=spec.stage,
                    plan_hash=spec.plan_hash, config=cfg.model_dump(mode="json"), started_at=utc_now(),
-                   election_sha256=election_sha256(spec.study_dir) if cfg.anchor == "elected" else "",  # audited
+                   election_sha256=election_sha256(spec.study_dir) if cfg.rewards.anchor == "elected" else "",  # audited
                    device=_device_name(policy.device), tool_version=spec.tool_version,
-                   engine=cfg.engine, threads=torch.get_num_threads(), torch_version=torch.__version__,
+                   engine=cfg.engine.name, threads=torch.get_num_threads(), torch_version=torch.__version__,
                    model_path=str(assets.model_path), model_sha256=assets.model_sha256, train_pool=len(pool),
                    cpu=cpu_kind(),
                    code_sha256=code_sha256([Path(prereg_kit.__file__).parent, Path(trainer.__file__).parent]),
@@ -257,11 +257,11 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
         ref = load_policy(cfg, assets.model_path)
         ref.model.eval().requires_grad_(False)
     engine = make_engine(policy)
-    selector = Selector(cfg, spec.seed, pool, policy, engine, render, get_verifier(cfg.reward_verifier))
+    selector = Selector(cfg, spec.seed, pool, policy, engine, render, get_verifier(cfg.rewards.verifier))
     selector.load_state_dict(extra.get("selection"))
     dense = DenseState()
     dense.load_state_dict(extra.get("dense"))  # the learned critic's buffer of earlier iterations
-    return Run(spec, policy, engine, optimizer, pool, eval_sets, get_verifier(cfg.reward_verifier),
+    return Run(spec, policy, engine, optimizer, pool, eval_sets, get_verifier(cfg.rewards.verifier),
                writer, counters, Schedule(spec.eval_interval, spec.stop_tokens, spec.stop_iterations, counters),
                StageClock(sync=lambda: synchronize(policy.device)), render,
                rewarder=rewarder, reward_state=state_from_dict(extra.get("reward_state")), ref_policy=ref,

@@ -50,16 +50,16 @@ def task_files(cfg: TrainerConfig, cache_dir: Path, n_eval: int) -> tuple[Path, 
     """The built-in task's ``train.jsonl`` and ``eval.jsonl`` (disjoint), cached by settings: the
     synthetic arithmetic task, or with ``task = "code"`` the synthetic code task (``trainer/data/codetask.py``)."""
 
-    settings = {"levels": cfg.task_levels, "n_train": cfg.task_train_problems, "n_eval": n_eval, "seed": cfg.task_seed}
-    if cfg.task == "code":  # a key of its own; the math key is unchanged, so its cached files stay valid
+    settings = {"levels": cfg.task.levels, "n_train": cfg.task.train_problems, "n_eval": n_eval, "seed": cfg.task.seed}
+    if cfg.task.name == "code":  # a key of its own; the math key is unchanged, so its cached files stay valid
         settings.update(kind="code", version=CODE_TASK_VERSION)
     key = settings_hash(settings)
     folder = cache_dir / f"task-{key}"
     if not (folder / "eval.jsonl").is_file():
         tmp = cache_dir / f".task-{key}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        write = write_code_task if cfg.task == "code" else write_task
-        write(tmp, n_train=cfg.task_train_problems, n_eval=n_eval, seed=cfg.task_seed, levels=cfg.task_levels)
+        write = write_code_task if cfg.task.name == "code" else write_task
+        write(tmp, n_train=cfg.task.train_problems, n_eval=n_eval, seed=cfg.task.seed, levels=cfg.task.levels)
         _publish(tmp, folder)
     return folder / "train.jsonl", folder / "eval.jsonl"
 
@@ -78,14 +78,14 @@ def prepare_assets(cfg: TrainerConfig, cache_dir: str | Path, study_dir: str | P
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     synthetic_eval = None
-    if cfg.task == "synthetic" or (cfg.task == "code" and not cfg.train_file):
+    if cfg.task.name == "synthetic" or (cfg.task.name == "code" and not cfg.task.train_file):
         train, synthetic_eval = task_files(cfg, cache, n_eval)
     else:
-        train = _resolve(cfg.train_file, study_dir)
-    if cfg.model == "tiny":
+        train = _resolve(cfg.task.train_file, study_dir)
+    if cfg.model.name == "tiny":
         model_path = warm_start(cfg, cache, train, log=log)
     else:
-        model_path = _resolve(cfg.model, study_dir)
+        model_path = _resolve(cfg.model.name, study_dir)
     return Assets(model_path, train, synthetic_eval, checked_weights_sha256(cfg, model_path))
 
 
@@ -117,14 +117,14 @@ def checked_weights_sha256(cfg: TrainerConfig, model_path: Path) -> str:
     the hash a cached warm start recorded when it was built (an edited cache)."""
     digest = weights_sha256(model_path)
     info = model_path / "warmstart.json"
-    built = json.loads(info.read_text()).get("model_sha256", "") if cfg.model == "tiny" and info.is_file() else ""
+    built = json.loads(info.read_text()).get("model_sha256", "") if cfg.model.name == "tiny" and info.is_file() else ""
     if built and built != digest:
         raise ConfigError(f"{model_path}: weight files changed since the warm start was built "
                           f"(built {built}, now {digest}); delete the folder to rebuild it")
-    if cfg.model_sha256 and cfg.model_sha256 != digest:
-        what = "warm start" if cfg.model == "tiny" else "model"
+    if cfg.model.sha256 and cfg.model.sha256 != digest:
+        what = "warm start" if cfg.model.name == "tiny" else "model"
         raise ConfigError(f"recipe: model_sha256: the {what} at {model_path} has weights {digest}, "
-                          f"the recipe pins {cfg.model_sha256}")
+                          f"the recipe pins {cfg.model.sha256}")
     return digest
 
 
@@ -141,7 +141,7 @@ def build_tiny_model(cfg: TrainerConfig, tokenizer):
     import torch  # noqa: PLC0415
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: PLC0415
 
-    t = cfg.tiny
+    t = cfg.model.tiny
     if t.hidden_size % t.heads:
         raise ConfigError(f"tiny.hidden_size {t.hidden_size} is not a multiple of tiny.heads {t.heads}")
     conf_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if t.arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
@@ -167,7 +167,7 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     """
 
     # No thread count in the key: the build runs on one thread whatever the caller's (see _one_thread)
-    key = settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.tiny.model_dump(), "sft": cfg.warm_start.model_dump(),
+    key = settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.model.tiny.model_dump(), "sft": cfg.model.warm_start.model_dump(),
                          "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION})
     folder = cache_dir / f"warmstart-{key}"
     if (folder / "warmstart.json").is_file():
@@ -179,13 +179,13 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     with _one_thread():
         model, tok, losses = _train_warm_start(cfg, cache_dir, train_file)
     seconds = time.perf_counter() - t0
-    ws = cfg.warm_start
+    ws = cfg.model.warm_start
     tmp = cache_dir / f".warmstart-{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     shutil.copyfile(cache_dir / "tokenizer" / "synthetic_tokenizer.json", tmp / "synthetic_tokenizer.json")
-    info = {"settings": {"tiny": cfg.tiny.model_dump(), "warm_start": ws.model_dump(), "train_file": str(train_file),
+    info = {"settings": {"tiny": cfg.model.tiny.model_dump(), "warm_start": ws.model_dump(), "train_file": str(train_file),
                          "threads": 1},
             "final_loss": float(np.mean(losses[-20:])) if losses else None, "seconds": seconds,
             "parameters": sum(p.numel() for p in model.parameters()), "model_sha256": weights_sha256(tmp)}
@@ -225,7 +225,7 @@ def _train_warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path):
 
     tok = build_tokenizer(cache_dir / "tokenizer")
     model = build_tiny_model(cfg, tok)
-    ws = cfg.warm_start
+    ws = cfg.model.warm_start
     examples = sft_examples(_with_answer_noise(list(load_problems(train_file)), ws.answer_noise, ws.seed), tok)
     rng = np.random.default_rng([ws.seed, 7])
     opt = torch.optim.AdamW(model.parameters(), lr=ws.learning_rate, weight_decay=0.0)

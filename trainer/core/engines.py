@@ -207,7 +207,7 @@ class VLLMEngine:
             raise ConfigError("engine = 'vllm' needs the vllm package (pip install prereg-kit[vllm])") from None
         self.policy = policy
         self.llm = LLM(model=policy.path, dtype="bfloat16", seed=0, enable_prefix_caching=False,
-                       gpu_memory_utilization=policy.cfg.vllm_gpu_memory_utilization)
+                       gpu_memory_utilization=policy.cfg.engine.vllm_gpu_memory_utilization)
 
     def generate(self, prompts, *, noise_seed, keys, limit, temperature, top_p, batch_size=None):
         from vllm import SamplingParams  # noqa: PLC0415
@@ -231,4 +231,4 @@ class VLLMEngine:
 
 
 def make_engine(policy: Policy) -> Engine:
-    return VLLMEngine(policy) if policy.cfg.engine == "vllm" else HFEngine(policy)
+    return VLLMEngine(policy) if policy.cfg.engine.name == "vllm" else HFEngine(policy)

@@ -47,13 +47,13 @@ def load_eval_sets(spec: RunSpec, synthetic_eval: Path | None) -> list[EvalSet]:
     a MATH/GSM8K-layout file relative to the study folder; ``levels`` and ``n_problems`` keep the
     listed levels, then the first n problems (a fixed set, the same for every run)."""
     out = []
-    code = spec.config.task == "code"
+    code = spec.config.task.name == "code"
     for s in spec.eval_sets:
         probs = tuple(_problems(s, spec, synthetic_eval))
         wrong = [p.id for p in probs if p.is_code != code]
         if wrong:  # a math set in a code run (or the reverse) has nothing the judge could score
             raise ConfigError(f"evaluation set {s.name!r}: problem {wrong[0]!r} is {'math' if code else 'code'}; "
-                              f"task = {spec.config.task!r} evaluates {'code' if code else 'math'} problems only")
+                              f"task = {spec.config.task.name!r} evaluates {'code' if code else 'math'} problems only")
         out.append(EvalSet(s.name, probs))
     return out
 
@@ -93,13 +93,13 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
         seed = derive_seed(spec.seed, counters.eval_index, f"eval:{es.name}")
         rendered = [policy.render(p.prompt) for p in es.problems]
         prompts = [r for r in rendered for _ in range(n)]
-        roll = engine.generate(prompts, noise_seed=seed, keys=range(len(prompts)), limit=cfg.completion_limit,
+        roll = engine.generate(prompts, noise_seed=seed, keys=range(len(prompts)), limit=cfg.rollout.completion_limit,
                                temperature=spec.eval_temperature, top_p=spec.eval_top_p,
-                               batch_size=cfg.eval_batch_size)
+                               batch_size=cfg.evaluation.batch_size)
         greedy = None
         if spec.eval_greedy:
-            greedy = engine.generate(rendered, noise_seed=seed, keys=range(len(rendered)), limit=cfg.completion_limit,
-                                     temperature=0.0, top_p=1.0, batch_size=cfg.eval_batch_size).texts
+            greedy = engine.generate(rendered, noise_seed=seed, keys=range(len(rendered)), limit=cfg.rollout.completion_limit,
+                                     temperature=0.0, top_p=1.0, batch_size=cfg.evaluation.batch_size).texts
         programs = greedy_programs = None
         if any(p.is_code for p in es.problems):
             sandbox = sandbox or make_sandbox(cfg)
@@ -166,8 +166,8 @@ def eval_channels(cfg) -> list[Channel]:
     if it sets one, else 60 ms). ``brief`` only when the recipe sets one (its threshold is the
     recipe's)."""
     out: dict[str, Channel] = {}
-    code = cfg.task == "code"
-    for ch in (build_channels(cfg) if cfg.channels else []):
+    code = cfg.task.name == "code"
+    for ch in (build_channels(cfg) if cfg.rewards.channels else []):
         if ch.name not in ("correct", CODE_DEFAULT_CHANNEL) and (code or not ch.needs_program):
             out[ch.name] = ch
     if code:

@@ -25,7 +25,7 @@ from trainer.errors import ConfigError
 # --------------------------------------------------------------------------------------------
 def pick_device(cfg: TrainerConfig) -> torch.device:
     """``auto``: the (first visible) GPU when CUDA exists, else the CPU."""
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+    if cfg.engine.device == "cuda" or (cfg.engine.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("device = 'cuda' but torch sees no CUDA device")
         return torch.device("cuda")
@@ -34,17 +34,17 @@ def pick_device(cfg: TrainerConfig) -> torch.device:
 
 def autocast_dtype(cfg: TrainerConfig, device: torch.device) -> torch.dtype | None:
     """bf16 autocast on GPU (paper: float32 master weights, bf16 compute); none on CPU."""
-    if cfg.precision == "float32":
+    if cfg.engine.precision == "float32":
         return None
-    if cfg.precision == "bf16-autocast" or (cfg.precision == "auto" and device.type == "cuda"):
+    if cfg.engine.precision == "bf16-autocast" or (cfg.engine.precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
 
 
 def set_determinism(cfg: TrainerConfig, device: torch.device) -> None:
     """Fixed threads and deterministic kernels where torch offers them (bit-exact resume on CPU)."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.engine.threads:
+        torch.set_num_threads(cfg.engine.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = False
@@ -94,7 +94,7 @@ class Policy:
         """
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": problem_text}], tokenize=False, add_generation_prompt=True,
-            enable_thinking=self.cfg.enable_thinking, date_string=self.cfg.template_date,
+            enable_thinking=self.cfg.model.enable_thinking, date_string=self.cfg.model.template_date,
         )
 
     @property

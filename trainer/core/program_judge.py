@@ -40,7 +40,7 @@ def task_paths(spec) -> list[str]:
     """Host paths that hold expected outputs or the run's state: the study, cache and run
     folders, ``train_file`` and file evaluation sets (relative paths: under the study folder)."""
     study = Path(spec.study_dir)
-    files = [spec.config.train_file,
+    files = [spec.config.task.train_file,
              *(s.source for s in spec.eval_sets if not (s.source or "synthetic").startswith("synthetic"))]
     return [spec.study_dir, spec.cache_dir, spec.run_dir,
             *(str(Path(f) if Path(f).is_absolute() else study / f) for f in files if f)]
@@ -54,9 +54,9 @@ def judge_meta(spec, *, where: str = "") -> dict[str, str]:
     unless the recipe sets ``sandbox.allow_weak_isolation = true``; smoke and pilot runs go on
     with a warning on stderr (the run's ``train.log``)."""
     cfg, stage = spec.config, spec.stage
-    if cfg.task != "code":
+    if cfg.task.name != "code":
         return {}
-    lim = sandbox_limits(cfg.sandbox)
+    lim = sandbox_limits(cfg.rewards.sandbox)
     try:
         iso = probe_isolation(lim.python, lim.drop_uid, lim.network, lim.bwrap)
     except SandboxUnavailableError as e:  # no interpreter at all, or network = "require" unmet
@@ -66,7 +66,7 @@ def judge_meta(spec, *, where: str = "") -> dict[str, str]:
         return {"judge_isolation": iso.mode}
     mode = "bwrap-task-visible" if iso.os_sandbox else iso.mode
     why = _weak_reason(iso, shown)
-    if stage in STRICT_STAGES and not cfg.sandbox.allow_weak_isolation:
+    if stage in STRICT_STAGES and not cfg.rewards.sandbox.allow_weak_isolation:
         fix = ("move those files out of the interpreter's folders" if iso.os_sandbox
                else "install bubblewrap (with user namespaces allowed)")
         raise ConfigError(f"{where}{stage}-stage code rewards need an OS sandbox for the program judge, and there is "
@@ -79,4 +79,4 @@ def judge_meta(spec, *, where: str = "") -> dict[str, str]:
 
 def make_sandbox(cfg) -> Sandbox:
     """The run's program judge (probes the machine and calibrates T's fixed overhead once)."""
-    return Sandbox(sandbox_limits(cfg.sandbox))
+    return Sandbox(sandbox_limits(cfg.rewards.sandbox))

@@ -139,13 +139,13 @@ def _judge(sandbox: Sandbox, comps: Sequence[Completion], problems: Sequence[Any
 def make_rewarder(cfg, study_dir: str | Path | None = None) -> Rewarder:
     """The run's rewarder; ``anchor = "elected"`` reads the election record now (run start). A code
     task gets the sandbox, and without channels trains on ``program_correct`` (rule ``primary``)."""
-    code = cfg.task == "code"
-    if not cfg.channels and not code:
+    code = cfg.task.name == "code"
+    if not cfg.rewards.channels and not code:
         return Rewarder([], [], None)
     channels = build_channels(cfg)
     names = [c.name for c in channels]
-    agg = parse_aggregation(cfg.aggregation if cfg.channels else {"rule": "primary"})
-    anchor = cfg.anchor
+    agg = parse_aggregation(cfg.rewards.aggregation if cfg.rewards.channels else {"rule": "primary"})
+    anchor = cfg.rewards.anchor
     if anchor == "elected":
         if study_dir is None:
             raise ConfigError("anchor = 'elected' needs the study folder (its election.json)")

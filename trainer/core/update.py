@@ -30,7 +30,7 @@ def policy_loss(logp: torch.Tensor, credit: torch.Tensor, completion_mask: torch
 
 def make_optimizer(policy: Policy) -> torch.optim.Optimizer:
     """Adam, β = (0.9, 0.999), ε = 1e-8, no weight decay (a positive weight_decay uses AdamW)."""
-    c = policy.cfg
+    c = policy.cfg.update
     params = [p for p in policy.model.parameters() if p.requires_grad]
     kw = dict(lr=c.learning_rate, betas=(c.adam_beta1, c.adam_beta2), eps=c.adam_eps, foreach=False)
     if c.weight_decay > 0:
@@ -41,9 +41,9 @@ def make_optimizer(policy: Policy) -> torch.optim.Optimizer:
 def learning_rate_at(cfg: TrainerConfig, tokens_before: int, budget_tokens: int) -> float:
     """Constant (paper default), or ``linear``: lr·(1 − f), f the budget share generated before
     the iteration starts, reaching 0 at B (S32, extract §3.2; learning_rate is the peak)."""
-    if cfg.lr_schedule == "linear":
-        return cfg.learning_rate * max(0.0, 1.0 - tokens_before / budget_tokens)
-    return cfg.learning_rate
+    if cfg.update.lr_schedule == "linear":
+        return cfg.update.learning_rate * max(0.0, 1.0 - tokens_before / budget_tokens)
+    return cfg.update.learning_rate
 
 
 def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts, credit: torch.Tensor,
@@ -64,7 +64,7 @@ def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     n = roll.n
-    mb = policy.cfg.micro_batch_size or n
+    mb = policy.cfg.update.micro_batch_size or n
     credit = credit.to(policy.device)
     cmask = roll.completion_mask.to(policy.device)
     total = 0.0
@@ -87,7 +87,7 @@ def update_step(policy: Policy, optimizer: torch.optim.Optimizer, roll: Rollouts
     synchronize(policy.device)
     fwd_bwd = time.perf_counter() - t0
     params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, policy.cfg.grad_clip))
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, policy.cfg.update.grad_clip))
     optimizer.step()
     out = {"loss": total, "grad_norm": grad_norm, "lr": lr, "fwd_bwd_seconds": fwd_bwd}
     if use_kl:

@@ -1,4 +1,4 @@
-"""The credit rules by name: ``TrainerConfig.credit`` → the function that computes an iteration's
+"""The credit rules by name: ``TrainerConfig.credit.rule`` → the function that computes an iteration's
 token credit from its :class:`~trainer.core.credit.CreditContext` (docs/interventions.md).
 
 Outcome-only GRPO gives every token A_g (paper 1 eq. 2 with w = 0); a dense rule adds a
@@ -16,7 +16,7 @@ from trainer.interventions.equal_iteration import equal_iteration_credit, implic
 from trainer.interventions.monte_carlo import monte_carlo_credit
 from trainer.interventions.reuse import continuation_reuse_credit, vineppo_credit
 
-# Keys = the names ``TrainerConfig.credit`` allows (a test holds the two together).
+# Keys = the names ``TrainerConfig.credit.rule`` allows (a test holds the two together).
 CREDIT_RULES: dict[str, Callable[[CreditContext], Credit]] = {
     "outcome": outcome_credit,  # c = A_g
     "monte_carlo": monte_carlo_credit,  # c = A + (p̂_s − p̂_{s−1}), §3.6

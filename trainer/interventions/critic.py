@@ -82,10 +82,10 @@ def critic_credit(ctx: CreditContext, form: str) -> Credit:
     cfg, rollouts, state, rewards, mask = ctx.cfg, ctx.rollouts, ctx.state, ctx.rewards, ctx.completion_mask
     cuts = cut_offsets(cfg)
     if state.critic is None:
-        state.critic = CriticBuffer(cfg.critic_window)
-    feats = prefix_features(ctx.policy, rollouts, cuts, cfg.critic_layer)  # [N, C+1, d]
+        state.critic = CriticBuffer(cfg.credit.critic_window)
+    feats = prefix_features(ctx.policy, rollouts, cuts, cfg.credit.critic_layer)  # [N, C+1, d]
     ok = valid_prefixes(cuts, rollouts.lengths)
-    model = state.critic.fit(ctx.iteration, cfg.critic_ridge) if ctx.iteration >= cfg.critic_start_iteration else None
+    model = state.critic.fit(ctx.iteration, cfg.credit.critic_ridge) if ctx.iteration >= cfg.credit.critic_start_iteration else None
     w = None
     if model is not None:  # score with a critic fit on earlier iterations only
         v = model.predict(feats.reshape(-1, feats.shape[-1])).view(feats.shape[0], -1)

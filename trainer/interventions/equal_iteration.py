@@ -80,10 +80,10 @@ def _mc_within(ctx: CreditContext, shuffle_seed: int | None = None) -> Credit:
     mc = monte_carlo_values(ctx)
     values = mc_values(mc, cfg, ctx.rewards, ctx.rollouts.lengths)
     w = segment_credit(values, mc.cuts, mask)
-    w = gate(w, cfg.eq_gate, advantages=adv, disagreement=end_disagreement(mc, values, mask))
+    w = gate(w, cfg.credit.eq_gate, advantages=adv, disagreement=end_disagreement(mc, values, mask))
     if shuffle_seed is not None:
         w = shuffle_within(w, mask, shuffle_seed)
-    return Credit(combine(adv, center_within(w, mask), mask, cfg.eq_alpha, cfg.eq_norm), adv, mc.tokens)
+    return Credit(combine(adv, center_within(w, mask), mask, cfg.credit.eq_alpha, cfg.credit.eq_norm), adv, mc.tokens)
 
 
 def equal_iteration_credit(ctx: CreditContext) -> Credit:
@@ -110,5 +110,5 @@ def implicit_credit(ctx: CreditContext) -> Credit:
         lr = token_logprobs(ref, seqs, attn, rollouts.prompt_len)
     mask = ctx.completion_mask
     w = (lp - lr).to(mask) * mask
-    w = gate(w, cfg.eq_gate, advantages=adv)
-    return Credit(combine(adv, center_within(w, mask), mask, cfg.eq_alpha, cfg.eq_norm), adv, 0)
+    w = gate(w, cfg.credit.eq_gate, advantages=adv)
+    return Credit(combine(adv, center_within(w, mask), mask, cfg.credit.eq_alpha, cfg.credit.eq_norm), adv, 0)

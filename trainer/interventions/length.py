@@ -22,8 +22,8 @@ def length_credit(rewards: torch.Tensor, lengths: torch.Tensor, mask: torch.Tens
 
 def with_length_reward(credit: Credit, rewards: torch.Tensor, rollouts, group_size: int, cfg: TrainerConfig) -> Credit:
     """Add the length term to any rule's token credit (no-op at ``length_lambda = 0``)."""
-    if not cfg.length_lambda:
+    if not cfg.credit.length_lambda:
         return credit
-    w = length_credit(rewards, rollouts.lengths, rollouts.completion_mask, group_size, cfg.length_lambda,
-                      cfg.completion_limit)
+    w = length_credit(rewards, rollouts.lengths, rollouts.completion_mask, group_size, cfg.credit.length_lambda,
+                      cfg.rollout.completion_limit)
     return Credit(credit.tokens + w.to(credit.tokens), credit.advantages, credit.continuation_tokens)

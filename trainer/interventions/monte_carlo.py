@@ -53,7 +53,7 @@ def monte_carlo_values(ctx: CreditContext) -> MonteCarlo:
     (the Monte-Carlo reward discards them, continuation reuse trains on them).
     """
     cfg, rollouts, prompts, answers = ctx.cfg, ctx.rollouts, ctx.prompts, ctx.answers
-    cuts, k, tok = cut_offsets(cfg), cfg.mc_k, ctx.policy.tokenizer
+    cuts, k, tok = cut_offsets(cfg), cfg.credit.mc_k, ctx.policy.tokenizer
     comp = rollouts.completion_ids.cpu()
     lengths = rollouts.lengths
     n = rollouts.n
@@ -67,11 +67,11 @@ def monte_carlo_values(ctx: CreditContext) -> MonteCarlo:
         prefixes = {i: comp[i, :b].tolist() for i in rows}
         texts = [prompts[i] + tok.decode(prefixes[i], skip_special_tokens=False) for i in rows for _ in range(k)]
         keys = [i * MAX_K + j for i in rows for j in range(k)]
-        limit = cfg.completion_limit - b
-        if cfg.mc_continuation_limit:
-            limit = min(limit, cfg.mc_continuation_limit)
+        limit = cfg.rollout.completion_limit - b
+        if cfg.credit.mc_continuation_limit:
+            limit = min(limit, cfg.credit.mc_continuation_limit)
         cont = ctx.engine.generate(texts, noise_seed=derive_seed(ctx.seed, ctx.iteration, f"mc/{b}"), keys=keys, limit=limit,
-                               temperature=cfg.temperature, top_p=cfg.top_p)
+                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         tokens += cont.tokens
         cids = cont.completion_ids.cpu()
         full = [prefixes[i] + cids[r, :int(cont.lengths[r])].tolist()
@@ -87,10 +87,10 @@ def mc_values(mc: MonteCarlo, cfg: TrainerConfig, rewards: torch.Tensor, lengths
     """Boundary values of the Monte-Carlo reward: p̂_0 = ``mc_prompt_value``, p̂ at the cuts, and
     V(end) = R (``mc_end_value = "outcome"``) or the last segment's start (no credit on it)."""
     n = rewards.shape[0]
-    v0 = torch.full((n,), cfg.mc_prompt_value, dtype=torch.float64)
+    v0 = torch.full((n,), cfg.credit.mc_prompt_value, dtype=torch.float64)
     end = rewards.double()
     values = boundary_values(v0, mc.p_hat.nan_to_num(0.0), end, mc.cuts, lengths)
-    if cfg.mc_end_value == "none":
+    if cfg.credit.mc_end_value == "none":
         end = last_start_value(values, mc.cuts, lengths)
         values = boundary_values(v0, mc.p_hat.nan_to_num(0.0), end, mc.cuts, lengths)
     return values

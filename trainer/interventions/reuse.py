@@ -125,7 +125,7 @@ def continuation_reuse_credit(ctx: CreditContext) -> ReuseCredit:
     mc = monte_carlo_values(ctx)
     base = mc_credit(mc, ctx)
     batches = [continuation_batch(ctx.rollouts, d.cut, d.parents, d.generated,
-                                  leave_one_out_advantages(d.outcomes.view(-1, ctx.cfg.mc_k)).view(-1))
+                                  leave_one_out_advantages(d.outcomes.view(-1, ctx.cfg.credit.mc_k)).view(-1))
                for d in mc.draws]
     return ReuseCredit(base.tokens, base.advantages, base.continuation_tokens, sequences=batches)
 
@@ -135,12 +135,12 @@ def continuation_reuse_credit(ctx: CreditContext) -> ReuseCredit:
 # --------------------------------------------------------------------------------------------
 def steps_per_iteration(cfg: TrainerConfig) -> int:
     """Optimizer steps per iteration, what the run log's ``updates`` counts: epochs × minibatches."""
-    return cfg.ppo_epochs * cfg.ppo_minibatches
+    return cfg.update.ppo_epochs * cfg.update.ppo_minibatches
 
 
 def uses_reuse_update(cfg: TrainerConfig) -> bool:
     """True when the iteration's update is not ``update.update_step`` (several steps, or extra sequences)."""
-    return steps_per_iteration(cfg) > 1 or cfg.credit == "continuation_reuse"
+    return steps_per_iteration(cfg) > 1 or cfg.credit.rule == "continuation_reuse"
 
 
 def clipped_loss(logp: torch.Tensor, old_logp: torch.Tensor, credit: torch.Tensor, mask: torch.Tensor,
@@ -201,8 +201,8 @@ def reuse_update(policy, optimizer: torch.optim.Optimizer, roll, credit: Credit,
     model.train()
     for group in optimizer.param_groups:
         group["lr"] = lr
-    steps = minibatch_order(starts[-1], cfg.ppo_epochs, cfg.ppo_minibatches, seed, iteration)
-    mb = cfg.micro_batch_size or starts[-1]
+    steps = minibatch_order(starts[-1], cfg.update.ppo_epochs, cfg.update.ppo_minibatches, seed, iteration)
+    mb = cfg.update.micro_batch_size or starts[-1]
     t0 = time.perf_counter()
     old = _old_logprobs(policy, batches, live, mb) if len(steps) > 1 else None
     fwd_bwd = time.perf_counter() - t0
@@ -220,7 +220,7 @@ def reuse_update(policy, optimizer: torch.optim.Optimizer, roll, credit: Credit,
                 if old is None:
                     loss = policy_loss(logp, b.credit[r], b.completion_mask[r], n_completions=n)
                 else:
-                    loss, bind = clipped_loss(logp, old[bi][r], b.credit[r], b.completion_mask[r], cfg.ppo_clip, n)
+                    loss, bind = clipped_loss(logp, old[bi][r], b.credit[r], b.completion_mask[r], cfg.update.ppo_clip, n)
                     binds += int(bind.sum())
                     credited += int(((b.credit[r] != 0) & (b.completion_mask[r] > 0)).sum())
                 loss.backward()
@@ -230,7 +230,7 @@ def reuse_update(policy, optimizer: torch.optim.Optimizer, roll, credit: Credit,
         if all(p.grad is None for p in params):  # nothing credited: a zero-gradient Adam step, as update_step takes
             for p in params:
                 p.grad = torch.zeros_like(p)
-        norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)))
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.update.grad_clip)))
         optimizer.step()
         losses.append(total)
     return {"loss": float(np.mean(losses)), "grad_norm": float(np.mean(norms)), "lr": lr, "fwd_bwd_seconds": fwd_bwd,

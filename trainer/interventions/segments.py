@@ -22,9 +22,9 @@ from trainer.config import TrainerConfig
 
 def cut_offsets(cfg: TrainerConfig) -> list[int]:
     """Interior cut offsets: ``mc_cuts``, or round(i·L_max/S), i = 1 … S−1 (128 … 640 at 768)."""
-    if cfg.mc_cuts:
-        return list(cfg.mc_cuts)
-    L, S = cfg.completion_limit, cfg.mc_segments
+    if cfg.credit.mc_cuts:
+        return list(cfg.credit.mc_cuts)
+    L, S = cfg.rollout.completion_limit, cfg.credit.mc_segments
     cuts = sorted({int(i * L / S + 0.5) for i in range(1, S)})  # round half up, no duplicates
     return [b for b in cuts if 0 < b < L]
 

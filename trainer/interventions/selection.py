@@ -74,7 +74,7 @@ def ids_hash(ids: Sequence[str]) -> str:
 def candidate_positions(cfg: TrainerConfig, pool_size: int, seed: int, iteration: int) -> np.ndarray:
     """The candidates' pool indices: a function of (seed, iteration) only, the same for every
     candidate rule (so a filter and its random-choice control score the same candidates)."""
-    return prompt_stream_batch(pool_size, seed, iteration, cfg.candidates)
+    return prompt_stream_batch(pool_size, seed, iteration, cfg.selection.candidates)
 
 
 def prompt_features(policy, prompts: Sequence[str], layer: int = -1) -> torch.Tensor:
@@ -127,7 +127,7 @@ class Selector:
                  render: Callable[[Problem], str] | None = None, reward: Callable[[str, str], bool] | None = None):
         self.cfg, self.seed, self.pool = cfg, seed, pool
         self.policy, self.engine, self.render, self.reward = policy, engine, render, reward
-        self.rule = SELECTION_RULES[cfg.selection]
+        self.rule = SELECTION_RULES[cfg.selection.rule]
         self.state = SelectionState()
         self.discarded_tokens = 0  # of the current iteration
         self._info: dict = {}
@@ -150,7 +150,7 @@ class Selector:
         cfg = self.cfg
         if not self.rule.dynamic:
             return problems, roll
-        n, G = cfg.prompts_per_iteration, cfg.group_size
+        n, G = cfg.rollout.prompts_per_iteration, cfg.rollout.group_size
         batches = [(problems, roll)]
         groups: list[tuple[int, int, bool]] = []  # (batch, group in batch, mixed)
         seen: dict[tuple[str, str], float] = {}
@@ -167,13 +167,13 @@ class Selector:
 
         scan(0)
         made = n
-        while sum(m for *_, m in groups) < n and made < cfg.dynamic_max_groups:
-            k = min(n, cfg.dynamic_max_groups - made)
+        while sum(m for *_, m in groups) < n and made < cfg.selection.dynamic_max_groups:
+            k = min(n, cfg.selection.dynamic_max_groups - made)
             pos = prompt_stream_positions(len(self.pool), self.seed, self.state.cursor + made, self.state.cursor + made + k)
             probs = [self.pool[int(i)] for i in pos]
             r = self.engine.generate([self.render(p) for p in probs for _ in range(G)],
                                      noise_seed=derive_seed(self.seed, it, "rollout"), keys=range(made * G, (made + k) * G),
-                                     limit=cfg.completion_limit, temperature=cfg.temperature, top_p=cfg.top_p)
+                                     limit=cfg.rollout.completion_limit, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
             batches.append((probs, r))
             scan(len(batches) - 1)
             made += k
@@ -206,10 +206,10 @@ class Selector:
         st.trained_prompts += len(problems)
         for p, m in zip(problems, means.tolist()):
             st.last_reward[p.id] = m
-        st.recent = (st.recent + [(means.tolist(), [_level(p) for p in problems])])[-cfg.recent_window:]
+        st.recent = (st.recent + [(means.tolist(), [_level(p) for p in problems])])[-cfg.selection.recent_window:]
         if self._features is not None:
-            st.critic_x = (st.critic_x + [self._features])[-cfg.prompt_critic_window:]
-            st.critic_y = (st.critic_y + [means.clone()])[-cfg.prompt_critic_window:]
+            st.critic_x = (st.critic_x + [self._features])[-cfg.selection.prompt_critic_window:]
+            st.critic_y = (st.critic_y + [means.clone()])[-cfg.selection.prompt_critic_window:]
         return {**self._info, "sel_realized_trained": float(means.mean()), "sel_distinct_prompts": len(st.last_reward)}
 
     def state_dict(self) -> dict:
@@ -225,13 +225,13 @@ class Selector:
 # --------------------------------------------------------------------------------------------
 def _plain_stream(sel: Selector, it: int) -> list[Problem]:
     """Outcome-only GRPO's prompts: stream positions n·i … n·i + n − 1."""
-    n = sel.cfg.prompts_per_iteration
+    n = sel.cfg.rollout.prompts_per_iteration
     return [sel.pool[int(i)] for i in prompt_stream_batch(len(sel.pool), sel.seed, it, n)]
 
 
 def _stream_at_cursor(sel: Selector, it: int) -> list[Problem]:
     """Dynamic sampling's first batch: the next n stream positions (the cursor is checkpointed)."""
-    n, cur = sel.cfg.prompts_per_iteration, sel.state.cursor
+    n, cur = sel.cfg.rollout.prompts_per_iteration, sel.state.cursor
     return [sel.pool[int(i)] for i in prompt_stream_positions(len(sel.pool), sel.seed, cur, cur + n)]
 
 
@@ -239,13 +239,13 @@ def _from_candidates(sel: Selector, it: int, keep_rule: Callable[..., list[int]]
     """Draw ``candidates`` from the stream, predict their success, keep ``prompts_per_iteration``
     of them by ``keep_rule`` (the first ones during the warm-up) and log the prediction."""
     cfg, st = sel.cfg, sel.state
-    n = cfg.prompts_per_iteration
+    n = cfg.rollout.prompts_per_iteration
     cand = [sel.pool[int(i)] for i in candidate_positions(cfg, len(sel.pool), sel.seed, it)]
     feats = None
     if sel.rule.scored:
-        feats = prompt_features(sel.policy, [sel.render(p) for p in cand], cfg.prompt_critic_layer)
+        feats = prompt_features(sel.policy, [sel.render(p) for p in cand], cfg.selection.prompt_critic_layer)
     pred = sel.predict(cand, feats)
-    warmup = st.trained_prompts < cfg.warmup_prompts or pred is None
+    warmup = st.trained_prompts < cfg.selection.warmup_prompts or pred is None
     keep = list(range(n)) if warmup else keep_rule(sel, it, pred, len(cand))
     if feats is not None:
         sel._features = feats[keep]
@@ -257,12 +257,12 @@ def _from_candidates(sel: Selector, it: int, keep_rule: Callable[..., list[int]]
 
 def _keep_nearest(sel: Selector, it: int, pred: np.ndarray, n_cand: int) -> list[int]:
     cfg = sel.cfg
-    return nearest_target(pred, cfg.target, cfg.keep_nearest, cfg.keep_random,
+    return nearest_target(pred, cfg.selection.target, cfg.selection.keep_nearest, cfg.selection.keep_random,
                           np.random.default_rng(derive_seed(sel.seed, it, "select:others")))
 
 
 def _keep_uniform(sel: Selector, it: int, pred: np.ndarray, n_cand: int) -> list[int]:
-    return uniform_choice(n_cand, sel.cfg.prompts_per_iteration,
+    return uniform_choice(n_cand, sel.cfg.rollout.prompts_per_iteration,
                           np.random.default_rng(derive_seed(sel.seed, it, "select:random_choice")))
 
 
@@ -281,7 +281,7 @@ def _critic_prediction(sel: Selector, cand: Sequence[Problem], feats: torch.Tens
     st = sel.state
     if not st.critic_x:
         return None
-    fit = Ridge.fit(torch.cat(st.critic_x), torch.cat(st.critic_y), sel.cfg.prompt_critic_ridge, standardize=False)
+    fit = Ridge.fit(torch.cat(st.critic_x), torch.cat(st.critic_y), sel.cfg.selection.prompt_critic_ridge, standardize=False)
     return fit.predict(feats).numpy()
 
 
@@ -325,7 +325,7 @@ class SelectionRule(NamedTuple):
     remembers: bool = True  # keeps (and checkpoints) selection history and logs sel_* columns
 
 
-# ``selection`` → the rule (see the module docstring); keys = the names ``TrainerConfig.selection`` allows.
+# ``selection`` → the rule (see the module docstring); keys = the names ``TrainerConfig.selection.rule`` allows.
 SELECTION_RULES: dict[str, SelectionRule] = {
     "none": SelectionRule(_plain_stream, remembers=False),
     "critic": SelectionRule(_filter, _critic_prediction, scored=True),

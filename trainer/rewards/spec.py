@@ -53,10 +53,10 @@ def build_channels(cfg) -> list[Channel]:
     """The recipe's channels (``correct`` gets the recipe's verifier unless it names one); a code
     task without channels: ``program_correct``."""
     out = []
-    for item in cfg.channels or ([CODE_DEFAULT_CHANNEL] if cfg.task == "code" else []):
+    for item in cfg.rewards.channels or ([CODE_DEFAULT_CHANNEL] if cfg.task.name == "code" else []):
         name, params = channel_spec(item)
         if name == "correct":
-            params.setdefault("verifier", cfg.reward_verifier)
+            params.setdefault("verifier", cfg.rewards.verifier)
         out.append(get_channel(name, **params))
     return out
 
@@ -64,41 +64,41 @@ def build_channels(cfg) -> list[Channel]:
 def check_reward_config(cfg) -> None:
     """Validate the multi-reward block of a recipe; ValueErrors (one line) for pydantic."""
     try:
-        agg = parse_aggregation(cfg.aggregation)
+        agg = parse_aggregation(cfg.rewards.aggregation)
     except ConfigError as e:
         raise ValueError("; ".join(e.lines)) from None
-    code = cfg.task == "code"
-    if code and cfg.credit not in CODE_CREDIT:
-        raise ValueError(f"task = 'code': credit {cfg.credit!r} scores continuations with the math verifier; "
-                         "use credit = 'outcome'")
-    if code and cfg.selection == "dynamic":
-        raise ValueError("task = 'code': selection 'dynamic' checks groups with the math verifier; "
+    code = cfg.task.name == "code"
+    if code and cfg.credit.rule not in CODE_CREDIT:
+        raise ValueError(f"task.name = 'code': credit.rule {cfg.credit.rule!r} scores continuations with the math verifier; "
+                         "use credit.rule = 'outcome'")
+    if code and cfg.selection.rule == "dynamic":
+        raise ValueError("task.name = 'code': selection.rule 'dynamic' checks groups with the math verifier; "
                          "use another selection rule")
-    if not cfg.channels:
-        if cfg.aggregation or cfg.anchor:
-            raise ValueError("aggregation/anchor need channels (e.g. channels = [\"correct\", \"negative\"])")
+    if not cfg.rewards.channels:
+        if cfg.rewards.aggregation or cfg.rewards.anchor:
+            raise ValueError("rewards.aggregation/anchor need rewards.channels (e.g. channels = [\"correct\", \"negative\"])")
         return
     names = []
-    for item in cfg.channels:
+    for item in cfg.rewards.channels:
         name, params = channel_spec(item)
         if get_channel(name, **params).needs_program and not code:  # unknown names / parameters: ValueError
-            raise ValueError(f"channels: {name!r} judges programs: it needs task = 'code' (problems with tests, "
+            raise ValueError(f"rewards.channels: {name!r} judges programs: it needs task.name = 'code' (problems with tests, "
                              "the sandbox)")
         if code and name in MATH_ONLY:
-            raise ValueError(f"channels: {name!r} reads a final answer with the math verifier; task = 'code' "
+            raise ValueError(f"rewards.channels: {name!r} reads a final answer with the math verifier; task.name = 'code' "
                              f"judges programs (use {CODE_DEFAULT_CHANNEL!r})")
         names.append(name)
     if len(set(names)) != len(names):
-        raise ValueError(f"channels: a channel is listed twice ({', '.join(names)})")
-    if cfg.anchor and cfg.anchor != "elected" and cfg.anchor not in names:
-        raise ValueError(f"anchor: {cfg.anchor!r} is not one of the channels ({', '.join(names)}) nor 'elected'")
+        raise ValueError(f"rewards.channels: a channel is listed twice ({', '.join(names)})")
+    if cfg.rewards.anchor and cfg.rewards.anchor != "elected" and cfg.rewards.anchor not in names:
+        raise ValueError(f"rewards.anchor: {cfg.rewards.anchor!r} is not one of the channels ({', '.join(names)}) nor 'elected'")
     if agg.anchor >= len(names):
-        raise ValueError(f"aggregation: anchor {agg.anchor} out of range for {len(names)} channels")
+        raise ValueError(f"rewards.aggregation: anchor {agg.anchor} out of range for {len(names)} channels")
     K = len(names)
     if agg.rule == "weighted" and len(agg.weights or ()) != K:
-        raise ValueError(f"aggregation: rule 'weighted' needs {K} weights, got {len(agg.weights or ())}")
+        raise ValueError(f"rewards.aggregation: rule 'weighted' needs {K} weights, got {len(agg.weights or ())}")
     if agg.rule == "tag" and not isinstance(agg.lam, (int, float)) and len(agg.lam) != K - 1:
-        raise ValueError(f"aggregation: rule 'tag' needs one λ per auxiliary channel ({K - 1}), got {len(agg.lam)}")
+        raise ValueError(f"rewards.aggregation: rule 'tag' needs one λ per auxiliary channel ({K - 1}), got {len(agg.lam)}")
 
 
 def read_election(study_dir: str | Path) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def read_election(study_dir: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no anchor election; anchor = 'elected' needs it: run `prereg elect {study_dir}` first") from None
+        raise ConfigError(f"{path}: no anchor election; rewards.anchor = 'elected' needs it: run `prereg elect {study_dir}` first") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: unreadable election record ({e.msg})") from None
     if not isinstance(data.get("elected"), str):
