@@ -37,7 +37,7 @@ from . import stats
 from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, load_plan, resolve_plan_path
-from .runlog import Study, load_study
+from .runlog import StudyRuns, load_study
 from .verify import verify_study
 
 _HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
@@ -303,7 +303,7 @@ def _run_of(path: str) -> tuple[str, int]:
         return p.parent.name, -1
 
 
-def _enforce_design(study_dir: Path, plan: Plan, st: Study, exploratory: bool, notes: list[str]) -> pd.DataFrame:
+def _enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: bool, notes: list[str]) -> pd.DataFrame:
     """Exactly the runs and evaluation problems the plan names (``prereg_kit.design``).
 
     Violations, in the order of their cause: run logs that cannot be read, planned runs that are
