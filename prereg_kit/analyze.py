@@ -36,6 +36,7 @@ from . import readings as rd
 from . import stats
 from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
+from .margin import margin_bounds, noninferiority_margin
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, load_plan, resolve_plan_path
 from .runlog import StudyRuns, load_study
 from .verify import verify_study
@@ -67,14 +68,6 @@ class Analysis:
 # ---------------------------------------------------------------------------------------- stats
 
 
-def _nimargin(margin) -> float:
-    return float(margin) if not isinstance(margin, list) else -float(margin[0])
-
-
-def _bounds(margin) -> tuple[float, float]:
-    return (-float(margin), float(margin)) if not isinstance(margin, list) else (float(margin[0]), float(margin[1]))
-
-
 def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None, n_resamples: int) -> dict:
     """Every statistic of one contrast from its per-seed differences ``d`` (fractions).
 
@@ -82,12 +75,11 @@ def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None
     """
     st = plan.statistics
     margin = plan.margin_of(c)
-    lo, hi = _bounds(margin)
+    lo, hi = margin_bounds(margin)
     pt = stats.paired_t(d, confidence=st.confidence, alternative=c.alternative)
-    tost = stats.tost_paired(d, margin=margin if not isinstance(margin, list) else tuple(margin), alpha=st.alpha)
-    ni = stats.noninferiority(d, margin=_nimargin(margin), alpha=st.alpha)
-    boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed,
-                                margin=margin if not isinstance(margin, list) else tuple(margin))
+    tost = stats.tost_paired(d, margin=(lo, hi), alpha=st.alpha)
+    ni = stats.noninferiority(d, margin=noninferiority_margin(margin), alpha=st.alpha)
+    boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed, margin=(lo, hi))
     row = {
         "n": pt.n, "mean": pt.mean, "sd": pt.sd, "se": pt.se, "dz": pt.dz, "ci_low": pt.ci_low, "ci_high": pt.ci_high,
         "t": pt.t, "df": pt.df, "p": pt.p, "zero_sd": pt.zero_sd,
@@ -238,7 +230,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         eval_set = c.eval_set or plan.evaluation.primary
         curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric)
         rp = c.reading_point
-        point = rd.ReadingPoint(rp.kind, budget=B, multiple=rp.multiple)
+        point = rp.at_budget(B)
         if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
             try:
                 rel = rd.relative_accuracy_curves(curves, reference, point.tokens, allow_missing=adm.allow_missing_seeds)

@@ -27,10 +27,11 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from .canonical import content_hash, sha256_hex
 from .errors import PlanError
+from .margin import plan_margin
+from .stages import Stage
 from .tomlpos import key_lines, line_of
 
 PLAN_FILE = "plan.toml"
-STAGE_NAMES = ("calibration", "pilot", "smoke", "main")
 
 # Bounds on what a plan may hold (docs/plan-format.md, "Limits"). They keep a hostile or broken
 # file from exhausting memory, the stack or the clock before it is reported as an error.
@@ -40,6 +41,7 @@ MAX_SEEDS = 10_000  # seeds per study or stage
 MAX_NAME = 80  # characters in a configuration name, id or set name
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit
 MAX_MULTIPLE = 1e6  # a run length or reading point k·B; far beyond any study
+PointKind = Literal["tokens", "time", "control_time", "updates"]
 
 # --------------------------------------------------------------------------- quantities
 
@@ -53,7 +55,7 @@ METRICS_HELP = "accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accu
 # relative_accuracy (÷ the [evaluation] reference's accuracy, same seed) and collapse (pass@4
 # below the run's own evaluation 0). Multi-reward paper §4.7 (P2:L101-103, L113).
 DERIVED_METRICS = ("relative_accuracy", "collapse")
-COLLAPSE_K = 4  # as readings.COLLAPSE_K (pass@4, P2:L113)
+COLLAPSE_K = 4  # the collapse flag compares pass@4 (multi-reward paper P2:L113)
 
 
 def parse_tokens(value: Any) -> int:
@@ -174,20 +176,39 @@ Name = Annotated[str, AfterValidator(check_name)]
 
 @dataclass(frozen=True, slots=True)
 class ReadingPoint:
-    """Where a contrast is read (paper 1 §2.3, D, F).
+    """Where a contrast is read (paper 1 §2.3, D, F): ``kind`` at ``multiple`` × B tokens.
 
     ``tokens``: at the first evaluation at or after ``multiple``·B; ``time``: per seed at T*, the
     shorter of the two runs' training times to B; ``control_time``: both at the control's
     training time to B (S35); ``updates``: the control interpolated to the treatment's updates.
+    The plan names the point without its budget; the analysis reads it with ``budget`` = B
+    (:meth:`at_budget`).
     """
 
-    kind: Literal["tokens", "time", "control_time", "updates"]
+    kind: PointKind
     multiple: float = 1.0
+    budget: float | None = None
 
     def __str__(self) -> str:
         if self.kind == "tokens":
             return "B" if self.multiple == 1 else f"{self.multiple:g}B"
         return self.kind.replace("_", "-")
+
+    def at_budget(self, budget: float) -> "ReadingPoint":
+        """The same point with the study's token budget B attached."""
+        return ReadingPoint(self.kind, self.multiple, budget)
+
+    @property
+    def tokens(self) -> float:
+        """The tokens of the point, ``multiple`` × B."""
+        if self.budget is None:
+            raise ValueError(f"reading point {self}: no token budget attached (ReadingPoint.at_budget)")
+        return self.budget * self.multiple
+
+    def describe(self) -> str:
+        b = "B" if self.multiple == 1 else f"{self.multiple:g}B"
+        return {"tokens": f"tokens at {b}", "time": f"time T* at {b}", "control_time": f"control's time to {b}",
+                "updates": f"updates at {b}"}[self.kind]
 
 
 def parse_reading_point(value: str) -> ReadingPoint:
@@ -325,7 +346,7 @@ class Contrast(_Model):
     @field_validator("margin")
     @classmethod
     def _margin(cls, v: Margin | None) -> Margin | None:
-        return _check_margin(v)
+        return plan_margin(v)
 
     @field_validator("metric")
     @classmethod
@@ -335,17 +356,6 @@ class Contrast(_Model):
     @property
     def reading_point(self) -> ReadingPoint:
         return parse_reading_point(self.at)
-
-
-def _check_margin(v: Margin | None) -> Margin | None:
-    if v is None:
-        return v
-    if isinstance(v, list):
-        if len(v) != 2 or not (v[0] < 0 < v[1]):
-            raise ValueError("an asymmetric margin is [low, high] with low < 0 < high")
-    elif v <= 0:
-        raise ValueError(f"a margin must be > 0 (it is read as ±margin), got {v}")
-    return v
 
 
 class Family(_Model):
@@ -363,7 +373,7 @@ class Statistics(_Model):
     crossed_bootstrap: bool = True
     seed: int = 0
 
-    _margin_ok = field_validator("margin")(classmethod(lambda cls, v: _check_margin(v)))
+    _margin_ok = field_validator("margin")(classmethod(lambda cls, v: plan_margin(v)))
 
 
 class Admission(_Model):
@@ -375,8 +385,10 @@ class Admission(_Model):
     rules: list[str] = Field(default=[], description="further rules in words, reported with the results")
 
 
-class Stage(_Model):
-    name: Literal["calibration", "pilot", "smoke", "main"]
+class StageSpec(_Model):
+    """One ``[[stages]]`` entry: which seeds and configurations a stage runs, and how long."""
+
+    name: Stage
     description: str = ""
     seeds: Seeds | None = None
     configurations: list[str] | None = None
@@ -398,7 +410,7 @@ class Plan(_Model):
     families: list[Family] = []
     statistics: Statistics = Statistics()
     admission: Admission = Admission()
-    stages: list[Stage] = [Stage(name="main")]
+    stages: list[StageSpec] = [StageSpec(name="main")]
 
     # ---- lookups used by run and analyze
     def contrast(self, cid: str) -> Contrast:
@@ -413,7 +425,7 @@ class Plan(_Model):
     def margin_of(self, c: Contrast) -> Margin:
         return c.margin if c.margin is not None else self.statistics.margin
 
-    def stage(self, name: str) -> Stage | None:
+    def stage(self, name: str) -> StageSpec | None:
         return next((s for s in self.stages if s.name == name), None)
 
     def seeds_for(self, stage: str = "main") -> list[int]:
@@ -428,7 +440,7 @@ class Plan(_Model):
         """Run length of a configuration as a multiple of B (stage, then configuration, then budget)."""
         return self._run_length(configuration, self.stage(stage))
 
-    def _run_length(self, configuration: str, s: Stage | None) -> float:
+    def _run_length(self, configuration: str, s: StageSpec | None) -> float:
         for v in (s.train_to if s else None, self.configurations[configuration].train_to, self.budget.train_to):
             if v is not None:
                 return parse_multiple(v)

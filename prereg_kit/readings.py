@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+
+# The plan names reading points and the collapse metric; the readings take them from it.
+from .plan import COLLAPSE_K, ReadingPoint
 
 RUN = ["configuration", "seed"]
 VERIFIERS = ("default", "strict", "greedy")
 DRIFT_THRESHOLD = 0.1
 EXCLUSION_COLUMNS = ["configuration", "seed", "eval_index", "rule", "reason"]
-PointKind = Literal["tokens", "time", "control_time", "updates"]
 
 
 class ReadingError(ValueError):
@@ -95,7 +97,6 @@ def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -
     raise ReadingError(f"unknown metric {metric!r} (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
 
 
-COLLAPSE_K = 4  # the collapse flag compares pass@4 (multi-reward paper P2:L113)
 _DERIVED = {
     "relative_accuracy": "metric relative_accuracy is a ratio of two runs' accuracies, not a per-problem value: "
                          "take accuracy curves and divide with relative_accuracy_curves(curves, reference, budget)",
@@ -207,7 +208,7 @@ def _collapse_flags(curve: pd.DataFrame, eval_set: str) -> np.ndarray:
 
 
 def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float, *,
-                             allow_missing: bool = False) -> "Admission":
+                             allow_missing: bool = False) -> "AdmissionResult":
     """Accuracy relative to the primary-only reference (multi-reward paper §4.7; P2:L101-103).
 
     The paper reports held-out R_P "as a multiple of the R_P-only reference" (0.91×). Here, per
@@ -220,7 +221,7 @@ def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float
     A reference accuracy of 0 makes the ratio undefined: :class:`ReadingError` naming the seed
     (never NaN, never silently dropped). A seed without a reference reading at ``budget`` raises
     :class:`PairingError`, or with ``allow_missing`` is left out and listed (rule ``no_reference``).
-    Returns :class:`Admission`: the divided curves and the exclusions.
+    Returns :class:`AdmissionResult`: the divided curves and the exclusions.
     """
     if not (curves["configuration"] == reference).any():
         have = ", ".join(sorted(map(str, curves["configuration"].unique()))) or "none"
@@ -244,34 +245,12 @@ def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float
     out = curves[~curves["seed"].isin(bad)].copy()
     denom = out["seed"].map(ref["accuracy"]).to_numpy(dtype="float64")
     out["accuracy"] = out["accuracy"].to_numpy(dtype="float64") / denom
-    return Admission(out.reset_index(drop=True), ex)
+    return AdmissionResult(out.reset_index(drop=True), ex)
 
 
 # --------------------------------------------------------------------------------------------
 # Reading points
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReadingPoint:
-    """Where a contrast is read: ``kind`` at ``multiple`` × ``budget`` tokens.
-
-    ``tokens``: first evaluation at or after k·B. ``time``: T* rule. ``control_time``: S35's
-    T_c rule. ``updates``: control interpolated to the treatment's update count at k·B.
-    """
-
-    kind: PointKind
-    budget: float
-    multiple: float = 1.0
-
-    @property
-    def tokens(self) -> float:
-        return self.budget * self.multiple
-
-    def describe(self) -> str:
-        b = "B" if self.multiple == 1 else f"{self.multiple:g}B"
-        return {"tokens": f"tokens at {b}", "time": f"time T* at {b}", "control_time": f"control's time to {b}",
-                "updates": f"updates at {b}"}[self.kind]
 
 
 READ_COLUMNS = RUN + ["reached", "at", "eval_lo", "eval_hi", "weight", "tokens", "train_seconds", "updates", "accuracy", "note"]
@@ -633,12 +612,12 @@ def drifted_at(flags: pd.DataFrame, budget: float) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------
-# Admission and exclusion rules: each returns (kept curves, exclusions); never silent
+# AdmissionResult and exclusion rules: each returns (kept curves, exclusions); never silent
 # --------------------------------------------------------------------------------------------
 
 
 @dataclass
-class Admission:
+class AdmissionResult:
     """Curves kept by the admission rules and every exclusion with its rule and reason."""
 
     kept: pd.DataFrame
@@ -653,7 +632,7 @@ def _drop_runs(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return curves[~idx.isin(drop)]
 
 
-def admit_min_iteration(curves: pd.DataFrame, iterations: pd.DataFrame, min_iteration: int) -> Admission:
+def admit_min_iteration(curves: pd.DataFrame, iterations: pd.DataFrame, min_iteration: int) -> AdmissionResult:
     """Admit only runs that reached iteration ``min_iteration`` (last logged index >= it).
 
     Example rule (equal-iteration study, L6147-6148): a run stopping at iteration 20 "is excluded
@@ -668,10 +647,10 @@ def admit_min_iteration(curves: pd.DataFrame, iterations: pd.DataFrame, min_iter
             rows.append((k[0], int(k[1]), pd.NA, "min_iteration",
                          f"reached iteration {reached}, the admission rule requires {min_iteration}"))
     ex = exclusions_table(rows)
-    return Admission(_drop_runs(curves, ex), ex)
+    return AdmissionResult(_drop_runs(curves, ex), ex)
 
 
-def admit_status(curves: pd.DataFrame, meta: pd.DataFrame, statuses: Sequence[str] = ("complete",)) -> Admission:
+def admit_status(curves: pd.DataFrame, meta: pd.DataFrame, statuses: Sequence[str] = ("complete",)) -> AdmissionResult:
     """Admit only runs whose metadata status is one of ``statuses`` (e.g. not failed)."""
     st = meta.set_index(RUN)["status"]
     rows = []
@@ -680,20 +659,20 @@ def admit_status(curves: pd.DataFrame, meta: pd.DataFrame, statuses: Sequence[st
         if s not in statuses:
             rows.append((key[0], int(key[1]), pd.NA, "status", f"run status is '{s}', admitted: {', '.join(statuses)}"))
     ex = exclusions_table(rows)
-    return Admission(_drop_runs(curves, ex), ex)
+    return AdmissionResult(_drop_runs(curves, ex), ex)
 
 
-def exclude_drifted_evaluations(curves: pd.DataFrame, flags: pd.DataFrame) -> Admission:
+def exclude_drifted_evaluations(curves: pd.DataFrame, flags: pd.DataFrame) -> AdmissionResult:
     """Drop every drifted evaluation (§3.12) from the curves; readings then use the others."""
     m = curves.merge(flags[RUN + ["eval_index", "gap", "drifted"]], on=RUN + ["eval_index"], how="left")
     hit = m["drifted"].fillna(False).astype(bool).to_numpy()
     rows = [(r.configuration, int(r.seed), int(r.eval_index), "drifted_evaluation",
              f"default accuracy exceeds strict by {r.gap:.3f} > {DRIFT_THRESHOLD}")
             for r in m[hit].itertuples(index=False)]
-    return Admission(curves[~hit], exclusions_table(rows))
+    return AdmissionResult(curves[~hit], exclusions_table(rows))
 
 
-def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: float) -> Admission:
+def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: float) -> AdmissionResult:
     """Drop whole runs whose evaluation at ``budget`` is drifted (§3.12, Table 12)."""
     d = drifted_at(flags, budget)
     d = d[d["drifted"]]
@@ -701,7 +680,7 @@ def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: floa
              f"evaluation at {budget:,.0f} tokens drifted (gap {r.gap:.3f} > {DRIFT_THRESHOLD})")
             for r in d.itertuples(index=False)]
     ex = exclusions_table(rows)
-    return Admission(_drop_runs(curves, ex), ex)
+    return AdmissionResult(_drop_runs(curves, ex), ex)
 
 
 def apply_admission(
@@ -714,7 +693,7 @@ def apply_admission(
     flags: pd.DataFrame | None = None,
     drop_drifted_evaluations: bool = False,
     drop_runs_drifted_at: float | None = None,
-) -> Admission:
+) -> AdmissionResult:
     """Apply the preregistered admission and exclusion rules in order; report every exclusion.
 
     ``min_iteration`` (needs ``iterations``): runs must reach that iteration. ``statuses`` (needs
@@ -746,4 +725,4 @@ def apply_admission(
     ex = pd.concat(parts, ignore_index=True) if parts else exclusions_table([])
     if not len(ex):
         ex = exclusions_table([])
-    return Admission(kept.reset_index(drop=True), ex)
+    return AdmissionResult(kept.reset_index(drop=True), ex)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prereg_kit.errors import PreregError
+from prereg_kit.stages import Stage
 
 
 class ConfigError(PreregError):
@@ -233,7 +234,7 @@ class RunSpec(_Strict):
     study: str
     configuration: str
     seed: int
-    stage: Literal["calibration", "pilot", "smoke", "main"] = "main"
+    stage: Stage = "main"
     plan_hash: str
     study_dir: str
     run_dir: str

@@ -34,9 +34,9 @@ from typing import Any, Callable, Sequence
 from prereg_kit import __version__
 from prereg_kit.errors import PreregError
 from prereg_kit.plan import load_plan, parse_tokens
-from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
+from prereg_kit.runlog import ELECTION_FILE, read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, derive_seed, parse_config
-from trainer.rewards import ELECTION_FILE, _channel_spec
+from trainer.rewards import _channel_spec
 
 __all__ = ["elect", "election_configuration", "lock_state", "probe_jobs", "sequence_kl"]
 

@@ -36,11 +36,12 @@ run), :mod:`.writer` (the crash-safe appender and compaction), :mod:`.study` (a 
 
 from __future__ import annotations
 
+from ..stages import STAGES, Stage
 from .folder import find_runs, read_meta, run_dir, write_meta
 from .reader import RunLog, add_derived, check_consistency, read_run, read_table
 from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS, META_FILE,
-                     SAFE_NAME, SCHEMAS, STAGE_SECONDS, STAGES, STATUSES, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
-                     Column, LogProblem, RunBusyError, RunLogError, RunLogWarning, RunMeta, Stage, Status,
+                     SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
+                     Column, LogProblem, RunBusyError, RunLogError, RunLogWarning, RunMeta, Status,
                      election_sha256, utc_now, validate_frame)
 from .study import StudyRuns, load_study
 from .writer import RunLogWriter, finalize

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .schema import META_FILE, RunLogError, RunMeta, SAFE_NAME, STAGES
+from ..stages import STAGES
+from .schema import META_FILE, RunLogError, RunMeta, SAFE_NAME
 
 
 def run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str = "main") -> Path:

@@ -16,18 +16,17 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..stages import Stage
 
 FORMAT = "prereg-runlog/1"
 META_FILE = "meta.json"
 ITERATIONS = "iterations"
 EVALS = "evals"
 KINDS = (ITERATIONS, EVALS)
-STAGES = ("calibration", "pilot", "smoke", "main")
 STATUSES = ("running", "complete", "failed", "stopped")
-Stage = Literal["calibration", "pilot", "smoke", "main"]
 Status = Literal["running", "complete", "failed", "stopped"]
 _PARQUET_KEY = b"prereg_runlog"
-ELECTION_FILE = "election.json"  # written by `prereg elect` (trainer/elect.py) in the study folder
+ELECTION_FILE = "election.json"  # the anchor election `prereg elect` writes in the study folder
 WRITER_LOCK = ".writer.lock"
 WRITER_NOTE = ".writer.json"
 # Names that become folders: no separators, no leading dot, so a run folder stays inside its study.
