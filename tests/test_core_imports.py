@@ -7,7 +7,8 @@ import sys
 
 CORE = ["prereg_kit", "prereg_kit.plan", "prereg_kit.lock", "prereg_kit.verify", "prereg_kit.audit",
         "prereg_kit.runlog", "prereg_kit.readings", "prereg_kit.stats", "prereg_kit.analyze", "prereg_kit.report",
-        "prereg_kit.dryrun", "prereg_kit.synth", "prereg_kit.cli", "prereg_kit.timestamp"]
+        "prereg_kit.dryrun", "prereg_kit.synth", "prereg_kit.cli", "prereg_kit.timestamp", "prereg_kit.jobs",
+        "prereg_kit.runners"]
 
 
 def test_core_imports_without_torch():
@@ -26,3 +27,49 @@ def test_core_imports_without_torch():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
+
+
+def _core_modules() -> list[str]:
+    import pkgutil
+
+    import prereg_kit
+
+    return ["prereg_kit"] + sorted(m.name for m in pkgutil.walk_packages(prereg_kit.__path__, "prereg_kit."))
+
+
+def test_no_core_module_loads_the_trainer_or_torch():
+    """Importing every prereg_kit module (the CLI included) loads neither the trainer nor torch:
+    `prereg run` reaches a trainer only through the prereg_kit.runners entry point."""
+    mods = [m for m in _core_modules() if m != "prereg_kit.__main__"]
+    code = (
+        "import sys, importlib\n"
+        f"for m in {mods!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ImportError as e:\n"
+        "        if e.name not in ('rfc3161_client', 'asn1crypto', 'cryptography'):\n"
+        "            raise\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('trainer', 'torch'))\n"
+        "print(','.join(bad) or 'ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"
+    assert len(mods) > 40  # the walk found the package's modules
+
+
+def test_no_core_source_imports_the_trainer():
+    """No import statement anywhere in prereg_kit (inside functions too) names the trainer package."""
+    import ast
+    from pathlib import Path
+
+    import prereg_kit
+
+    root = Path(prereg_kit.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            offenders += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in ("trainer", "torch")]
+    assert not offenders
