@@ -15,7 +15,7 @@ import numpy as np
 
 OUTPUT = "cpu_selection_panels.png"
 DESCRIPTION = "CPU intervention study: gain of the critic filter (and its random-choice control) over outcome-only GRPO against the change in mixed groups and against the candidates' mean predicted success (paper 1 Figure 4's form)"
-INPUTS = "run logs of registry/cpu-interventions (committed in the registry; trained into build/figure-studies/ when absent)"
+INPUTS = "run logs of registry/cpu-interventions (committed in the registry, read through the analysis)"
 STUDY = "cpu-interventions"
 ARMS = {"critic_filter": "#1f4e9c", "random_choice": "#999999"}
 
@@ -51,13 +51,12 @@ def points_from(curves, iterations, budget: float, comparator: str = "outcome"):
     return pd.DataFrame(rows, columns=["arm", "seed", "gain", "d_mixed", "pred_candidates"])
 
 
-def build(out_dir: Path, study_dir: Path | None = None) -> Path:
-    from prereg_kit.plots import save
-    import matplotlib.pyplot as plt  # after plots, which selects the Agg backend
+def draw(study: Path):
+    """The figure and its data (:func:`selection_points`: one row per arm and seed)."""
+    import prereg_kit.plots  # noqa: F401  (selects the Agg backend before pyplot)
+    import matplotlib.pyplot as plt
 
-    from figures.cpu_studies import trained_study
-
-    pts = selection_points(study_dir if study_dir is not None else trained_study(STUDY))
+    pts = selection_points(study)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
     for arm, color in ARMS.items():
         p = pts[pts["arm"] == arm]
@@ -74,4 +73,13 @@ def build(out_dir: Path, study_dir: Path | None = None) -> Path:
     axes[1].set_title("(b) gain against the candidates' predicted success", fontsize=10)
     axes[1].legend(fontsize=8)
     fig.suptitle("CPU intervention study: when does prompt selection help? (per seed, from run logs)")
+    return fig, pts
+
+
+def build(out_dir: Path, study_dir: Path | None = None) -> Path:
+    from prereg_kit.plots import save
+
+    from figures.cpu_studies import registry_study
+
+    fig, _ = draw(study_dir if study_dir is not None else registry_study(STUDY))
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

@@ -27,7 +27,7 @@ def plot_figure(rows, figure: int, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from prereg_kit.registry import value
+    from figures.paper_tables import value
 
     n = len(rows)
     fig, ax = plt.subplots(figsize=(15, 1.6 + 0.34 * max(n, 1)))
@@ -60,7 +60,7 @@ def plot_figure(rows, figure: int, path: Path) -> Path:
 
 
 def build(out_dir: Path, root: Path | None = None) -> Path:
-    from prereg_kit.registry import figure_rows
+    from figures.paper_tables import figure_rows
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ def _interval(r) -> str:
 
 
 def build(out_dir: Path, root: Path | None = None) -> Path:
-    from prereg_kit.registry import table_blocks
+    from figures.paper_tables import table_blocks
 
     base = _root(root)
     out_dir = Path(out_dir)

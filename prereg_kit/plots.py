@@ -102,7 +102,16 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
 
 def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], path: Path, *,
                          title: str, margin: float = 0.02, grid_points: int = 60) -> Path:
-    """Treatment − control accuracy against training hours for each (label, treatment, control).
+    """Treatment − control accuracy against training hours for each (label, treatment, control),
+    written to ``path`` (:func:`difference_figure`)."""
+    fig, _ = difference_figure(curves, pairs, title=title, margin=margin, grid_points=grid_points)
+    return save(fig, path)
+
+
+def difference_figure(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, title: str,
+                      margin: float = 0.02, grid_points: int = 60):
+    """The figure of :func:`difference_over_time` and its data: one row per (label, grid point)
+    with the training seconds, the mean difference over seeds, the band's half-width and n.
 
     Per seed, both runs' accuracy is interpolated linearly in training time on a common grid up
     to the shorter run's last evaluation; the line is the mean over seeds, the band a 95% t
@@ -112,6 +121,7 @@ def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]]
     div, unit = time_unit(float(curves["train_seconds"].max()) if len(curves) else 0.0)
     ax.axhspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
     ax.axhline(0, color="black", lw=0.8)
+    data = []
     for label, tr, co in pairs:
         diffs, grid = _interpolated_differences(curves, tr, co, grid_points)
         if diffs is None:
@@ -124,13 +134,16 @@ def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]]
             half = np.zeros_like(m)
         (line,) = ax.plot(grid / div, m, label=f"{label}: {tr} − {co} (n={n})")
         ax.fill_between(grid / div, m - half, m + half, color=line.get_color(), alpha=0.2, lw=0)
+        data.append(pd.DataFrame({"label": label, "treatment": tr, "control": co, "train_seconds": grid,
+                                  "difference": m, "half_width": half, "n": n}))
     ax.set_xlabel(f"training time ({unit})")
     ax.set_ylabel("difference in accuracy (fraction)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    return save(fig, path)
+    cols = ["label", "treatment", "control", "train_seconds", "difference", "half_width", "n"]
+    return fig, (pd.concat(data, ignore_index=True) if data else pd.DataFrame(columns=cols))
 
 
 def _interpolated_differences(curves: pd.DataFrame, tr: str, co: str, k: int):
