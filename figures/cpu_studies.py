@@ -61,7 +61,7 @@ def registry_study(name: str, *, registry: Path = REGISTRY) -> Path:
     rel = d.relative_to(REPO).as_posix() if d.is_relative_to(REPO) else str(d)
     steps = []
     if needs_election(d) and not (d / "election.json").exists():
-        steps.append(f"prereg elect {rel} $(ELECT_ARGS as in the Makefile)")
+        steps.append(f"prereg elect {rel} (with the Makefile's ELECT_ARGS)")
     steps += [f"prereg lock {rel}/plan.toml", f"prereg run {rel}"]
     more = f" (and {len(gaps) - 3} more)" if len(gaps) > 3 else ""
     raise MissingRunsError(f"{rel}: no complete runs to draw ({'; '.join(gaps[:3])}{more}); "
