@@ -4,7 +4,7 @@ PYTHON ?= python3
 # CPU wheel of torch; a plain `torch` requirement could pull a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= build/demo
-# anchor election of registry/cpu-multireward (figures/cpu_studies.py ELECTION_SETTINGS mirrors it)
+# anchor election of registry/cpu-multireward (how its committed election.json was made)
 ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
 
@@ -36,8 +36,8 @@ test: .make-installed
 test-slow: .make-installed
 	$(PYTHON) -m pytest -m slow
 
-# Every table and figure into figures/out/ (index: figures/out/INDEX.md). The CPU studies' run
-# logs are committed in registry/cpu-*/, so no training happens unless they were removed.
+# Every table and figure into figures/out/ (index: figures/out/INDEX.md), from the CPU studies'
+# committed run logs in registry/cpu-*/ read through the analysis; figures never train.
 figures: .make-installed
 	$(PYTHON) -m figures
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from figures.cpu_studies import registry_study
+from prereg_kit.analyze import analyze_study
+from prereg_kit.plots import forest_plot
+from prereg_kit.report import contrast_table
+
 OUTPUT = "cpu_contrasts.md"
 DESCRIPTION = "CPU studies: every contrast from `prereg analyze` of their run logs, in Tables 3-4's layout, with forest plots (cpu_forest_<study>.png)"
-INPUTS = "run logs of registry/cpu-grpo, registry/cpu-interventions and registry/cpu-multireward (committed in the registry; trained into build/figure-studies/ when absent)"
+INPUTS = "run logs of registry/cpu-grpo, registry/cpu-interventions and registry/cpu-multireward (committed in the registry, read through the analysis)"
 STUDIES = ("cpu-grpo", "cpu-interventions", "cpu-multireward")
 
 
 def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
-    from figures.cpu_studies import trained_study
-    from prereg_kit.analyze import analyze_study
-    from prereg_kit.plots import forest_plot
-    from prereg_kit.report import contrast_table
-
-    dirs = study_dirs if study_dirs is not None else [trained_study(s) for s in STUDIES]
+    dirs = study_dirs if study_dirs is not None else [registry_study(s) for s in STUDIES]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = ["# CPU studies: every contrast, from their run logs", "",

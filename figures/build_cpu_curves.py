@@ -8,20 +8,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from figures.cpu_studies import primary_curves
+from prereg_kit.plots import subplots, time_unit
+
 OUTPUT = "cpu_accuracy_curves.png"
 DESCRIPTION = "CPU studies: held-out accuracy against generated tokens and training time, per configuration (run logs)"
-INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (committed in the registry; trained into build/figure-studies/ when absent)"
+INPUTS = "run logs of registry/cpu-grpo and registry/cpu-interventions (committed in the registry, read through the analysis)"
 STUDIES = ("cpu-grpo", "cpu-interventions")
 
 
-def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
-    from prereg_kit.plots import save, time_unit
-    import matplotlib.pyplot as plt  # after plots, which selects the Agg backend
+def draw(study_dirs: list[Path]):
+    """The figure and the tidy data it plots: one row per (study, configuration, evaluation) with
+    the seed-mean tokens and training seconds and the mean, min and max accuracy over seeds."""
+    import pandas as pd
 
-    from figures.cpu_studies import primary_curves, trained_study
 
-    dirs = study_dirs if study_dirs is not None else [trained_study(s) for s in STUDIES]
-    fig, axes = plt.subplots(len(dirs), 2, figsize=(12, 4.2 * len(dirs)), squeeze=False)
+    dirs = list(study_dirs)
+    fig, axes = subplots(len(dirs), 2, figsize=(12, 4.2 * len(dirs)), squeeze=False)
+    data = []
     for row, d in zip(axes, dirs):
         plan, _, curves = primary_curves(Path(d))
         div, unit = time_unit(float(curves["train_seconds"].max()))
@@ -30,6 +34,10 @@ def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
             for ax, x in zip(row, (by["tokens"].mean() / 1e3, by["train_seconds"].mean() / div)):
                 (line,) = ax.plot(x, by["accuracy"].mean(), marker=".", label=str(name))
                 ax.fill_between(x, by["accuracy"].min(), by["accuracy"].max(), color=line.get_color(), alpha=0.12, lw=0)
+            data.append(pd.DataFrame({"study": plan.study.id, "configuration": str(name),
+                                      "tokens": by["tokens"].mean(), "train_seconds": by["train_seconds"].mean(),
+                                      "accuracy_mean": by["accuracy"].mean(), "accuracy_min": by["accuracy"].min(),
+                                      "accuracy_max": by["accuracy"].max()}).reset_index())
         row[0].axvline(plan.budget.tokens / 1e3, color="black", ls="--", lw=0.8, label="B")
         row[0].set_xlabel("generated tokens (thousands)")
         row[1].set_xlabel(f"training time ({unit}; evaluation excluded)")
@@ -40,4 +48,13 @@ def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
             ax.grid(alpha=0.3)
         row[0].legend(fontsize=8)
     fig.suptitle("CPU studies, from their run logs: accuracy at matched tokens and over training time")
+    return fig, pd.concat(data, ignore_index=True)
+
+
+def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
+    from prereg_kit.plots import save
+
+    from figures.cpu_studies import registry_study
+
+    fig, _ = draw(study_dirs if study_dirs is not None else [registry_study(s) for s in STUDIES])
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

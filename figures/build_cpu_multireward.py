@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from figures.cpu_studies import primary_curves
+from prereg_kit.plots import subplots
+
 OUTPUT = "cpu_multireward.png"
 DESCRIPTION = ("CPU multi-reward study: accuracy and negative-answer rate against generated tokens per aggregation rule "
                "(primary-only, additive, TAG with the elected anchor), and the election probes' reverse/forward KL")
@@ -36,14 +39,15 @@ def election_bars(ax, election: dict) -> None:
     ax.grid(alpha=0.3, axis="y")
 
 
-def build(out_dir: Path, study_dir: Path | None = None) -> Path:
-    from prereg_kit.plots import save
-    import matplotlib.pyplot as plt  # after plots, which selects the Agg backend
+def draw(study: Path):
+    """The figure and its data: one row per (metric, configuration, evaluation) with the seed-mean
+    tokens and the mean, min and max of the metric over seeds (accuracy and negative_rate)."""
+    import pandas as pd
 
-    from figures.cpu_studies import primary_curves, trained_study
 
-    d = Path(study_dir) if study_dir is not None else trained_study(STUDY)
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6))
+    d = Path(study)
+    fig, axes = subplots(1, 3, figsize=(17, 4.6))
+    data = []
     for ax, metric, label in ((axes[0], "accuracy", "held-out accuracy (fraction)"),
                               (axes[1], "negative_rate", "negative-answer rate (fraction of samples)")):
         plan, _, curves = primary_curves(d, metric=metric)
@@ -54,6 +58,9 @@ def build(out_dir: Path, study_dir: Path | None = None) -> Path:
             (line,) = ax.plot(x, by["accuracy"].mean(), marker="os^D"[i % 4], ms=7 - 2 * (i % 3),
                               lw=3.2 - 1.1 * (i % 3), ls=("-", "--", ":")[i % 3], label=str(name))
             ax.fill_between(x, by["accuracy"].min(), by["accuracy"].max(), color=line.get_color(), alpha=0.12, lw=0)
+            data.append(pd.DataFrame({"metric": metric, "configuration": str(name), "tokens": by["tokens"].mean(),
+                                      "mean": by["accuracy"].mean(), "min": by["accuracy"].min(),
+                                      "max": by["accuracy"].max()}).reset_index())
         ax.axvline(plan.budget.tokens / 1e3, color="black", ls="--", lw=0.8, label="B")
         ax.set_xlabel("generated tokens (thousands)")
         ax.set_ylabel(label)
@@ -64,4 +71,13 @@ def build(out_dir: Path, study_dir: Path | None = None) -> Path:
     election_bars(axes[2], json.loads((d / "election.json").read_text()))
     fig.suptitle(f"{plan.study.id}: additive aggregation drifts onto the shortcut channel; TAG with the elected anchor does not\n"
                  "(where TAG's curve lies on primary-only's, the runs were identical: docs/multi-reward.md)", fontsize=11)
+    return fig, pd.concat(data, ignore_index=True)
+
+
+def build(out_dir: Path, study_dir: Path | None = None) -> Path:
+    from prereg_kit.plots import save
+
+    from figures.cpu_studies import registry_study
+
+    fig, _ = draw(Path(study_dir) if study_dir is not None else registry_study(STUDY))
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

@@ -13,16 +13,19 @@ from pathlib import Path
 
 import numpy as np
 
+from figures.cpu_studies import primary_curves
+from prereg_kit import readings as rd
+from prereg_kit.plots import subplots
+
 OUTPUT = "cpu_selection_panels.png"
 DESCRIPTION = "CPU intervention study: gain of the critic filter (and its random-choice control) over outcome-only GRPO against the change in mixed groups and against the candidates' mean predicted success (paper 1 Figure 4's form)"
-INPUTS = "run logs of registry/cpu-interventions (committed in the registry; trained into build/figure-studies/ when absent)"
+INPUTS = "run logs of registry/cpu-interventions (committed in the registry, read through the analysis)"
 STUDY = "cpu-interventions"
 ARMS = {"critic_filter": "#1f4e9c", "random_choice": "#999999"}
 
 
 def selection_points(study_dir: Path, comparator: str = "outcome"):
     """One row per (arm, seed) of a trained study: see :func:`points_from`."""
-    from figures.cpu_studies import primary_curves
 
     plan, st, curves = primary_curves(Path(study_dir))
     return points_from(curves, st.iterations, plan.budget.tokens, comparator)
@@ -32,8 +35,6 @@ def points_from(curves, iterations, budget: float, comparator: str = "outcome"):
     """Per (arm, seed): gain at B over the comparator, Δ mixed share (mean over iterations to B),
     and the candidates' mean predicted success after the warm-up (``sel_pred_candidates``)."""
     import pandas as pd
-
-    from prereg_kit import readings as rd
 
     at_b = rd.read_at_tokens(curves, budget).set_index(["configuration", "seed"])["accuracy"]
     its = iterations[iterations["cum_tokens"] <= budget * 1.0001]
@@ -51,14 +52,11 @@ def points_from(curves, iterations, budget: float, comparator: str = "outcome"):
     return pd.DataFrame(rows, columns=["arm", "seed", "gain", "d_mixed", "pred_candidates"])
 
 
-def build(out_dir: Path, study_dir: Path | None = None) -> Path:
-    from prereg_kit.plots import save
-    import matplotlib.pyplot as plt  # after plots, which selects the Agg backend
+def draw(study: Path):
+    """The figure and its data (:func:`selection_points`: one row per arm and seed)."""
 
-    from figures.cpu_studies import trained_study
-
-    pts = selection_points(study_dir if study_dir is not None else trained_study(STUDY))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
+    pts = selection_points(study)
+    fig, axes = subplots(1, 2, figsize=(11, 4.3), sharey=True)
     for arm, color in ARMS.items():
         p = pts[pts["arm"] == arm]
         axes[0].scatter(p["d_mixed"], p["gain"], color=color, label=arm, s=30)
@@ -74,4 +72,13 @@ def build(out_dir: Path, study_dir: Path | None = None) -> Path:
     axes[1].set_title("(b) gain against the candidates' predicted success", fontsize=10)
     axes[1].legend(fontsize=8)
     fig.suptitle("CPU intervention study: when does prompt selection help? (per seed, from run logs)")
+    return fig, pts
+
+
+def build(out_dir: Path, study_dir: Path | None = None) -> Path:
+    from prereg_kit.plots import save
+
+    from figures.cpu_studies import registry_study
+
+    fig, _ = draw(study_dir if study_dir is not None else registry_study(STUDY))
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

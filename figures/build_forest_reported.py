@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from figures.paper_tables import value
+from prereg_kit.plots import subplots
+
 OUTPUT = "figure7_forest.png"
 DESCRIPTION = ("Figures 7-8 (figure7_forest.png, figure8_forest.png): forest plots of every matched-compute "
                "comparison with a ±0.02 band, rebuilt from reported summaries")
@@ -22,15 +25,10 @@ def _root(root) -> Path:
 
 
 def plot_figure(rows, figure: int, path: Path) -> Path:
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from prereg_kit.registry import value
 
     n = len(rows)
-    fig, ax = plt.subplots(figsize=(15, 1.6 + 0.34 * max(n, 1)))
+    fig, ax = subplots(figsize=(15, 1.6 + 0.34 * max(n, 1)))
     ax.axvspan(-BAND, BAND, color="0.88", zorder=0, label="±0.02 band")
     ax.axvline(0, color="0.35", lw=0.8, zorder=1)
     labels = []
@@ -55,12 +53,11 @@ def plot_figure(rows, figure: int, path: Path) -> Path:
     ax.legend(loc="lower left", fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.36, right=0.72, top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())
     fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
     return path
 
 
 def build(out_dir: Path, root: Path | None = None) -> Path:
-    from prereg_kit.registry import figure_rows
+    from figures.paper_tables import figure_rows
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

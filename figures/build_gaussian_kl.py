@@ -12,12 +12,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from prereg_kit.plots import save
+import numpy as np
 
-import matplotlib.pyplot as plt  # noqa: E402  (after plots, which selects the Agg backend)
-import numpy as np  # noqa: E402
-
-from analyses.kl import approx_kl, gaussian_mode_kl, mode_dropping_kl  # noqa: E402
+from analyses.kl import approx_kl, gaussian_mode_kl, mode_dropping_kl
+from prereg_kit.plots import save, subplots
 
 OUTPUT = "p2_fig8_gaussian_kl.png"
 DESCRIPTION = ("Paper 2 Figure 8: forward vs reverse KL of a Gaussian probe with an invented mode (eps=5%) "
@@ -38,7 +36,7 @@ def build(out_dir: Path) -> Path:
     exact = np.array([gaussian_mode_kl(EPS, s) for s in SEPARATIONS])
     approx = np.array([approx_kl(EPS, s) for s in SEPARATIONS])
     mc = np.array([[gaussian_mode_kl(EPS, s, method="mc", n=2048, seed=k) for k in MC_SEEDS] for s in MC_SEPARATIONS])
-    fig, axes = plt.subplots(2, 2, figsize=(14, 10.5))
+    fig, axes = subplots(2, 2, figsize=(14, 10.5))
 
     ax = axes[0, 0]
     ax.plot(SEPARATIONS, exact[:, 0], color=FWD, lw=2.2, label="KL_fwd = D(π₀‖π_T), exact")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from prereg_kit.registry import recheck
+
 OUTPUT = "recheck_table.md"
 DESCRIPTION = "Recheck of every reported p-value in the registry against its printed mean, 95% CI and n (rounding allowed)"
 INPUTS = "registry/*/plan.toml, registry/*/reported.toml"
@@ -22,8 +24,6 @@ def _cell(text: str) -> str:
 
 
 def build(out_dir: Path, root: Path | None = None) -> Path:
-    from prereg_kit.registry import recheck
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     res = recheck(_root(root))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from figures.paper_tables import table_blocks
+
 OUTPUT = "table3_4.md"
 DESCRIPTION = "Tables 3-4: every matched-compute contrast, rebuilt from reported summaries († = row lost in the PDF, rebuilt from Figures 7-8 / Table 15)"
 INPUTS = "registry/*/reported.toml (rows with table = 3 or 4)"
@@ -29,8 +31,6 @@ def _interval(r) -> str:
 
 
 def build(out_dir: Path, root: Path | None = None) -> Path:
-    from prereg_kit.registry import table_blocks
-
     base = _root(root)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

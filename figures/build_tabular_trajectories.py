@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prereg_kit.plots import save
+import numpy as np
 
-import matplotlib.pyplot as plt  # noqa: E402  (after plots, which selects the Agg backend)
-import numpy as np  # noqa: E402
-
-from analyses.tabular import iterations_to_reach, run_recursion, sampled_trajectory  # noqa: E402
+from analyses.tabular import iterations_to_reach, run_recursion, sampled_trajectory
+from prereg_kit.plots import save, subplots
 
 OUTPUT = "p2_fig3_tabular_trajectories.png"
 DESCRIPTION = ("Paper 2 Figure 3: exact tabular recursion pi_t(a_j|x) under GRPO, Dr.GRPO, MO-GRPO, exact PG "
@@ -46,7 +44,7 @@ def _grid(steps: int, points: int = 400) -> np.ndarray:
 def build(out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(2, 3, figsize=(16, 9.5), sharey=True)
+    fig, axes = subplots(2, 3, figsize=(16, 9.5), sharey=True)
     grid = _grid(STEPS)
     for ax, (rule, title) in zip(axes.flat, PANELS):
         ts, traj = run_recursion(INIT, rule=rule, steps=STEPS, record_at=grid, lam=1.0, **SETTING)

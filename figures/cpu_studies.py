@@ -1,98 +1,78 @@
-"""The CPU studies behind the run-log figures.
+"""The CPU studies behind the run-log figures, read through the analysis.
 
-Each CPU study keeps its lock and run logs in the registry (``registry/cpu-*/plan.lock`` and
-``runs/``, about 1.5 MB in all; ``make cpu-studies`` trains them in place). The figures read them
-there, so ``make figures`` on a fresh clone needs no training. A study whose registry copy has no
-complete, locked runs (the user deleted them, or changed the plan) is trained instead into a
-locked copy under ``build/figure-studies/`` (minutes per study on 2 cores; complete runs are
-reused by later builds).
+Each CPU study keeps its lock and sealed run logs in the registry (``registry/cpu-*/plan.lock``
+and ``runs/``; ``make cpu-studies`` trains them in place). The figures read them only through
+:func:`prereg_kit.analyze.study_curves`: the same lock verification, run audit, seal checks,
+design and admission rules as ``prereg analyze``. Building figures never trains: a study whose
+runs are missing or incomplete is an error naming the command that produces them.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+
+from prereg_kit.analyze import study_curves
+from prereg_kit.errors import PreregError
+from prereg_kit.jobs import stage_runs
+from prereg_kit.plan import load_plan
+from prereg_kit.runlog import RunLogError, read_meta
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "registry"
-WORK = REPO / "build" / "figure-studies"
 
 
-def complete_runs(study_dir: Path) -> bool:
-    """True when the study's plan matches its lock and every main run of the plan is complete
-    under the lock's hash (what ``prereg analyze`` needs, without retraining)."""
-    from prereg_kit.errors import PreregError
-    from prereg_kit.runlog import read_meta
-    from prereg_kit.verify import verify_study
-    from trainer.launch import plan_jobs
+class MissingRunsError(RuntimeError):
+    """A CPU study has no complete, locked runs to draw."""
 
-    if not (study_dir / "plan.lock").exists():
-        return False
+
+def missing_runs(study: Path) -> list[str]:
+    """What keeps ``study`` from being drawn (empty when its plan is locked and unchanged and
+    every main run of the plan is complete)."""
+
+    if not (study / "plan.lock").exists():
+        return ["no plan.lock"]
     try:
-        report = verify_study(study_dir)  # chain intact, plan unchanged, runs after the lock
-        if report.violations or report.problems:
-            return False
-        _, jobs = plan_jobs(study_dir)
-        return all((j.folder / "meta.json").exists() and read_meta(j.folder).status == "complete" for j in jobs)
-    except (PreregError, OSError, ValueError):
-        return False
+        _, runs = stage_runs(study)  # main runs: the plan locked and unchanged
+    except PreregError as e:
+        return list(e.lines)
+    out = []
+    for r in runs:
+        try:
+            status = read_meta(r.folder).status
+        except RunLogError:
+            status = "missing"
+        if status != "complete":
+            out.append(f"{r.folder.relative_to(study).as_posix()}: {status}")
+    return out
 
 
-def trained_study(name: str, *, work: Path = WORK, registry: Path = REGISTRY) -> Path:
-    """The study folder whose run logs the figures read: ``registry/<name>`` when its locked runs
-    are all complete, else a locked copy ``work/<name>`` trained with the built-in trainer.
-
-    A copy whose plan differs from the registry's is rebuilt from scratch (it is a build
-    product, never the user's data: only folders under ``build/`` are touched).
-    """
-    if complete_runs(registry / name):
-        return registry / name
-    from prereg_kit.lock import lock_plan
-    from trainer.launch import run_study
-
-    src = registry / name / "plan.toml"
-    dst = work / name
-    if (dst / "plan.toml").exists() and (dst / "plan.toml").read_bytes() != src.read_bytes():
-        shutil.rmtree(dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    if not (dst / "plan.toml").exists():
-        shutil.copyfile(src, dst / "plan.toml")
-    if needs_election(dst) and not (dst / "election.json").exists():
-        elect_anchor(dst)
-    lock_plan(dst / "plan.toml")
-    jobs = run_study(dst, n_jobs=1)  # one at a time: each run already uses the cores it is given
-    failed = [j for j in jobs if str(j.result).startswith("failed")]
-    if failed:
-        raise RuntimeError(f"{name}: {len(failed)} run(s) failed, e.g. {failed[0].configuration} seed {failed[0].seed}")
-    return dst
-
-
-def needs_election(study_dir: Path) -> bool:
+def needs_election(study: Path) -> bool:
     """A configuration names ``anchor = "elected"``: the study needs ``prereg elect`` before its runs."""
-    from prereg_kit.plan import load_plan
 
-    plan = load_plan(study_dir).plan
+    plan = load_plan(study).plan
     return any(plan.resolved_config(c).get("anchor") == "elected" for c in plan.configurations)
 
 
-def elect_anchor(study_dir: Path) -> None:
-    """Anchor election with the settings the registry's CPU study was elected with (its Makefile target)."""
-    from trainer.elect import elect
+def registry_study(name: str, *, registry: Path = REGISTRY) -> Path:
+    """``registry/<name>`` when its locked main runs are all complete; else :class:`MissingRunsError`
+    naming what is missing and the commands that train it (figures never train)."""
+    d = registry / name
+    gaps = missing_runs(d)
+    if not gaps:
+        return d
+    rel = d.relative_to(REPO).as_posix() if d.is_relative_to(REPO) else str(d)
+    steps = []
+    if needs_election(d) and not (d / "election.json").exists():
+        steps.append(f"prereg elect {rel} (with the Makefile's ELECT_ARGS)")
+    steps += [f"prereg lock {rel}/plan.toml", f"prereg run {rel}"]
+    more = f" (and {len(gaps) - 3} more)" if len(gaps) > 3 else ""
+    raise MissingRunsError(f"{rel}: no complete runs to draw ({'; '.join(gaps[:3])}{more}); "
+                           f"train them first: {' && '.join(steps)} (or `make cpu-studies`)")
 
-    elect(study_dir, **ELECTION_SETTINGS)
 
+def primary_curves(study: Path, metric: str = "accuracy"):
+    """``(plan, curves of the study, admitted curves of metric)``: the primary set under the plan's
+    verifier, as :func:`prereg_kit.analyze.study_curves` admits them (its ``iterations`` too)."""
 
-# `prereg elect registry/cpu-multireward` as `make cpu-studies` runs it (the Makefile's ELECT_ARGS).
-ELECTION_SETTINGS: dict = {"seeds": [0], "steps": 12, "prompts": 32, "samples": 4}
-
-
-def primary_curves(study_dir: Path, metric: str = "accuracy"):
-    """Curves of ``metric`` (primary set, plan's verifier), the run logs and the plan of a trained study."""
-    from prereg_kit import readings as rd
-    from prereg_kit.plan import load_plan
-    from prereg_kit.runlog import load_study
-
-    plan = load_plan(study_dir).plan
-    st = load_study(study_dir, progress=False)
-    verifier = plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default"
-    return plan, st, rd.accuracy_curve(st.evals, eval_set=plan.evaluation.primary, verifier=verifier, metric=metric)
+    sc = study_curves(study, metric=metric)
+    return sc.plan, sc, sc.curves

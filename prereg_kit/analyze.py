@@ -36,8 +36,9 @@ from . import readings as rd
 from . import stats
 from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
-from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, load_plan, resolve_plan_path
-from .runlog import Study, load_study
+from .margin import margin_bounds, noninferiority_margin
+from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
+from .runlog import StudyRuns, load_study
 from .verify import verify_study
 
 _HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
@@ -67,14 +68,6 @@ class Analysis:
 # ---------------------------------------------------------------------------------------- stats
 
 
-def _nimargin(margin) -> float:
-    return float(margin) if not isinstance(margin, list) else -float(margin[0])
-
-
-def _bounds(margin) -> tuple[float, float]:
-    return (-float(margin), float(margin)) if not isinstance(margin, list) else (float(margin[0]), float(margin[1]))
-
-
 def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None, n_resamples: int) -> dict:
     """Every statistic of one contrast from its per-seed differences ``d`` (fractions).
 
@@ -82,12 +75,11 @@ def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None
     """
     st = plan.statistics
     margin = plan.margin_of(c)
-    lo, hi = _bounds(margin)
+    lo, hi = margin_bounds(margin)
     pt = stats.paired_t(d, confidence=st.confidence, alternative=c.alternative)
-    tost = stats.tost_paired(d, margin=margin if not isinstance(margin, list) else tuple(margin), alpha=st.alpha)
-    ni = stats.noninferiority(d, margin=_nimargin(margin), alpha=st.alpha)
-    boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed,
-                                margin=margin if not isinstance(margin, list) else tuple(margin))
+    tost = stats.tost_paired(d, margin=(lo, hi), alpha=st.alpha)
+    ni = stats.noninferiority(d, margin=noninferiority_margin(margin), alpha=st.alpha)
+    boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed, margin=(lo, hi))
     row = {
         "n": pt.n, "mean": pt.mean, "sd": pt.sd, "se": pt.se, "dz": pt.dz, "ci_low": pt.ci_low, "ci_high": pt.ci_high,
         "t": pt.t, "df": pt.df, "p": pt.p, "zero_sd": pt.zero_sd,
@@ -181,10 +173,24 @@ def _check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[li
     return lines, summary, notes
 
 
-def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resamples: int | None = None,
-                  progress: bool | None = None, tsa_ca: str | Path | None = None) -> Analysis:
-    """Analyze ``study_dir`` (its ``plan.toml``, ``plan.lock`` and ``runs/``) as its plan says.
-    ``tsa_ca``: the TSA root to check the study's timestamp receipts against (``prereg verify``)."""
+@dataclass
+class VerifiedRuns:
+    """A study's main-stage runs as the analysis admits them to be read: the lock verified, run
+    start times audited, seals checked, the plan's design enforced (``prereg verify`` and
+    ``prereg_kit.design``)."""
+
+    plan_path: Path
+    plan_file: PlanFile
+    lock_lines: list[str]
+    lock_summary: dict
+    runs: StudyRuns
+    evals: pd.DataFrame  # the main runs' evaluation rows
+    design_exclusions: pd.DataFrame
+    notes: list[str]
+
+
+def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress: bool | None = None,
+                   tsa_ca: str | Path | None = None) -> VerifiedRuns:
     plan_path = resolve_plan_path(study_dir)
     study_dir = plan_path.parent
     lock_lines, lock_summary, notes = _check_verified(study_dir, exploratory, tsa_ca)
@@ -201,6 +207,58 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     if len(main) < len(st.meta):
         notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
     keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
+    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes)
+
+
+def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str) -> tuple[rd.AdmissionResult, pd.DataFrame]:
+    """Curves of ``metric`` on ``eval_set`` kept by the plan's admission rules, and the drift flags."""
+    adm = v.plan_file.plan.admission
+    try:
+        curves = rd.accuracy_curve(v.evals, eval_set=eval_set, verifier=verifier, metric=metric)
+        flags = rd.drift_flags(v.evals, eval_set=eval_set, threshold=adm.drift_threshold)
+        a = rd.apply_admission(curves, iterations=v.runs.iterations, min_iteration=adm.min_iterations,
+                               meta=v.runs.meta, statuses=("complete",) if adm.require_complete else None,
+                               flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
+    except rd.ReadingError as e:
+        raise PreregError(f"{v.plan_path.parent}: {e}") from None
+    return a, flags
+
+
+@dataclass
+class StudyCurves:
+    """Admitted curves of one metric of a verified study, for figures: the same verification,
+    seal checks, design and admission rules as :func:`analyze_study`."""
+
+    plan: Plan
+    curves: pd.DataFrame  # configuration, seed, eval_index, tokens, train_seconds, updates, accuracy (the metric's value)
+    iterations: pd.DataFrame  # the main runs' iteration rows (with running sums)
+    exclusions: pd.DataFrame
+    notes: list[str]
+
+
+def study_curves(study_dir: str | Path, *, metric: str = "accuracy", eval_set: str | None = None,
+                 verifier: str | None = None, progress: bool | None = False) -> StudyCurves:
+    """Curves of ``metric`` (default the primary set under the plan's verifier; ``math_verify``
+    reads as ``default``) of a study whose lock, audit, seals and design verify, after its
+    admission rules. Refuses what ``prereg analyze`` refuses."""
+    v = _verified_runs(study_dir, progress=progress)
+    plan = v.plan_file.plan
+    ver = verifier or (plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default")
+    a, _ = _admitted(v, eval_set or plan.evaluation.primary, ver, metric)
+    its = v.runs.iterations.merge(v.runs.meta.loc[v.runs.meta["stage"] == "main", ["configuration", "seed"]],
+                                  on=["configuration", "seed"])
+    return StudyCurves(plan, a.kept, its, a.exclusions, v.notes)
+
+
+def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resamples: int | None = None,
+                  progress: bool | None = None, tsa_ca: str | Path | None = None) -> Analysis:
+    """Analyze ``study_dir`` (its ``plan.toml``, ``plan.lock`` and ``runs/``) as its plan says.
+    ``tsa_ca``: the TSA root to check the study's timestamp receipts against (``prereg verify``)."""
+    v = _verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca)
+    plan_path, pf, st, keep, notes, design_ex = v.plan_path, v.plan_file, v.runs, v.evals, v.notes, v.design_exclusions
+    lock_lines, lock_summary = v.lock_lines, v.lock_summary
+    study_dir = plan_path.parent
+    plan = pf.plan
     B = plan.budget.tokens
     nres = n_resamples or plan.statistics.bootstrap_resamples
     adm = plan.admission
@@ -212,12 +270,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         if metric == "greedy_accuracy":
             metric = "accuracy"  # the greedy verifier already reads greedy correctness
         if (eval_set, verifier, metric) not in cache:
+            a, flags = _admitted(v, eval_set, verifier, metric)
             try:
-                curves = rd.accuracy_curve(keep, eval_set=eval_set, verifier=verifier, metric=metric)
-                flags = rd.drift_flags(keep, eval_set=eval_set, threshold=adm.drift_threshold)
-                a = rd.apply_admission(curves, iterations=st.iterations, min_iteration=adm.min_iterations,
-                                       meta=st.meta, statuses=("complete",) if adm.require_complete else None,
-                                       flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
                 pa = (None if metric in DERIVED_METRICS
                       else rd.problem_accuracy(keep, eval_set=eval_set, verifier=verifier, metric=metric))
             except rd.ReadingError as e:
@@ -238,7 +292,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         eval_set = c.eval_set or plan.evaluation.primary
         curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric)
         rp = c.reading_point
-        point = rd.ReadingPoint(rp.kind, budget=B, multiple=rp.multiple)
+        point = rp.at_budget(B)
         if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
             try:
                 rel = rd.relative_accuracy_curves(curves, reference, point.tokens, allow_missing=adm.allow_missing_seeds)
@@ -303,7 +357,7 @@ def _run_of(path: str) -> tuple[str, int]:
         return p.parent.name, -1
 
 
-def _enforce_design(study_dir: Path, plan: Plan, st: Study, exploratory: bool, notes: list[str]) -> pd.DataFrame:
+def _enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: bool, notes: list[str]) -> pd.DataFrame:
     """Exactly the runs and evaluation problems the plan names (``prereg_kit.design``).
 
     Violations, in the order of their cause: run logs that cannot be read, planned runs that are

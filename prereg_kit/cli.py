@@ -48,6 +48,9 @@ INTERNAL_ERROR = 3  # exit code of a bug in prereg-kit: never 1, which means a v
 TRACEBACK_ENV = "PREREG_TRACEBACK"
 
 
+RUNNER_HELP = "Trainer to use when several are installed (entry points of group prereg_kit.runners)."
+
+
 def handles_errors(fn):
     """Turn :class:`PreregError` into its lines on stderr and its exit code; never show a traceback.
 
@@ -333,12 +336,12 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
         stage: Annotated[str, typer.Option(help="Stage to run: main (needs a locked plan), smoke, pilot, calibration.")] = "main",
         configs: Annotated[list[str] | None, typer.Option("--configs", help="Configurations to run (comma-separated or repeated); default all.")] = None,
         seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds to run: 0,1 or 0-3 (repeatable); default all.")] = None,
-        jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Runs at once (default: one per GPU; 1 on CPU).")] = None) -> None:
+        jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Runs at once (default: one per GPU; 1 on CPU).")] = None,
+        runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
     """Train every configuration x seed of the plan's stage; skip complete runs, resume incomplete ones."""
-    try:
-        from trainer.launch import run_study
-    except ImportError as e:  # torch / transformers are the 'train' extra
-        raise PreregError(f"prereg run needs the trainer's dependencies (pip install prereg-kit[train]): {e}") from None
+    from .runners import load_runner
+
+    backend = load_runner(runner, command="run")
 
     def split(values: list[str] | None) -> list[str] | None:
         return None if not values else [x.strip() for v in values for x in v.split(",") if x.strip()]
@@ -354,8 +357,7 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
             if last < first or last - first >= 100_000:
                 raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
             seed_list += list(range(first, last + 1))
-    results = run_study(study_dir, stage=stage, configs=split(configs), seeds=seed_list, n_jobs=jobs, console=err)
-    if any(j.result.startswith("failed") for j in results):
+    if not backend.run(study_dir, stage=stage, configs=split(configs), seeds=seed_list, n_jobs=jobs, console=err):
         raise typer.Exit(1)
 
 
@@ -441,14 +443,14 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
           steps: Annotated[int | None, typer.Option(min=1, help="Stop each probe after T iterations instead (the paper's T = 300; not with --tokens).")] = None,
           prompts: Annotated[int, typer.Option(min=1, help="Held-out prompts for the KLs (the primary evaluation set's first N).")] = 64,
           samples: Annotated[int, typer.Option(min=1, help="Samples per prompt for each KL.")] = 4,
-          jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Probe runs at once (default: one per GPU; 1 on CPU).")] = None) -> None:
+          jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Probe runs at once (default: one per GPU; 1 on CPU).")] = None,
+          runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
     """Anchor election: a probe per channel, reverse/forward KL from the base; writes election.json."""
     from rich.markup import escape
 
-    try:
-        from trainer.elect import elect as run_election
-    except ImportError as e:  # torch / transformers are the 'train' extra
-        raise PreregError(f"prereg elect needs the trainer's dependencies (pip install prereg-kit[train]): {e}") from None
+    from .runners import load_runner
+
+    backend = load_runner(runner, command="elect")
     seed_list = None
     if seeds:
         seed_list = []
@@ -462,8 +464,8 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
             seed_list += list(range(first, last + 1))
     if steps is not None and tokens is not None:
         raise PreregError("give --steps or --tokens, not both: a probe stops after T iterations or at a token budget")
-    rec = run_election(study_dir, configuration=configuration, seeds=seed_list, tokens=tokens, steps=steps, prompts=prompts,
-                       samples=samples, n_jobs=jobs, log=lambda m: err.print(escape(m), soft_wrap=True))
+    rec = backend.elect(study_dir, configuration=configuration, seeds=seed_list, tokens=tokens, steps=steps, prompts=prompts,
+                        samples=samples, n_jobs=jobs, log=lambda m: err.print(escape(m), soft_wrap=True))
     import json
 
     print(json.dumps({"elected": rec["elected"], "kl_rev": rec["kl_rev"], "kl_fwd": rec["kl_fwd"]}))

@@ -31,15 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from .jobs import planned_runs
 from .plan import Plan
 from .runlog import ELECTION_FILE, META_FILE, RunLogError, read_meta
 
 _SEED_DIR = re.compile(r"^seed-(0|[1-9][0-9]*)$")
-
-
-def planned_runs(plan: Plan, stage: str = "main") -> list[tuple[str, int]]:
-    """Every (configuration, seed) of a stage, in the plan's order."""
-    return [(c, s) for c in plan.configurations_for(stage) for s in plan.seeds_for(stage)]
 
 
 def _visible(folder: Path) -> list[Path]:

@@ -1,4 +1,7 @@
-"""Figures of a study's report (matplotlib, Agg): forest plot, accuracy curves, difference over time.
+"""Figures of a study's report (matplotlib): forest plot, accuracy curves, difference over time.
+
+Figures are ``matplotlib.figure.Figure`` objects made by :func:`subplots`, not through pyplot: no
+backend is selected and nothing global changes when this module is imported or a figure is drawn.
 
 - :func:`forest_plot` — every contrast: mean with its 95% CI, per-seed differences as dots, a
   ±margin band (paper 1, Figures 7–8);
@@ -10,16 +13,21 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
+import textwrap
 
-import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
 
-matplotlib.use("Agg")  # no display; figures go to files
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from scipy import stats as sps  # noqa: E402
+def subplots(nrows: int = 1, ncols: int = 1, **kw):
+    """A figure and its axes, as ``pyplot.subplots`` returns them, on a figure pyplot never sees."""
+    fig = Figure(figsize=kw.pop("figsize", None))
+    return fig, fig.subplots(nrows, ncols, **kw)
+
 
 TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
 
@@ -31,7 +39,6 @@ def save(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, fl
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi, bbox_inches="tight")  # long titles and labels are never cut off
-    plt.close(fig)
     return path
 
 
@@ -48,7 +55,7 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
                 margin: float = 0.02) -> Path:
     """One row per contrast: paired-t mean and CI (fractions), dots for the per-seed differences."""
     n = len(contrasts)
-    fig, ax = plt.subplots(figsize=(8.5, 1.2 + 0.55 * max(n, 1)))
+    fig, ax = subplots(figsize=(8.5, 1.2 + 0.55 * max(n, 1)))
     ax.axvspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0, label=f"±{margin:g} margin")
     ax.axvline(0, color="black", lw=0.8)
     rng = np.random.default_rng(0)  # jitter only; fixed for reproducible figures
@@ -66,9 +73,9 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
     what = "accuracy" if set(metrics) == {"accuracy"} else "the metric in [ ] (else accuracy)"
     ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point)\nmean and 95% CI; dots: seeds")
     ax.set_title(textwrap.fill(title, 70))
-    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items()
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items()
                if t in set(contrasts["tier"])]
-    ax.legend(handles=[*handles, plt.Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")],
+    ax.legend(handles=[*handles, Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")],
               loc="best", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, path)
@@ -79,7 +86,7 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
 
     ``curves``: configuration, seed, tokens, train_seconds, accuracy (one row per evaluation).
     """
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(11, 4.2), sharey=True)
     div, unit = time_unit(float(curves["train_seconds"].max()) if len(curves) else 0.0)
     for name, g in curves.groupby("configuration", sort=True):
         by_eval = g.groupby("eval_index")
@@ -102,16 +109,26 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
 
 def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], path: Path, *,
                          title: str, margin: float = 0.02, grid_points: int = 60) -> Path:
-    """Treatment − control accuracy against training hours for each (label, treatment, control).
+    """Treatment − control accuracy against training hours for each (label, treatment, control),
+    written to ``path`` (:func:`difference_figure`)."""
+    fig, _ = difference_figure(curves, pairs, title=title, margin=margin, grid_points=grid_points)
+    return save(fig, path)
+
+
+def difference_figure(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, title: str,
+                      margin: float = 0.02, grid_points: int = 60):
+    """The figure of :func:`difference_over_time` and its data: one row per (label, grid point)
+    with the training seconds, the mean difference over seeds, the band's half-width and n.
 
     Per seed, both runs' accuracy is interpolated linearly in training time on a common grid up
     to the shorter run's last evaluation; the line is the mean over seeds, the band a 95% t
     interval; the grey band is ±margin.
     """
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = subplots(figsize=(8, 4.2))
     div, unit = time_unit(float(curves["train_seconds"].max()) if len(curves) else 0.0)
     ax.axhspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
     ax.axhline(0, color="black", lw=0.8)
+    data = []
     for label, tr, co in pairs:
         diffs, grid = _interpolated_differences(curves, tr, co, grid_points)
         if diffs is None:
@@ -124,13 +141,16 @@ def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]]
             half = np.zeros_like(m)
         (line,) = ax.plot(grid / div, m, label=f"{label}: {tr} − {co} (n={n})")
         ax.fill_between(grid / div, m - half, m + half, color=line.get_color(), alpha=0.2, lw=0)
+        data.append(pd.DataFrame({"label": label, "treatment": tr, "control": co, "train_seconds": grid,
+                                  "difference": m, "half_width": half, "n": n}))
     ax.set_xlabel(f"training time ({unit})")
     ax.set_ylabel("difference in accuracy (fraction)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    return save(fig, path)
+    cols = ["label", "treatment", "control", "train_seconds", "difference", "half_width", "n"]
+    return fig, (pd.concat(data, ignore_index=True) if data else pd.DataFrame(columns=cols))
 
 
 def _interpolated_differences(curves: pd.DataFrame, tr: str, co: str, k: int):

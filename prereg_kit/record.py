@@ -13,14 +13,15 @@ statistic; its row keeps the mean and the zero-width interval as ``ci_kind = "no
 
 from __future__ import annotations
 
-import math
-import sys
 from datetime import datetime, timezone
+import math
 from pathlib import Path
+import sys
 from typing import Any
 
 import tomli_w
 
+from .analyze import analyze_study
 from .registry import REPORTED_FILE, load_reported
 from .report import format_p
 
@@ -66,7 +67,6 @@ def study_record(analysis, *, when: datetime | None = None) -> dict[str, Any]:
 
 def write_record(study_dir: str | Path, *, when: datetime | None = None) -> Path:
     """Analyze ``study_dir`` and write ``study_dir/reported.toml``; the written file is validated."""
-    from .analyze import analyze_study
 
     d = Path(study_dir)
     doc = study_record(analyze_study(d, progress=False), when=when)

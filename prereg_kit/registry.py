@@ -12,16 +12,18 @@ See ``docs/registry.md``.
 
 from __future__ import annotations
 
-import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+import tomllib
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import PreregError
+from .lock import check_plan, lock_path, read_chain
 from .plan import PLAN_FILE, Plan, load_plan, read_toml
+from .stats import from_summary
+from .stats.summary import parse_p
 
 REPORTED_FILE = "reported.toml"
 TEST_KEYS = ("p", "holm_p", "tost_p", "tost_holm_p", "noninferiority_p", "noninferiority_holm_p")
@@ -215,8 +217,6 @@ class StudyState:
 
 
 def study_state(d: Path) -> StudyState:
-    from .lock import check_plan, lock_path, read_chain
-
     st = StudyState(folder=d.name, path=d)
     try:
         pf = load_plan(d / PLAN_FILE)
@@ -324,8 +324,6 @@ def recheck_row(study: str, row: ReportedRow, plan: Plan | None = None,
     range of the exact Holm value when every member of the row's family has a printed row
     (:func:`family_holm_ranges`); otherwise a Holm value is checked against ``[p, min(1, m·p)]``.
     """
-    from .stats import from_summary
-    from .stats.summary import parse_p
 
     out = CheckedRow(study=study, row=row.id, label=row.label, source=row.source, n=row.n,
                      printed=row.printed, test=row.test, status="not checkable", explanation=row.explanation)
@@ -515,62 +513,6 @@ def recheck(root: str | Path, studies: list[str] | None = None) -> RecheckResult
     return RecheckResult(rows, skipped)
 
 
-def load_all_reported(root: str | Path) -> list[tuple[Path, Reported]]:
-    """Every ``reported.toml`` under ``root`` with its folder (for the figure builders)."""
-    return [(d, load_reported(d)) for d in study_dirs(root) if (d / REPORTED_FILE).exists()]
-
-
-def value(text: str | None) -> float:
-    """A printed number as a float (``"−0.143"`` → −0.143); NaN for None."""
-    from .stats.summary import parse_number
-
-    return math.nan if text is None else parse_number(text)[0]
-
-
 __all__ = ["Reported", "ReportedRow", "Endpoint", "Amendment", "load_reported", "default_root", "study_dirs",
            "find_study", "StudyState", "study_state", "registry_states", "CheckedRow", "RecheckResult",
-           "recheck_row", "recheck_study", "recheck", "load_all_reported", "value", "REPORTED_FILE"]
-
-
-# --------------------------------------------------------------------------- rows for the figure builders
-
-TABLE_BLOCKS = {
-    "3": ["Dense rewards within a completion",
-          "At outcome-only GRPO's training time at B (768 tokens, strict reward, A100)",
-          "Critic filter on Qwen3-0.6B and Qwen2.5-1.5B"],
-    "4": ["Critic filter at the other four models", "Random choice of the filter's candidates", "Other selection rules",
-          "Learning rate 2e-6, or decaying from it to 0 at B, minus 1e-6, same configuration and seeds",
-          "Reward verification"],
-}
-
-
-@dataclass(frozen=True)
-class PrintedRow:
-    """A reported row with its study, for the table and figure builders."""
-
-    study: str
-    folder: str
-    row: ReportedRow
-
-
-def printed_rows(root: str | Path) -> list[PrintedRow]:
-    """Every reported row of the registry (dense-rewards paper), in folder order."""
-    out = []
-    for d, rep in load_all_reported(root):
-        out.extend(PrintedRow(rep.study, d.name, r) for r in rep.rows)
-    return out
-
-
-def figure_rows(root: str | Path, figure: int) -> list[PrintedRow]:
-    """The rows of Figure 7 or 8, in the paper's order (by source line)."""
-    rows = [r for r in printed_rows(root) if r.row.figure == figure and r.row.mean is not None and r.row.ci_low is not None]
-    return sorted(rows, key=lambda r: (r.row.line or 0, r.study))
-
-
-def table_blocks(root: str | Path, table: str) -> list[tuple[str, list[PrintedRow]]]:
-    """The rows of Table 3 or 4 by block, in the paper's block order and by source line within a block."""
-    rows = [r for r in printed_rows(root) if r.row.table == table]
-    names = list(TABLE_BLOCKS.get(table, []))
-    names += sorted({r.row.block for r in rows} - set(names))
-    return [(b, sorted([r for r in rows if r.row.block == b], key=lambda r: (r.row.line or 0, r.study)))
-            for b in names if any(r.row.block == b for r in rows)]
+           "recheck_row", "recheck_study", "recheck", "REPORTED_FILE"]

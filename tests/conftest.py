@@ -9,7 +9,6 @@ from plans import SMALL_PLAN
 from tsa import tsa, tsa_factory  # noqa: F401 (fixtures: a local RFC 3161 TSA for any test file)
 
 
-
 @pytest.fixture
 def study(tmp_path: Path) -> Path:
     """A study folder holding the small plan (not locked)."""

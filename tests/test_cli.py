@@ -59,3 +59,84 @@ def test_verify_missing_plan(tmp_path):
 def test_version():
     res = _run("--version")
     assert res.exit_code == 0 and "prereg-kit" in res.output
+
+
+# --- `prereg run` / `prereg elect` reach a trainer only through the prereg_kit.runners entry point
+
+
+class _Recorder:
+    """A stand-in trainer: records what the CLI hands it."""
+
+    def __init__(self, name: str, ok: bool = True):
+        self.name, self.ok, self.calls = name, ok, []
+
+    def run(self, study_dir, **kw):
+        self.calls.append(("run", study_dir, kw))
+        return self.ok
+
+    def elect(self, study_dir, **kw):
+        self.calls.append(("elect", study_dir, kw))
+        return {"elected": "correct", "kl_rev": {"correct": 0.1}, "kl_fwd": {"correct": 0.2}}
+
+
+class _EntryPoint:
+    def __init__(self, name: str, obj):
+        self.name, self._obj = name, obj
+
+    def load(self):
+        return self._obj
+
+
+def _install(monkeypatch, *runners):
+    import prereg_kit.runners as rn
+
+    monkeypatch.setattr(rn, "entry_points", lambda group: [_EntryPoint(r.name, r) for r in runners]
+                        if group == rn.GROUP else [])
+
+
+def test_run_without_a_trainer_exits_2_with_one_line(tmp_path, monkeypatch):
+    _install(monkeypatch)
+    for cmd in (["run", str(tmp_path)], ["elect", str(tmp_path)]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 2, res.output
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "no trainer installed: pip install 'prereg-kit[train]'" in lines[0]
+
+
+def test_run_hands_the_study_to_the_only_or_the_chosen_trainer(tmp_path, monkeypatch):
+    a, b = _Recorder("alpha"), _Recorder("beta", ok=False)
+    _install(monkeypatch, a)
+    res = runner.invoke(app, ["run", str(tmp_path), "--stage", "smoke", "--configs", "x,y", "--seeds", "0-2", "-j", "2"])
+    assert res.exit_code == 0, res.output
+    assert a.calls == [("run", tmp_path, {"stage": "smoke", "configs": ["x", "y"], "seeds": [0, 1, 2], "n_jobs": 2,
+                                          "console": a.calls[0][2]["console"]})]
+
+    _install(monkeypatch, a, b)
+    res = runner.invoke(app, ["run", str(tmp_path)])
+    assert res.exit_code == 2 and "several trainers are installed (alpha, beta): choose one with --runner NAME" in res.output
+    res = runner.invoke(app, ["run", str(tmp_path), "--runner", "beta"])
+    assert res.exit_code == 1 and len(b.calls) == 1  # beta reported a failed run
+    res = runner.invoke(app, ["run", str(tmp_path), "--runner", "gamma"])
+    assert res.exit_code == 2 and "no trainer 'gamma' is installed (installed: alpha, beta)" in res.output
+
+    res = runner.invoke(app, ["elect", str(tmp_path), "--runner", "alpha", "--steps", "3", "--seeds", "0,1"])
+    assert res.exit_code == 0, res.output
+    kind, study, kw = a.calls[-1]
+    assert (kind, study, kw["steps"], kw["seeds"], kw["tokens"]) == ("elect", tmp_path, 3, [0, 1], None)
+    assert '"elected": "correct"' in res.stdout
+
+
+def test_the_package_registers_the_builtin_trainer():
+    """pyproject.toml declares the entry point, and the installed metadata carries it (CI installs
+    the checkout with pip, so a removed or misspelt entry point fails here, not at a user's prompt)."""
+    import tomllib
+    from pathlib import Path
+
+    from prereg_kit.runners import GROUP, installed_runners
+
+    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert declared["project"]["entry-points"][GROUP] == {"builtin": "trainer.plugin:RUNNER"}
+    ep = installed_runners()["builtin"]
+    assert ep.value == "trainer.plugin:RUNNER"
+    runner = ep.load()
+    assert callable(runner.run) and callable(runner.elect)

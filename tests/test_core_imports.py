@@ -7,7 +7,8 @@ import sys
 
 CORE = ["prereg_kit", "prereg_kit.plan", "prereg_kit.lock", "prereg_kit.verify", "prereg_kit.audit",
         "prereg_kit.runlog", "prereg_kit.readings", "prereg_kit.stats", "prereg_kit.analyze", "prereg_kit.report",
-        "prereg_kit.dryrun", "prereg_kit.synth", "prereg_kit.cli", "prereg_kit.timestamp"]
+        "prereg_kit.dryrun", "prereg_kit.synth", "prereg_kit.cli", "prereg_kit.timestamp", "prereg_kit.jobs",
+        "prereg_kit.runners"]
 
 
 def test_core_imports_without_torch():
@@ -21,6 +22,77 @@ def test_core_imports_without_torch():
         "sys.meta_path.insert(0, Block())\n"
         f"for m in {CORE!r}:\n"
         "    __import__(m)\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"
+
+
+def _core_modules() -> list[str]:
+    import pkgutil
+
+    import prereg_kit
+
+    return ["prereg_kit"] + sorted(m.name for m in pkgutil.walk_packages(prereg_kit.__path__, "prereg_kit."))
+
+
+def test_no_core_module_loads_the_trainer_or_torch():
+    """Importing every prereg_kit module (the CLI included) loads neither the trainer nor torch:
+    `prereg run` reaches a trainer only through the prereg_kit.runners entry point."""
+    mods = [m for m in _core_modules() if m != "prereg_kit.__main__"]
+    code = (
+        "import sys, importlib\n"
+        f"for m in {mods!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ImportError as e:\n"
+        "        if e.name not in ('rfc3161_client', 'asn1crypto', 'cryptography'):\n"
+        "            raise\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('trainer', 'torch'))\n"
+        "print(','.join(bad) or 'ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"
+    assert len(mods) > 40  # the walk found the package's modules
+
+
+def test_no_core_source_imports_the_trainer():
+    """No import statement anywhere in prereg_kit (inside functions too) names the trainer package."""
+    import ast
+    from pathlib import Path
+
+    import prereg_kit
+
+    root = Path(prereg_kit.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            offenders += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in ("trainer", "torch")]
+    assert not offenders
+
+
+def test_figures_leave_matplotlib_global_state_alone():
+    """Importing the report's plots and every figure builder, and drawing a figure, selects no
+    backend, loads no pyplot and changes no rcParams."""
+    code = (
+        "import sys, pkgutil, importlib, matplotlib\n"
+        "def snapshot():  # reading rcParams['backend'] would itself resolve a backend through pyplot\n"
+        "    return {k: dict.__getitem__(matplotlib.rcParams, k) for k in matplotlib.rcParams if k != 'backend'}\n"
+        "backend, rc = matplotlib.rcParams._get_backend_or_none(), snapshot()\n"
+        "import prereg_kit.plots as plots, figures\n"
+        "for m in pkgutil.iter_modules(figures.__path__, 'figures.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "fig, ax = plots.subplots(figsize=(2, 2))\n"
+        "ax.plot([0, 1], [0, 1])\n"
+        "import io; fig.savefig(io.BytesIO(), format='png')\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
+        "assert matplotlib.rcParams._get_backend_or_none() == backend, matplotlib.rcParams._get_backend_or_none()\n"
+        "changed = [k for k, v in snapshot().items() if rc.get(k) != v]\n"
+        "assert not changed, changed\n"
         "print('ok')\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

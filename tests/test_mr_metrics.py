@@ -79,7 +79,7 @@ def test_relative_accuracy_curves_divide_by_the_reference_at_b():
     curves = accuracy_curve(_ref_study(), eval_set="math")
     rel = relative_accuracy_curves(curves, "ref", 100)
     assert rel.exclusions.empty
-    pr = paired_readings(rel.kept, "trt", "ctl", ReadingPoint("tokens", 100))
+    pr = paired_readings(rel.kept, "trt", "ctl", ReadingPoint("tokens", budget=100))
     t = pr.table.set_index("seed")
     assert t.loc[0, "treatment"] == pytest.approx(0.4 / 0.5) and t.loc[0, "control"] == pytest.approx(0.2 / 0.5)
     assert t.loc[1, "treatment"] == pytest.approx(0.6 / 0.8) and t.loc[1, "control"] == pytest.approx(0.3 / 0.8)

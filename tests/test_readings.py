@@ -136,7 +136,7 @@ def test_update_interpolation():
 @pytest.mark.parametrize("kind,diff", [("tokens", 0.0), ("time", 0.2), ("updates", 0.2)])
 def test_paired_readings_table_and_matrices(kind, diff):
     ev = study()
-    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint(kind, B),
+    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint(kind, budget=B),
                          problem_acc=problem_accuracy(ev, eval_set="math"))
     t = pr.table
     assert t["seed"].tolist() == [0, 1]
@@ -151,7 +151,7 @@ def test_paired_readings_table_and_matrices(kind, diff):
 def test_matrices_interpolate_per_problem():
     ev = frame(run_rows("trt", 0, **TRT), run_rows("ctl", 0, **CTL))
     ev.loc[(ev["configuration"] == "ctl") & (ev["problem_id"] == "b") & (ev["eval_index"] == 3), "correct"] = 10
-    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint("time", B), problem_acc=problem_accuracy(ev, eval_set="math"))
+    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint("time", budget=B), problem_acc=problem_accuracy(ev, eval_set="math"))
     # Control at T*: half of evaluation 2 (0.3, 0.3) and half of evaluation 3 (0.5, 1.0).
     np.testing.assert_allclose(pr.control_matrix[0], [0.4, 0.65])
     assert pr.table["control"].iloc[0] == pytest.approx(0.525)
@@ -160,21 +160,21 @@ def test_matrices_interpolate_per_problem():
 def test_pairing_missing_seed():
     ev = frame(run_rows("trt", 0, **TRT), run_rows("trt", 1, **TRT), run_rows("ctl", 0, **CTL))
     with pytest.raises(PairingError, match=r"^seed 1: configuration 'trt' has a run, 'ctl' has none$"):
-        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", B))
-    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", B), allow_unpaired=True)
+        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", budget=B))
+    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", budget=B), allow_unpaired=True)
     assert pr.table["seed"].tolist() == [0]
     assert set(pr.exclusions["rule"]) == {"unpaired"} and set(pr.exclusions["seed"]) == {1}
 
 
 def test_pairing_unknown_configuration():
     with pytest.raises(PairingError, match="configuration 'dense' has no runs"):
-        paired_readings(curves(), "dense", "ctl", ReadingPoint("tokens", B), allow_unpaired=True)
+        paired_readings(curves(), "dense", "ctl", ReadingPoint("tokens", budget=B), allow_unpaired=True)
 
 
 def test_pairing_different_problems():
     ev = frame(run_rows("trt", 0, **TRT), run_rows("ctl", 0, **CTL, problems=("a", "c")))
     with pytest.raises(PairingError, match="seed 0: evaluation problems differ between 'trt'"):
-        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", B))
+        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", budget=B))
 
 
 def test_pairing_incomplete_evaluation():
@@ -187,21 +187,21 @@ def test_pairing_incomplete_evaluation():
 def test_pairing_common_random_numbers():
     ev = frame(run_rows("trt", 0, **TRT), run_rows("ctl", 0, **CTL, eval_seed={4: 999}))
     with pytest.raises(PairingError, match=r"seed 0: evaluation 4 used sampling seed 4 in 'trt' but 999 in 'ctl' \(common random numbers broken\)"):
-        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", B))
+        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", budget=B))
 
 
 def test_run_that_never_reached_its_reading_point():
     short = {k: v[:4] for k, v in CTL.items()}  # control stops at 90 tokens < B
     ev = frame(run_rows("trt", 0, **TRT), run_rows("ctl", 0, **short), run_rows("trt", 1, **TRT), run_rows("ctl", 1, **CTL))
     with pytest.raises(PairingError, match=r"configuration 'ctl' seed 0 never reached its reading point \(tokens at B\)"):
-        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", B))
-    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint("time", B), allow_unpaired=True)
+        paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", budget=B))
+    pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint("time", budget=B), allow_unpaired=True)
     assert pr.table["seed"].tolist() == [1]
     assert (pr.exclusions["rule"] == "not_reached").all() and set(pr.exclusions["seed"]) == {0}
 
 
 def test_two_b_reading_point():
-    pr = paired_readings(curves(), "trt", "ctl", ReadingPoint("tokens", 60, multiple=2.0))
+    pr = paired_readings(curves(), "trt", "ctl", ReadingPoint("tokens", multiple=2.0, budget=60))
     assert pr.table["treatment_tokens"].iloc[0] == 130 and pr.table["control_tokens"].iloc[0] == 120
 
 
@@ -240,7 +240,7 @@ def test_admission_rules_report_every_exclusion():
     assert set(map(tuple, both.kept[["configuration", "seed"]].drop_duplicates().values.tolist())) == {("trt", 0), ("ctl", 1)}
     # The excluded runs then surface as unpaired seeds, never silently.
     with pytest.raises(PairingError, match="seed 0: configuration 'trt' has a run, 'ctl' has none"):
-        paired_readings(both.kept, "trt", "ctl", ReadingPoint("tokens", B))
+        paired_readings(both.kept, "trt", "ctl", ReadingPoint("tokens", budget=B))
     with pytest.raises(ReadingError, match="needs the iteration rows"):
         apply_admission(c, min_iteration=28)
     assert apply_admission(c).exclusions.empty

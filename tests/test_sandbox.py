@@ -1,4 +1,4 @@
-"""The program sandbox (trainer/rewards/sandbox.py): judging, limits, and hostile programs.
+"""The program sandbox (trainer/rewards/sandbox/): judging, limits, and hostile programs.
 
 Short timeouts (1-2 s) keep the file fast. OS-layer checks (network namespace, uid drop,
 RLIMIT_NPROC) assert only what ``probe_isolation`` says this machine grants.

@@ -76,7 +76,7 @@ def test_iterations_consistent_with_evals(synth):
 def test_recovers_effect_at_budget(synth, treatment, effect):
     _, st = synth
     cur = accuracy_curve(st.evals, eval_set="math200")
-    pr = paired_readings(cur, treatment, "control", ReadingPoint("tokens", B),
+    pr = paired_readings(cur, treatment, "control", ReadingPoint("tokens", budget=B),
                          problem_acc=problem_accuracy(st.evals, eval_set="math200"))
     d = pr.table["difference"]
     se = d.std(ddof=1) / np.sqrt(len(d))
@@ -84,21 +84,21 @@ def test_recovers_effect_at_budget(synth, treatment, effect):
     assert pr.treatment_matrix.shape == (16, 200)
     # The further test set at B shows the same effect, within its own sampling error.
     cur2 = accuracy_curve(st.evals, eval_set="math500")
-    d2 = paired_readings(cur2, treatment, "control", ReadingPoint("tokens", B)).table["difference"]
+    d2 = paired_readings(cur2, treatment, "control", ReadingPoint("tokens", budget=B)).table["difference"]
     assert abs(d2.mean() - effect) < 4 * d2.std(ddof=1) / np.sqrt(len(d2)) + 0.005
 
 
 def test_time_readings_differ_with_time_per_token(synth):
     _, st = synth
     cur = accuracy_curve(st.evals, eval_set="math200")
-    t = paired_readings(cur, "plus3", "control", ReadingPoint("time", B)).table
+    t = paired_readings(cur, "plus3", "control", ReadingPoint("time", budget=B)).table
     # plus3 is twice as slow per token: T* is the control's time to B; plus3 is read about halfway.
     assert (t["control_weight"] == 0).all() and (t["at"] == t["control_train_seconds"]).all()
     assert t["treatment_tokens"].between(0.4 * B, 0.65 * B).all()
     assert t["difference"].mean() < 0  # half the tokens: behind
-    u = paired_readings(cur, "plus3", "control", ReadingPoint("updates", B)).table
+    u = paired_readings(cur, "plus3", "control", ReadingPoint("updates", budget=B)).table
     assert (u["control_updates"] == u["treatment_updates"]).all() and (u["control_tokens"] < 0.4 * B).all()
-    c = paired_readings(cur, "minus2", "control", ReadingPoint("control_time", B), allow_unpaired=True)
+    c = paired_readings(cur, "minus2", "control", ReadingPoint("control_time", budget=B), allow_unpaired=True)
     assert len(c.table) + c.exclusions["seed"].nunique() == 16
 
 

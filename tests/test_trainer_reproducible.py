@@ -265,7 +265,8 @@ def _prereg_run(study: Path, hash_seed: str) -> tuple[Path, float]:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "prereg_kit", "run", str(study), "--configs", "grpo", "--seeds", "0"],
                           capture_output=True, text=True, timeout=1800,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONHASHSEED=hash_seed))
+                          env=dict(os.environ, PYTHONHASHSEED=hash_seed,
+                                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
     seconds = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return study / "runs" / "grpo" / "seed-0", seconds

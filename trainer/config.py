@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from prereg_kit.stages import Stage
 from trainer.errors import ConfigError
 from trainer.rewards.spec import check_reward_config
 
@@ -121,7 +122,7 @@ class UpdateSection(_Strict):
     ppo_clip: float = Field(0.0, ge=0, lt=1)  # ratio clip ε of the multi-step update (0: unclipped ratio)
 
 
-CreditRule = Literal["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td",
+CreditRuleName = Literal["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td",
                      "critic_baseline", "vineppo", "continuation_reuse"]
 
 
@@ -129,7 +130,7 @@ class CreditSection(_Strict):
     """Per-token credit: outcome-only GRPO (eq. 1-2) or a dense rule (paper 1 §3.6-3.9, extract
     §1.E; docs/interventions.md "Dense rewards")."""
 
-    rule: CreditRule = "outcome"
+    rule: CreditRuleName = "outcome"
     advantage_eps: float = Field(1e-6, gt=0)  # ε of eq. (1)
     mc_k: int = Field(4, gt=0)  # continuations per interior cut (S1: 4; S25: 1, 2)
     mc_segments: int = Field(6, ge=2)  # segments per completion: mc_segments − 1 interior cuts
@@ -160,13 +161,13 @@ class CreditSection(_Strict):
         return self
 
 
-SelectionRule = Literal["none", "critic", "history", "level", "random_choice", "dynamic"]
+SelectionRuleName = Literal["none", "critic", "history", "level", "random_choice", "dynamic"]
 
 
 class SelectionSection(_Strict):
     """Prompt selection (paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md)."""
 
-    rule: SelectionRule = "none"
+    rule: SelectionRuleName = "none"
     candidates: int = Field(24, gt=0)  # candidates per iteration: prompt_stream_batch(pool, seed, it, candidates)
     target: float = Field(0.5, ge=0, le=1)  # predicted success the filters aim at
     keep_nearest: int = Field(6, ge=0)  # candidates kept by nearness of p̂ to the target
@@ -415,7 +416,7 @@ class RunSpec(_Strict):
     study: str
     configuration: str
     seed: int
-    stage: Literal["calibration", "pilot", "smoke", "main"] = "main"
+    stage: Stage = "main"
     plan_hash: str
     study_dir: str
     run_dir: str

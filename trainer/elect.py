@@ -33,14 +33,14 @@ from typing import Any, Callable, Sequence
 
 from prereg_kit import __version__
 from prereg_kit.errors import PreregError
-from prereg_kit.lock import check_plan, lock_path, read_chain
+from prereg_kit.jobs import lock_state
 from prereg_kit.plan import load_plan, parse_tokens
-from prereg_kit.runlog import read_meta, read_run, run_dir, utc_now
+from prereg_kit.runlog import ELECTION_FILE, read_meta, read_run, run_dir, utc_now
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, config_of, derive_seed, recipe_of, updated
 from trainer.core.assets import prepare_assets
 from trainer.core.evaluate import load_eval_sets
 from trainer.launch import SPEC_FILE, Job, _state, prepare, run_jobs
-from trainer.rewards.spec import ELECTION_FILE, channel_spec
+from trainer.rewards.spec import channel_spec
 
 __all__ = ["elect", "election_configuration", "lock_state", "probe_jobs", "sequence_kl"]
 
@@ -137,22 +137,6 @@ def _check_reusable(folder: Path, spec: RunSpec, study: Path) -> None:
                           f"{_stop_rule(spec)}: rerun with the same option, or move the probe folder aside to train it anew")
     if old.config != spec.config:
         raise PreregError(f"{where}: this probe was trained with another recipe; move the probe folder aside to train it anew")
-
-
-def lock_state(plan_path: str | Path) -> dict[str, Any]:
-    """The plan's lock state now: ``{"locked": False}``, or the chain's length, its last entry's
-    hash and time, and whether the plan still matches it (``clean``, ``comment-only``,
-    ``changed``); ``{"locked": False, "error": ...}`` for a lock that does not verify."""
-
-    if not lock_path(plan_path).exists():
-        return {"locked": False}
-    try:
-        chain = read_chain(plan_path)
-        state = check_plan(plan_path, chain).state
-    except PreregError as e:
-        return {"locked": False, "error": " ".join(e.lines)[:300]}
-    return {"locked": True, "entries": len(chain.entries), "last_entry_hash": chain.last["hash"],
-            "last_entry_time": chain.last["time"], "plan_state": state}
 
 
 def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, limit: int,

@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 
 from prereg_kit import __version__
 from prereg_kit.errors import PreregError, ViolationError
-from prereg_kit.lock import check_plan, read_chain
-from prereg_kit.plan import PlanFile, load_plan
+from prereg_kit.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
+from prereg_kit.plan import PlanFile
 from prereg_kit.runlog import RunLogError, read_meta, run_busy
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
@@ -52,17 +52,6 @@ def stage_run_dir(study_dir: str | Path, configuration: str, seed: int, stage: s
         return Path(study_dir) / "stages" / stage / configuration / f"seed-{seed}"
 
 
-def require_locked(pf: PlanFile) -> None:
-    """Refuse main-stage runs of an unlocked plan or one changed since its last lock entry."""
-    try:
-        chain = read_chain(pf.path)
-    except PreregError as e:
-        raise ViolationError(f"{pf.path}: main-stage runs need a locked plan: {e.lines[0]}") from None
-    pc = check_plan(pf.path, chain)
-    if pc.state == "changed":
-        raise ViolationError(*pc.lines(pf.path), f"{pf.path}: main-stage runs refused until the change is recorded with `prereg amend`")
-
-
 @dataclass
 class Job:
     configuration: str
@@ -78,32 +67,24 @@ class Job:
 def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str] | None = None,
               seeds: Sequence[int] | None = None) -> tuple[PlanFile, list[Job]]:
     """The runs of a stage (optionally a subset), each with its spec and whether it is done."""
-    pf = load_plan(study_dir)
+    pf, runs = stage_runs(study_dir, stage, configs, seeds)  # main runs: locked, unchanged plan
     plan = pf.plan
-    if plan.stage(stage) is None and stage != "main":
-        raise PreregError(f"{pf.path}: the plan has no stage {stage!r} (have: {', '.join(s.name for s in plan.stages)})")
-    if stage == "main":
-        require_locked(pf)
     study = pf.path.parent
-    names, all_seeds = plan.configurations_for(stage), plan.seeds_for(stage)
-    for bad in [c for c in configs or [] if c not in names]:
-        raise PreregError(f"--configs: {bad!r} is not a configuration of stage {stage!r} (have: {', '.join(names)})")
-    for bad in [s for s in seeds or [] if s not in all_seeds]:
-        raise PreregError(f"--seeds: {bad} is not a seed of stage {stage!r} (have: {', '.join(map(str, all_seeds))})")
     ev = plan.evaluation
     sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels) for s in ev.sets]
     jobs = []
-    for name in [c for c in names if not configs or c in configs]:
-        cfg = config_of(plan, name, where=f"{pf.path}: configuration {name!r}")
-        for seed in [s for s in all_seeds if seeds is None or s in seeds]:
-            folder = stage_run_dir(study, name, seed, stage)
-            spec = RunSpec(study=plan.study.id, configuration=name, seed=seed, stage=stage,
-                           plan_hash=pf.content_sha256, study_dir=str(study), run_dir=str(folder),
-                           cache_dir=str(study / ".cache"), budget_tokens=plan.budget.tokens,
-                           eval_interval=plan.budget.eval_interval_tokens(), train_to=plan.train_to(name, stage),
-                           eval_sets=sets, eval_samples=ev.samples, eval_temperature=ev.temperature,
-                           eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfg, tool_version=__version__)
-            jobs.append(Job(name, seed, folder, spec, _state(folder, pf.content_sha256)))
+    cfgs: dict[str, object] = {}
+    for run in runs:
+        name, seed, folder = run.configuration, run.seed, run.folder
+        if name not in cfgs:
+            cfgs[name] = config_of(plan, name, where=f"{pf.path}: configuration {name!r}")
+        spec = RunSpec(study=plan.study.id, configuration=name, seed=seed, stage=stage,
+                       plan_hash=pf.content_sha256, study_dir=str(study), run_dir=str(folder),
+                       cache_dir=str(study / ".cache"), budget_tokens=plan.budget.tokens,
+                       eval_interval=plan.budget.eval_interval_tokens(), train_to=plan.train_to(name, stage),
+                       eval_sets=sets, eval_samples=ev.samples, eval_temperature=ev.temperature,
+                       eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfgs[name], tool_version=__version__)
+        jobs.append(Job(name, seed, folder, spec, _state(folder, pf.content_sha256)))
     return pf, jobs
 
 

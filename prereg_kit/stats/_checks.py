@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+# One reading of a margin for the whole kit; the stats modules take it from here.
+from ..margin import margin_bounds as equivalence_bounds, positive_margin  # noqa: F401
+
 ALTERNATIVES = ("two-sided", "greater", "less")
 
 
@@ -101,34 +104,6 @@ def check_alpha(alpha: float) -> float:
     if not 0.0 < a < 0.5:
         raise ValueError(f"alpha must lie strictly between 0 and 0.5, got {alpha!r}")
     return a
-
-
-def equivalence_bounds(margin: Any) -> tuple[float, float]:
-    """``margin`` as ``(low, high)``: a positive number ``m`` means ``(-m, +m)``."""
-    if margin is None:
-        raise ValueError("margin is required")
-    if np.ndim(margin) == 0:
-        m = float(margin)
-        if not math.isfinite(m) or m <= 0:
-            raise ValueError(f"margin must be a positive number, got {margin!r}")
-        return -m, m
-    try:
-        low, high = (float(v) for v in margin)
-    except (TypeError, ValueError):
-        raise ValueError(f"margin must be a positive number or a (low, high) pair, got {margin!r}") from None
-    if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
-        raise ValueError(f"equivalence bounds must satisfy low < high, got ({low!r}, {high!r})")
-    return low, high
-
-
-def positive_margin(margin: Any) -> float:
-    """A non-inferiority margin: one positive number (the bound is ``-margin``)."""
-    if margin is None or np.ndim(margin) != 0:
-        raise ValueError(f"margin must be a positive number, got {margin!r}")
-    m = float(margin)
-    if not math.isfinite(m) or m <= 0:
-        raise ValueError(f"margin must be a positive number, got {margin!r}")
-    return m
 
 
 def make_rng(seed: Any) -> np.random.Generator:

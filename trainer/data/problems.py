@@ -84,7 +84,7 @@ class Problem:
     ``\\boxed{}`` of the solution, GSM8K: the text after ``####``); "" for a code problem.
     ``level`` is the MATH level as an int, None when absent. ``tests`` (last, so positional
     construction of math problems is unchanged) are a code problem's stdin/stdout tests, judged by
-    ``trainer/rewards/sandbox.py``; () for math.
+    ``trainer/rewards/sandbox/``; () for math.
     """
 
     id: str

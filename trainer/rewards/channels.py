@@ -8,7 +8,7 @@ A channel maps one completion (and its problem) to a 0/1 reward. The built-ins:
   Qwen3-30B-A3B at cap 4096; P2:L27, L107).
 * ``negative``: R_A = 1[final answer < 0]: the answer the verifier reads parses to a number
   below zero (``extract_answer`` then ``parse_number``; no number, no reward).
-* ``program_correct``: R_P = 1 iff every test passes in the sandbox (``trainer/rewards/sandbox.py``).
+* ``program_correct``: R_P = 1 iff every test passes in the sandbox (``trainer/rewards/sandbox/``).
 * ``program_fast``: R_A = 1[T < threshold], T the largest CPU time over the executed tests,
   a timeout counting as slow; 60 ms is "Correct & fast", 3 ms "Correct & no-op" (P2:L35).
   Speed is judged alone: the joint outcome "correct and fast" is the aggregation's business.

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prereg_kit.runlog import ELECTION_FILE
 from trainer.errors import ConfigError
 from trainer.rewards.aggregation import parse_aggregation
 from trainer.rewards.channels import Channel, get_channel
@@ -28,15 +29,10 @@ __all__ = ["CODE_DEFAULT_CHANNEL", "ELECTION_FILE", "build_channels", "channel_s
 
 
 CODE_DEFAULT_CHANNEL = "program_correct"  # a code task's reward when the recipe lists no channels
-
-
 MATH_ONLY = ("correct", "negative")  # channels that read a final answer with the math verifier
-
-
 CODE_CREDIT = ("outcome",)  # dense rules score continuations with the math verifier
 
 
-ELECTION_FILE = "election.json"
 
 
 def channel_spec(item: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,36 @@
+"""Plan files: the TOML schema of a preregistration, parsing and validation.
+
+A plan fixes what the dense-rewards paper's preregistrations fix (paper 1, §2.3 and C.1
+"Preregistration"; extract §3.18): hypotheses with predictions and the reading of each possible
+outcome, a shared recipe with named configurations as overrides, the comparator, seeds, budgets
+(token budget B, evaluation interval such as ``B/16``, optional time budget, run lengths such as
+``2B``), metric, evaluation sets and verifier, contrasts with their reading point, tier and kind,
+Holm families, admission rules and stages. See ``docs/plan-format.md``.
+
+Every problem is reported as one line ``FILE:LINE: key.path: message`` (exit code 2). Input is
+bounded before it is trusted: file size, nesting depth, finite numbers, 64-bit integers, the
+number of seeds, and names that become folder names (``runs/<configuration>/seed-<n>``).
+
+Modules: :mod:`.fields` (values: tokens, multiples of B, seeds, names, reading points, limits),
+:mod:`.schema` (the tables as models, cross-checks), :mod:`.load` (reading and validating a file).
+"""
+
+from __future__ import annotations
+
+from .fields import (check_name, COLLAPSE_K, DERIVED_METRICS, INT_MAX, INT_MIN, MAX_DEPTH, MAX_MULTIPLE,
+    MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, METRICS_HELP, Multiple, Name, NAME_RULE, parse_multiple,
+    parse_reading_point, parse_tokens, PLAN_FILE, PointKind, ReadingPoint, Seeds, Tokens)
+from .schema import (Admission, Budget, Configuration, Contrast, cross_check, EvalSet, Evaluation, Family,
+    Hypothesis, Margin, Plan, StageSpec, Statistics, Study)
+from .load import (document_problems, load_plan, MAX_MESSAGE, parse_toml, PlanFile, read_toml,
+    resolve_plan_path, validate_plan)
+
+__all__ = [
+    "Admission", "Budget", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
+    "DERIVED_METRICS", "document_problems", "EvalSet", "Evaluation", "Family", "Hypothesis", "INT_MAX",
+    "INT_MIN", "load_plan", "Margin", "MAX_DEPTH", "MAX_MESSAGE", "MAX_MULTIPLE", "MAX_NAME",
+    "MAX_PLAN_BYTES", "MAX_SEEDS", "METRICS_HELP", "Multiple", "Name", "NAME_RULE", "parse_multiple",
+    "parse_reading_point", "parse_tokens", "parse_toml", "Plan", "PLAN_FILE", "PlanFile", "PointKind",
+    "read_toml", "ReadingPoint", "resolve_plan_path", "Seeds", "StageSpec", "Statistics", "Study",
+    "Tokens", "validate_plan",
+]

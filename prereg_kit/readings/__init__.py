@@ -1,0 +1,52 @@
+"""Readings at matched compute: accuracy curves, reading points, pairing, drift and admission.
+
+Pure functions on the tidy frames of :func:`prereg_kit.runlog.load_study`. Section numbers refer to
+the dense-rewards paper (``seeds/000_…txt``) and its extraction (``seeds/extract.md``).
+
+- *At tokens* (§2.3 "Metric", §C.1; extract §3.4): accuracy at the **first evaluation at or
+  after** the budget B (or k·B), without selecting checkpoints.
+- *At time* (Appendix D; extract §3.5): per seed, T* is the shorter of the two runs' training
+  times up to their evaluation at B; each run's accuracy is interpolated linearly in training time
+  at T*, so the faster run is read at B and the slower between two of its evaluations.
+- *At the control's time* (Appendix F, S35): T_c is the control's training time to B; the
+  treatment is interpolated linearly in training time at T_c from a run extended past B.
+- *At updates* (§2.3, Figure 2a): the treatment is read at B; the control is interpolated
+  linearly in its update count at the treatment's update count.
+
+Multi-reward metrics (paper 2 §4.7, extract §4.7), read at token reading points only:
+
+- *Collapse* (P2:L113, "pass@4 below the base model"): per run and evaluation, 1 when the run's
+  pass@4 is strictly below its own pass@4 at evaluation 0 (before any update), else 0
+  (``accuracy_curve(..., metric="collapse")``); a contrast's mean difference is the difference
+  of collapse rates, paired by seed.
+- *Relative accuracy* (P2:L101-103, "0.91×"): a run's accuracy over the primary-only reference
+  configuration's accuracy at k·B on the same seed (:func:`relative_accuracy_curves`).
+
+A reading is a *bracket*: two evaluations ``eval_lo <= eval_hi`` of one run and a weight ``w``
+(``0`` when read exactly at an evaluation); the value is ``(1 - w)·acc[lo] + w·acc[hi]``. The
+same bracket applied to per-problem accuracies gives the seeds × problems matrices that the
+crossed bootstrap resamples.
+
+Modules: :mod:`.curves` (accuracy curves and metrics), :mod:`.points` (reading points and
+pairing), :mod:`.admission` (drift, admission and exclusion rules), :mod:`.base` (shared keys and errors).
+"""
+
+from __future__ import annotations
+
+from ..plan import COLLAPSE_K, ReadingPoint
+from .base import (AdmissionResult, DRIFT_THRESHOLD, EXCLUSION_COLUMNS, exclusions_table, PairingError,
+    ReadingError, RUN, VERIFIERS)
+from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves
+from .points import (check_pairing, paired_readings, PairedReadings, read_at_control_time, read_at_time,
+    read_at_tokens, read_at_updates, READ_COLUMNS, read_point)
+from .admission import (admit_min_iteration, admit_status, apply_admission, drift_flags, drifted_at,
+    exclude_drifted_evaluations, exclude_drifted_runs)
+
+__all__ = [
+    "accuracy_curve", "AdmissionResult", "admit_min_iteration", "admit_status", "apply_admission",
+    "check_pairing", "COLLAPSE_K", "drift_flags", "DRIFT_THRESHOLD", "drifted_at",
+    "exclude_drifted_evaluations", "exclude_drifted_runs", "EXCLUSION_COLUMNS", "exclusions_table",
+    "paired_readings", "PairedReadings", "PairingError", "problem_accuracy", "read_at_control_time",
+    "read_at_time", "read_at_tokens", "read_at_updates", "READ_COLUMNS", "read_point", "ReadingError",
+    "ReadingPoint", "relative_accuracy_curves", "RUN", "VERIFIERS",
+]

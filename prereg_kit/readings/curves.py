@@ -1,0 +1,208 @@
+"""Accuracy curves from evaluation rows: accuracy, pass@K, channel rates, collapse and relative
+accuracy, per run and evaluation (and per problem, for the crossed bootstrap)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+
+from ..plan import COLLAPSE_K
+
+from .base import AdmissionResult, exclusions_table, PairingError, ReadingError, RUN, VERIFIERS
+from .points import read_at_tokens
+from prereg_kit.stats import pass_at_k
+
+# --------------------------------------------------------------------------------------------
+# Accuracy
+# --------------------------------------------------------------------------------------------
+
+
+_PASS_AT = "pass@"
+_RATE = "_rate"
+
+
+def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -> np.ndarray:
+    """Per-row value of ``metric``: accuracy (correct/samples), ``pass@K`` (the unbiased
+    estimator from samples and correct) or ``<channel>_rate`` (ch_<channel>/samples)."""
+    samples = ev["samples"].to_numpy(dtype="float64")
+    if metric == "accuracy":
+        num = ev["correct"] if verifier == "default" else ev["correct_strict"]
+        return num.to_numpy(dtype="float64") / samples
+    if metric.startswith(_PASS_AT):
+        try:
+            k = int(metric[len(_PASS_AT):])
+        except ValueError:
+            raise ReadingError(f"metric {metric!r}: pass@K needs an integer K") from None
+        if k < 1:
+            raise ReadingError(f"metric {metric!r}: K must be at least 1")
+        if len(samples) and samples.min() < k:
+            raise ReadingError(f"metric {metric}: set {eval_set!r} has evaluations with {int(samples.min())} samples per problem (< {k})")
+
+        num = ev["correct"] if verifier == "default" else ev["correct_strict"]
+        return np.asarray(pass_at_k(samples.astype(int), num.to_numpy(dtype="int64"), k), dtype="float64")
+    if metric.endswith(_RATE) and len(metric) > len(_RATE):
+        channel = metric[: -len(_RATE)]
+        col = f"ch_{channel}"
+        if col not in ev.columns and channel == "correct":
+            col = "correct"  # the primary channel is the default verifier's count
+        if col not in ev.columns or ev[col].isna().any():
+            raise ReadingError(f"metric {metric}: column {col!r} not logged for set {eval_set!r} (a run without channel {channel!r} counts)")
+        return ev[col].to_numpy(dtype="float64") / samples
+    if metric in _DERIVED:
+        raise ReadingError(_DERIVED[metric])
+    raise ReadingError(f"unknown metric {metric!r} (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
+
+
+_DERIVED = {
+    "relative_accuracy": "metric relative_accuracy is a ratio of two runs' accuracies, not a per-problem value: "
+                         "take accuracy curves and divide with relative_accuracy_curves(curves, reference, budget)",
+    "collapse": "metric collapse is a per-run flag, not a per-problem value: use accuracy_curve(..., metric='collapse')",
+}
+
+
+def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "accuracy") -> pd.DataFrame:
+    if verifier not in VERIFIERS:
+        raise ReadingError(f"unknown verifier {verifier!r} (one of {', '.join(VERIFIERS)})")
+    ev = evals[evals["eval_set"] == eval_set]
+    if not len(ev):
+        sets = ", ".join(sorted(map(str, evals["eval_set"].unique()))) or "none"
+        raise ReadingError(f"no evaluation rows for set {eval_set!r} (sets logged: {sets})")
+    if metric == "greedy_accuracy":
+        verifier = "greedy"
+    if verifier == "greedy":
+        if metric not in ("accuracy", "greedy_accuracy"):
+            raise ReadingError(f"metric {metric!r} is not defined for greedy decoding")
+        g = ev["greedy_correct"] if "greedy_correct" in ev else pd.Series(pd.NA, index=ev.index)
+        ev = ev[g.notna()]
+        if not len(ev):
+            raise ReadingError(f"greedy correctness not logged for set {eval_set!r}")
+        acc = ev["greedy_correct"].astype("float64")
+    else:
+        acc = _metric_value(ev, eval_set, verifier, metric)
+    out = ev.assign(accuracy=np.asarray(acc, dtype="float64"))
+    return out
+
+
+def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
+                     metric: str = "accuracy") -> pd.DataFrame:
+    """Per-problem accuracy: correct / samples under ``verifier`` (greedy: 0 or 1, where logged).
+
+    ``metric``: ``accuracy`` (default), ``pass@K`` (unbiased pass@k from samples and correct) or
+    ``<channel>_rate`` (ch_<channel>/samples); the value is in the ``accuracy`` column. The
+    derived metrics ``relative_accuracy`` and ``collapse`` have no per-problem value (an error).
+    Columns: configuration, seed, eval_index, eval_set, verifier, problem_id, accuracy.
+    """
+    ev = _select(evals, eval_set, verifier, metric)
+    out = ev[RUN + ["eval_index", "problem_id", "accuracy"]].copy()
+    out.insert(3, "eval_set", eval_set)
+    out.insert(4, "verifier", verifier)
+    return out.sort_values(RUN + ["eval_index", "problem_id"], ignore_index=True)
+
+
+def _set_hash(ids: pd.Series) -> str:
+    return hashlib.sha1("\n".join(sorted(map(str, ids))).encode()).hexdigest()[:12]
+
+
+def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
+                   metric: str = "accuracy") -> pd.DataFrame:
+    """Accuracy per evaluation: the mean over problems of correct/samples (pass@1; §3.4).
+
+    One row per (configuration, seed, eval_index) with: iteration, tokens, train_seconds,
+    updates (cumulative at the evaluation), eval_seed, n_problems, problem_set (a hash of the
+    problem ids, for pairing), eval_set, verifier, accuracy. ``verifier``: ``default``,
+    ``strict`` (boxed only) or ``greedy`` (evaluations where greedy correctness was logged).
+    Raises :class:`ReadingError` if one evaluation carries two sampling seeds. ``metric``:
+    ``pass@K`` or ``<channel>_rate`` put that metric's per-problem mean in ``accuracy``
+    (see :func:`problem_accuracy`). ``collapse`` (multi-reward paper §4.7, P2:L113: "pass@4 below
+    the base model") puts the run's collapse flag there: 1.0 at an evaluation whose pass@4 (the
+    unbiased estimator from the logged samples, under ``verifier``) is strictly below the same
+    run's pass@4 at evaluation 0 (the base model, before any update; same problems and, by
+    common random numbers, the same sampling seed for every configuration of a seed), else 0.0.
+    ``relative_accuracy`` needs the reference: see :func:`relative_accuracy_curves`.
+    """
+    collapse = metric == "collapse"
+    ev = _select(evals, eval_set, verifier, f"pass@{COLLAPSE_K}" if collapse else metric)
+    keys = RUN + ["eval_index"]
+    g = ev.groupby(keys, sort=True)
+    out = g.agg(
+        iteration=("iteration", "first"),
+        tokens=("tokens", "first"),
+        train_seconds=("train_seconds", "first"),
+        updates=("updates", "first"),
+        eval_seed=("eval_seed", "first"),
+        n_seeds=("eval_seed", "nunique"),
+        n_problems=("problem_id", "size"),
+        accuracy=("accuracy", "mean"),
+    ).reset_index()
+    bad = out[out["n_seeds"] > 1]
+    if len(bad):
+        r = bad.iloc[0]
+        raise ReadingError(f"configuration {r['configuration']!r} seed {r['seed']}: evaluation {r['eval_index']} on set {eval_set!r} logs {r['n_seeds']} sampling seeds")
+    out["problem_set"] = g["problem_id"].agg(_set_hash).to_numpy()
+    out["eval_set"] = eval_set
+    out["verifier"] = verifier
+    if collapse:
+        out["accuracy"] = _collapse_flags(out, eval_set)
+    cols = keys + ["iteration", "tokens", "train_seconds", "updates", "eval_seed", "n_problems", "problem_set", "eval_set", "verifier", "accuracy"]
+    return out[cols]
+
+
+def _collapse_flags(curve: pd.DataFrame, eval_set: str) -> np.ndarray:
+    """Per evaluation: 1.0 when the run's pass@4 is strictly below its pass@4 at evaluation 0."""
+    flags = np.zeros(len(curve))
+    for key, g in curve.groupby(RUN, sort=False):
+        base = g[g["eval_index"] == 0]
+        if not len(base):
+            raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]} has no evaluation 0 on set "
+                               f"{eval_set!r} (the base model's pass@{COLLAPSE_K} is read at the start of the run)")
+        if float(base["updates"].iloc[0]) != 0:
+            raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]}: evaluation 0 on set {eval_set!r} "
+                               f"was taken after {float(base['updates'].iloc[0]):g} updates, not before any update")
+        b = float(base["accuracy"].iloc[0])
+        flags[curve.index.get_indexer(g.index)] = (g["accuracy"].to_numpy(dtype="float64") < b).astype("float64")
+    return flags
+
+
+def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float, *,
+                             allow_missing: bool = False) -> "AdmissionResult":
+    """Accuracy relative to the primary-only reference (multi-reward paper §4.7; P2:L101-103).
+
+    The paper reports held-out R_P "as a multiple of the R_P-only reference" (0.91×). Here, per
+    seed (common random numbers: the same evaluation problems and sampling seeds), every
+    evaluation's accuracy in ``curves`` is divided by the ``reference`` configuration's accuracy
+    at its first evaluation at or after ``budget`` tokens (B or k·B, :func:`read_at_tokens`), so
+    a configuration read at k·B gets acc(c, s)/acc(reference, s), both at k·B; the reference reads
+    1 exactly. ``curves`` are accuracy curves (:func:`accuracy_curve`, after admission).
+
+    A reference accuracy of 0 makes the ratio undefined: :class:`ReadingError` naming the seed
+    (never NaN, never silently dropped). A seed without a reference reading at ``budget`` raises
+    :class:`PairingError`, or with ``allow_missing`` is left out and listed (rule ``no_reference``).
+    Returns :class:`AdmissionResult`: the divided curves and the exclusions.
+    """
+    if not (curves["configuration"] == reference).any():
+        have = ", ".join(sorted(map(str, curves["configuration"].unique()))) or "none"
+        raise PairingError(f"relative_accuracy: the reference configuration {reference!r} has no runs (configurations: {have})")
+    ref = read_at_tokens(curves[curves["configuration"] == reference], budget).set_index("seed")
+    rows = []
+    for s in sorted(set(curves["seed"].astype(int))):
+        if s not in ref.index or not bool(ref.loc[s, "reached"]):
+            why = ref.loc[s, "note"] if s in ref.index else "no run"
+            rows.append((s, f"seed {s}: the reference {reference!r} has no reading at {budget:,.0f} tokens ({why})"))
+            continue
+        if float(ref.loc[s, "accuracy"]) == 0:
+            raise ReadingError(f"relative_accuracy: the reference {reference!r} seed {s} has accuracy 0 at "
+                               f"{budget:,.0f} tokens (evaluation {int(ref.loc[s, 'eval_lo'])}): the ratio is undefined")
+    if rows and not allow_missing:
+        more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
+        raise PairingError("relative_accuracy: " + rows[0][1] + more)
+    bad = {s for s, _ in rows}
+    ex = exclusions_table([(str(c), int(s), pd.NA, "no_reference", why)
+                      for s, why in rows for c in sorted(curves.loc[curves["seed"] == s, "configuration"].unique())])
+    out = curves[~curves["seed"].isin(bad)].copy()
+    denom = out["seed"].map(ref["accuracy"]).to_numpy(dtype="float64")
+    out["accuracy"] = out["accuracy"].to_numpy(dtype="float64") / denom
+    return AdmissionResult(out.reset_index(drop=True), ex)
+
+

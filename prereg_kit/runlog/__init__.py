@@ -1,0 +1,57 @@
+"""Run-log format: one folder per run, ``runs/<configuration>/seed-<n>/``.
+
+This package owns the contract between the trainer (writer) and the analysis (reader).
+See ``docs/run-log.md`` for the full specification and a conversion sketch for other trainers.
+
+Files of one run folder:
+
+- ``meta.json`` — :class:`RunMeta`: who the run is (study, configuration, seed, stage), the
+  canonical plan hash it was launched under, the resolved trainer config, UTC start/end, device,
+  status and tool version; for ``anchor = "elected"`` runs, the sha256 of the study's
+  ``election.json`` it read (:func:`election_sha256`). Written atomically (temp file, fsync, rename).
+- ``iterations.jsonl`` — one JSON line per training iteration (:data:`ITERATION_COLUMNS`).
+- ``evals.jsonl`` — one JSON line per evaluation x evaluation set x problem (:data:`EVAL_COLUMNS`).
+- ``iterations.parquet`` / ``evals.parquet`` — the same rows, compacted by :func:`finalize` when
+  the run ends. The reader prefers Parquet when it is present and complete.
+
+JSON-lines files are append-only: every call of the writer is one ``write`` of whole lines
+followed by ``flush`` and ``fsync``, so a crash can only leave a *torn tail* (a last line without
+its newline, or garbage after the last newline). The reader reports a torn tail as a
+:class:`LogProblem` and never uses it; :class:`RunLogWriter` with ``resume=True`` reports it and
+truncates it before appending again.
+
+One writer per run: :class:`RunLock` holds an OS lock on ``.writer.lock`` in the run folder for
+as long as the writer lives (the trainer takes it before it reads anything of the run), and notes
+its holder in ``.writer.json``. A second writer is refused with :class:`RunBusyError`, naming the
+holder; the kernel drops the lock when its process dies, and the note a crashed writer left
+behind is reported as a stale lock when the run is next opened. Locking is :mod:`filelock`'s.
+
+Numbers in a run log are finite: ``inf`` or ``nan`` where a value is required is an error naming
+the file, line and field. Parquet files are written with page checksums, verified on read.
+
+Modules: :mod:`.schema` (file names, columns, metadata, problems), :mod:`.folder` (where a run
+lives, metadata written atomically), :mod:`.writerlock` (one writer per run), :mod:`.reader` (one
+run), :mod:`.writer` (the crash-safe appender and compaction), :mod:`.study` (a study's runs).
+"""
+
+from __future__ import annotations
+
+from ..stages import STAGES, Stage
+from .folder import find_runs, read_meta, run_dir, write_meta
+from .reader import RunLog, add_derived, check_consistency, read_run, read_table
+from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS, META_FILE,
+                     SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
+                     Column, LogProblem, RunBusyError, RunLogError, RunLogWarning, RunMeta, Status,
+                     election_sha256, utc_now, validate_frame)
+from .study import StudyRuns, load_study
+from .writer import RunLogWriter, finalize
+from .writerlock import RunLock, run_busy
+
+__all__ = [
+    "EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS", "META_FILE",
+    "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "TOKEN_KINDS", "WRITER_LOCK", "WRITER_NOTE",
+    "Column", "LogProblem", "RunBusyError", "RunLock", "RunLog", "RunLogError", "RunLogWarning", "RunLogWriter",
+    "RunMeta", "Stage", "Status", "StudyRuns", "add_derived", "check_consistency", "election_sha256", "finalize",
+    "find_runs", "load_study", "read_meta", "read_run", "read_table", "run_busy", "run_dir", "utc_now",
+    "validate_frame", "write_meta",
+]

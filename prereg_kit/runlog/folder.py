@@ -1,0 +1,96 @@
+"""Where a run lives (``runs/<configuration>/seed-<n>/``) and its metadata file, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..stages import STAGES
+from .schema import META_FILE, RunLogError, RunMeta, SAFE_NAME
+
+
+def run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str = "main") -> Path:
+    """The folder of one run.
+
+    Main-stage runs: ``<study_dir>/runs/<configuration>/seed-<seed>``, the runs the analysis
+    reads. Calibration, pilot and smoke runs: ``<study_dir>/stages/<stage>/<configuration>/seed-<seed>``,
+    so that a smoke run never collides with, or is mistaken for, the main run of the same seed.
+    """
+    if stage not in STAGES:
+        raise RunLogError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
+    if not isinstance(configuration, str) or not SAFE_NAME.match(configuration) or ".." in configuration:
+        raise RunLogError(f"configuration name {configuration!r} cannot name a run folder "
+                          "(letters, digits and _ . + - only, starting with a letter or digit, no '..', at most 80)")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise RunLogError(f"seed {seed!r} cannot name a run folder (a non-negative integer)")
+    base = Path(study_dir) / "runs" if stage == "main" else Path(study_dir) / "stages" / stage
+    return base / configuration / f"seed-{seed}"
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Make a rename or a file creation durable; not every platform can open a directory.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write_bytes(target: Path, data: bytes, fsync: bool = True) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())
+    tmp.replace(target)
+    if fsync:
+        _fsync_dir(target.parent)
+
+
+def write_meta(path: str | Path, meta: RunMeta, *, fsync: bool = True) -> Path:
+    """Write ``meta.json`` atomically (temp file + fsync + rename) into run folder ``path``."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / META_FILE
+    text = json.dumps(meta.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    _atomic_write_bytes(target, text.encode(), fsync)
+    return target
+
+
+def read_meta(path: str | Path) -> RunMeta:
+    """Read and validate ``meta.json`` of run folder ``path``."""
+    f = Path(path) / META_FILE
+    try:
+        raw = json.loads(f.read_text())
+    except FileNotFoundError:
+        raise RunLogError(f"{f}: no run metadata") from None
+    except json.JSONDecodeError as e:
+        raise RunLogError(f"{f}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    try:
+        return RunMeta.model_validate(raw)
+    except Exception as e:  # pydantic.ValidationError: keep one line
+        first = str(e).splitlines()
+        raise RunLogError(f"{f}: invalid run metadata: {' '.join(first[1:3]).strip()}") from None
+
+
+def find_runs(study_dir: str | Path, *, all_stages: bool = False) -> list[Path]:
+    """Every run folder (one holding ``meta.json``) under ``<study_dir>/runs``, sorted.
+
+    ``all_stages``: also the calibration, pilot and smoke runs under ``<study_dir>/stages/``.
+    """
+    study = Path(study_dir)
+    found = list((study / "runs").glob(f"*/seed-*/{META_FILE}"))
+    if all_stages:
+        found += list((study / "stages").glob(f"*/*/seed-*/{META_FILE}"))
+    return sorted(p.parent for p in found)
+
+

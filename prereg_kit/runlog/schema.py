@@ -1,0 +1,305 @@
+"""The run-log contract: file names, column schemas, metadata and the problems a reader reports.
+
+Everything the writer and the reader of a run folder agree on (see ``docs/run-log.md``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..stages import Stage
+
+FORMAT = "prereg-runlog/1"
+META_FILE = "meta.json"
+ITERATIONS = "iterations"
+EVALS = "evals"
+KINDS = (ITERATIONS, EVALS)
+STATUSES = ("running", "complete", "failed", "stopped")
+Status = Literal["running", "complete", "failed", "stopped"]
+_PARQUET_KEY = b"prereg_runlog"
+ELECTION_FILE = "election.json"  # the anchor election `prereg elect` writes in the study folder
+WRITER_LOCK = ".writer.lock"
+WRITER_NOTE = ".writer.json"
+# Names that become folders: no separators, no leading dot, so a run folder stays inside its study.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$")
+
+
+class RunLogError(ValueError):
+    """A run log that cannot be used: missing, malformed or torn files."""
+
+
+class RunLogWarning(UserWarning):
+    """A run-log problem that was reported and worked around (e.g. a torn last line dropped)."""
+
+
+class RunBusyError(RunLogError):
+    """Another writer holds the run folder."""
+
+
+class RunMeta(BaseModel):
+    """Metadata of one run (``meta.json``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: str = FORMAT
+    study: str
+    configuration: str
+    seed: int
+    stage: Stage = "main"
+    plan_hash: str = Field(description="canonical content hash of the plan the run was launched under")
+    config: dict[str, Any] = Field(default_factory=dict)
+    started_at: datetime
+    ended_at: datetime | None = None
+    device: str = "cpu"
+    status: Status = "running"
+    tool_version: str = ""
+    election_sha256: str = Field("", description="sha256 of <study>/election.json as the run read it "
+                                 "(anchor = 'elected' runs; '' otherwise); the audit compares it with the file")
+
+    @field_validator("started_at", "ended_at")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            raise ValueError("times must carry a UTC offset (e.g. 2026-01-31T12:00:00Z)")
+        return v.astimezone(timezone.utc) if v is not None else None
+
+
+def election_sha256(study_dir: str | Path) -> str:
+    """``sha256:<hex>`` of the bytes of ``<study_dir>/election.json``, or ``""`` when there is none.
+
+    A run with ``anchor = "elected"`` records it in :attr:`RunMeta.election_sha256` when it starts
+    (multi-reward paper §4.5: the anchor is fixed before joint training); ``prereg verify`` flags a
+    main run whose recorded hash differs from the file's (``prereg_kit.audit``).
+    """
+    import hashlib  # noqa: PLC0415
+
+    try:
+        data = (Path(study_dir) / ELECTION_FILE).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def utc_now() -> datetime:
+    """The current time in UTC (what ``started_at`` / ``ended_at`` hold)."""
+    return datetime.now(timezone.utc)
+
+
+# --------------------------------------------------------------------------------------------
+# Column schemas
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a run-log table: its JSON type, whether it is required, and its range.
+
+    ``max_col`` names another column this one may not exceed (e.g. ``correct <= samples``).
+    Optional columns may be absent or null; the reader fills them with null.
+    """
+
+    name: str
+    kind: Literal["int", "float", "str", "bool"]
+    doc: str
+    required: bool = True
+    min: float | None = None
+    max: float | None = None
+    max_col: str | None = None
+
+    def describe(self) -> str:
+        parts = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true/false"}
+        d = parts[self.kind]
+        if self.min is not None:
+            d += f" >= {self.min:g}"
+        if self.max is not None:
+            d += f" <= {self.max:g}"
+        if self.max_col is not None:
+            d += f" <= {self.max_col}"
+        return d
+
+
+ITERATION_COLUMNS: tuple[Column, ...] = (
+    Column("iteration", "int", "0-based iteration index, strictly increasing", min=0),
+    Column("tokens_rollout", "int", "tokens generated in rollouts this iteration (kept groups)", min=0),
+    Column("tokens_continuation", "int", "tokens generated in continuations (e.g. Monte-Carlo credit) this iteration", min=0),
+    Column("tokens_discarded", "int", "tokens generated in groups discarded this iteration (e.g. dynamic sampling)", min=0),
+    Column("seconds_selection", "float", "seconds of prompt selection, incl. the prompt critic's prefill", min=0),
+    Column("seconds_generation", "float", "seconds of rollout generation", min=0),
+    Column("seconds_credit", "float", "seconds of credit assignment, incl. continuations and critic features/fits", min=0),
+    Column("seconds_update", "float", "seconds of the optimizer update(s)", min=0),
+    Column("seconds_weight_sync", "float", "seconds copying updated weights into the generation engine", min=0),
+    Column("updates", "int", "cumulative optimizer updates after this iteration", min=0),
+    Column("reward_mean", "float", "mean training reward of the kept rollouts", required=False),
+    Column("mixed_share", "float", "share of groups with both correct and incorrect completions", required=False, min=0, max=1),
+    Column("length_mean", "float", "mean completion length in tokens", required=False, min=0),
+    Column("truncation_rate", "float", "share of completions cut at the generation limit", required=False, min=0, max=1),
+)
+
+EVAL_COLUMNS: tuple[Column, ...] = (
+    Column("eval_index", "int", "0-based evaluation index (0 = before training); non-decreasing in the file", min=0),
+    Column("iteration", "int", "iterations completed before this evaluation (0 for the initial one)", min=0),
+    Column("eval_set", "str", "evaluation set name, e.g. 'math200'"),
+    Column("problem_id", "str", "problem identifier, stable across runs"),
+    Column("eval_seed", "int", "sampling seed of this evaluation (common random numbers: same across configurations of a seed)"),
+    Column("tokens", "int", "cumulative generated tokens (all kinds) at this evaluation", min=0),
+    Column("train_seconds", "float", "cumulative training seconds (sum of the five stages) at this evaluation", min=0),
+    Column("updates", "int", "cumulative optimizer updates at this evaluation", min=0),
+    Column("samples", "int", "completions sampled for this problem", min=1),
+    Column("correct", "int", "completions correct under the default verifier", min=0, max_col="samples"),
+    Column("correct_strict", "int", "completions correct under the strict (boxed-only) verifier", min=0, max_col="samples"),
+    Column("boxed", "int", "completions with a boxed answer", min=0, max_col="samples"),
+    Column("greedy_correct", "bool", "greedy completion correct under the default verifier (null if not logged)", required=False),
+)
+
+SCHEMAS: dict[str, tuple[Column, ...]] = {ITERATIONS: ITERATION_COLUMNS, EVALS: EVAL_COLUMNS}
+STAGE_SECONDS = tuple(c.name for c in ITERATION_COLUMNS if c.name.startswith("seconds_"))
+TOKEN_KINDS = ("tokens_rollout", "tokens_continuation", "tokens_discarded")
+
+
+def _arrow_schema(columns: Sequence[Column]) -> pa.Schema:
+    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
+    return pa.schema([(c.name, types[c.kind]) for c in columns])
+
+
+def _show(v: Any) -> str:
+    """A value as the JSON file would show it (numpy scalars unwrapped)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    return repr(v)
+
+
+def _first_bad(mask: np.ndarray) -> int | None:
+    idx = np.flatnonzero(mask)
+    return int(idx[0]) if idx.size else None
+
+
+def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, first_line: int = 1) -> pd.DataFrame:
+    """Check and coerce ``df`` to a column spec; return a new frame (spec columns first, extras after).
+
+    Raises :class:`RunLogError` with one line naming ``where`` (the file), the line of the first
+    offending row (row ``i`` is line ``first_line + i``), the field and what was expected.
+    Extra columns are kept as they are.
+    """
+    out: dict[str, Any] = {}
+    errors: list[tuple[int, str]] = []
+    n = len(df)
+    for col in columns:
+        if col.name not in df.columns:
+            if col.required and n:
+                errors.append((0, f"field '{col.name}': missing (expected {col.describe()})"))
+                continue
+            dtype = {"int": "Int64" if n else "int64", "float": "float64", "str": "str", "bool": "boolean"}[col.kind]
+            out[col.name] = pd.Series(pd.array([None] * n, dtype=dtype), index=df.index)
+            continue
+        s = df[col.name]
+        null = s.isna().to_numpy()
+        bad = null.copy() if col.required else np.zeros(n, dtype=bool)
+        if col.kind in ("int", "float"):
+            if col.kind == "int" and s.dtype == np.int64:
+                # Common case (already int64): only the range needs checking.
+                v = s.to_numpy()
+                if col.min is not None:
+                    bad |= v < col.min
+                if col.max is not None:
+                    bad |= v > col.max
+                out[col.name] = s
+                i = _first_bad(bad)
+                if i is not None:
+                    errors.append((i, f"field '{col.name}': expected {col.describe()}, got {_show(s.iloc[i])}"))
+                continue
+            if s.dtype == object or pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
+                # Mixed or textual values: anything that is not a real number is an error.
+                is_num = s.map(lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+                bad |= ~is_num & ~null
+                v = pd.to_numeric(s.where(is_num), errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+            else:
+                v = s.to_numpy(dtype="float64", na_value=np.nan)
+            bad |= np.isinf(v)  # a non-finite number is never a reading
+            if col.kind == "int":
+                bad |= ~null & ~np.isnan(v) & (np.mod(np.nan_to_num(v), 1) != 0)
+            with np.errstate(invalid="ignore"):
+                if col.min is not None:
+                    bad |= v < col.min
+                if col.max is not None:
+                    bad |= v > col.max
+            conv = s if s.dtype == np.float64 else pd.Series(v, index=df.index)
+            if col.kind == "int" and not bad.any():
+                conv = conv.astype("Int64" if np.isnan(v).any() else "int64")
+        elif col.kind == "str":
+            if pd.api.types.is_string_dtype(s.dtype) and s.dtype != object:
+                conv = s.astype("str")
+            else:
+                ok = s.map(lambda v: isinstance(v, (str, int, np.integer)) and not isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+                bad |= ~ok & ~null
+                conv = s.map(lambda v: v if isinstance(v, str) or v is None or (isinstance(v, float) and np.isnan(v)) else str(v)).astype("str")
+        else:  # bool
+            if pd.api.types.is_bool_dtype(s.dtype):
+                conv = s.astype("boolean")
+            else:
+                ok = s.map(lambda v: v is None or isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating)) and (v in (0, 1) or np.isnan(v)))).to_numpy(dtype=bool)
+                bad |= ~ok & ~null
+                conv = s
+                if not bad.any():
+                    conv = pd.Series([None if v is None or (isinstance(v, float) and np.isnan(v)) else bool(v) for v in s],
+                                     index=df.index, dtype="boolean")
+        i = _first_bad(bad)
+        if i is not None:
+            got = s.iloc[i]
+            what = "missing or null" if (col.required and null[i]) else f"got {_show(got)}"
+            errors.append((i, f"field '{col.name}': expected {col.describe()}, {what}"))
+        out[col.name] = conv
+    # Cross-column bounds, once each column has its type.
+    for col in columns:
+        if col.max_col and col.name in out and col.max_col in out and not errors:
+            a = pd.to_numeric(out[col.name]).to_numpy(dtype="float64")
+            b = pd.to_numeric(out[col.max_col]).to_numpy(dtype="float64")
+            i = _first_bad(a > b)
+            if i is not None:
+                errors.append((i, f"field '{col.name}': {int(a[i])} exceeds {col.max_col}={int(b[i])}"))
+    if errors:
+        i, msg = min(errors, key=lambda e: e[0])
+        raise RunLogError(f"{where}: line {first_line + i}: {msg}")
+    names = {c.name for c in columns}
+    for extra in df.columns:
+        if extra not in names:
+            out[extra] = df[extra]
+            if pd.api.types.is_float_dtype(df[extra].dtype):
+                i = _first_bad(np.isinf(df[extra].to_numpy(dtype="float64", na_value=np.nan)))
+                if i is not None:
+                    raise RunLogError(f"{where}: line {first_line + i}: field '{extra}': expected a finite number, got {_show(df[extra].iloc[i])}")
+    res = pd.DataFrame(out, index=df.index)
+    return res.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Problems and raw reading of one table
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogProblem:
+    """Something wrong with a run log that was reported rather than silently used.
+
+    ``kind``: ``torn`` (torn tail, rows dropped), ``missing`` (file absent), ``corrupt`` (run
+    unusable), ``stale`` (Parquet older than its JSON lines, ignored), ``status`` (run not
+    complete), ``inconsistent`` (eval rows disagree with iteration rows).
+    """
+
+    path: str
+    line: int | None
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        loc = f"{self.path}: line {self.line}" if self.line is not None else self.path
+        return f"{loc}: {self.message}"
+

@@ -1,0 +1,347 @@
+"""The crash-safe appender of one run folder and its compaction to Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .folder import _atomic_write_bytes, _fsync_dir, read_meta, write_meta
+from .reader import _jsonl_path, _load_jsonl, _parquet_path, _read_parquet
+from .schema import (EVALS, _first_bad, FORMAT, ITERATIONS, KINDS, LogProblem, META_FILE, _PARQUET_KEY,
+    RunLogError, RunLogWarning, RunMeta, SCHEMAS, Status, STATUSES, utc_now, validate_frame, WRITER_NOTE)
+from .writerlock import RunLock
+
+
+def _to_jsonl(df: pd.DataFrame) -> bytes:
+    if not len(df):
+        return b""
+    text = df.to_json(orient="records", lines=True, double_precision=15, date_format="iso")
+    if not text.endswith("\n"):
+        text += "\n"
+    return text.encode()
+
+
+def finalize(folder: str | Path, *, keep_jsonl: bool = False, fsync: bool = True) -> list[Path]:
+    """Compact a run's JSON lines into ``iterations.parquet`` and ``evals.parquet``.
+
+    Each Parquet file is written to a temp name, fsynced and renamed, and records in its metadata
+    the row count and the size of the JSON-lines file it came from (so a later append makes it
+    stale rather than wrong). The JSON lines are removed afterwards unless ``keep_jsonl``.
+    A torn tail is an error here: resume the run (which truncates it) or repair it first.
+    """
+    folder = Path(folder)
+    written = []
+    for kind in KINDS:
+        jp, pp = _jsonl_path(folder, kind), _parquet_path(folder, kind)
+        if not jp.exists():
+            if pp.exists():
+                continue  # already compacted
+            jp.touch()
+        df, lines = _load_jsonl(jp, kind)
+        if lines.torn is not None:
+            raise RunLogError(f"cannot finalize: {lines.torn}")
+        data = lines.data
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        info = {"format": FORMAT, "rows": len(df), "jsonl_bytes": len(data)}
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARQUET_KEY: json.dumps(info).encode()})
+        tmp = pp.with_name(pp.name + ".tmp")
+        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+        if fsync:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        tmp.replace(pp)
+        if fsync:
+            _fsync_dir(folder)
+        written.append(pp)
+        if not keep_jsonl and jp.exists():
+            jp.unlink()
+    if fsync:
+        _fsync_dir(folder)
+    return written
+
+
+def _groups(ev: pd.DataFrame) -> set[tuple[int, str]]:
+    g = ev[["eval_index", "eval_set"]].drop_duplicates()
+    return set(zip(g["eval_index"].astype(int).tolist(), g["eval_set"].astype(str).tolist()))
+
+
+class RunLogWriter:
+    """Append-only, crash-safe writer of one run folder.
+
+    Every ``log_*`` call validates its rows against the column spec, then appends them as whole
+    JSON lines in **one** ``write``, followed by ``flush`` and ``os.fsync`` (``fsync=False``
+    skips the fsync, for tests and synthetic logs only). A kill can therefore only tear the last
+    line, which the reader reports and ignores.
+
+    New run: ``RunLogWriter(folder, meta)`` (refuses a folder that already holds rows).
+    Resume after a kill: ``RunLogWriter(folder, meta_or_None, resume=True, at_iteration=k,
+    at_eval=e)``. The torn tail is reported (a :class:`RunLogWarning`, and ``self.repairs``) and
+    truncated; iteration rows with ``iteration >= k`` and eval rows with ``eval_index >= e`` are
+    dropped so the trainer re-logs them from its checkpoint without duplicates. When only
+    ``at_iteration`` is given, evaluations of later policies (``iteration > k``) are dropped and
+    the evaluation of the checkpoint itself is kept. When the eval file's tail was torn and
+    ``at_eval`` is not given, the whole interrupted batch (the last evaluation x set) is dropped.
+    A run compacted by :meth:`finish` is re-expanded to JSON lines when resumed.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        meta: RunMeta | None = None,
+        *,
+        resume: bool = False,
+        at_iteration: int | None = None,
+        at_eval: int | None = None,
+        fsync: bool = True,
+        lock: RunLock | None = None,
+    ) -> None:
+        self.folder = Path(folder)
+        self.fsync = fsync
+        self.repairs: list[LogProblem] = []
+        # One writer per run: the caller's lock (the trainer holds it for the whole run), else our own.
+        self._owns_lock = lock is None
+        self.lock = (lock or RunLock(self.folder)).acquire()
+        if self.lock.stale and self._owns_lock:
+            self._report(LogProblem(str(self.folder / WRITER_NOTE), None, "stale", self.lock.stale))
+        try:
+            self._open(meta, resume, at_iteration, at_eval)
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._owns_lock:
+            self.lock.release()
+
+    def _open(self, meta: RunMeta | None, resume: bool, at_iteration: int | None, at_eval: int | None) -> None:
+        fsync = self.fsync
+        self._last_iteration = -1
+        self._last_eval = -1
+        self._eval_groups: set[tuple[int, str]] = set()
+        self._lines = {k: 0 for k in KINDS}
+        has_rows = any(_jsonl_path(self.folder, k).exists() or _parquet_path(self.folder, k).exists() for k in KINDS)
+        if not resume:
+            if meta is None:
+                raise RunLogError(f"{self.folder}: a new run needs its RunMeta")
+            if has_rows:
+                raise RunLogError(f"{self.folder}: already holds a run log; pass resume=True to continue it")
+            self.meta = meta.model_copy(update={"status": "running", "ended_at": None})
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_meta(self.folder, self.meta, fsync=fsync)
+            for k in KINDS:
+                _jsonl_path(self.folder, k).touch()
+            if fsync:
+                _fsync_dir(self.folder)
+            return
+        old = read_meta(self.folder)
+        if meta is not None:
+            # a run that read an election must resume under the same election.json, and on the same weights
+            fields = ("study", "configuration", "seed", "plan_hash") + (("election_sha256",) if old.election_sha256 else ()) \
+                + (("model_sha256",) if getattr(old, "model_sha256", "") else ())
+            hints = {"election_sha256": " (election.json changed since the run started; restore it or move the run aside)",
+                     "model_sha256": " (the model's weights differ from those the run started from; restore them or "
+                                     "move the run aside)"}
+            for f in fields:
+                was, now = getattr(old, f), getattr(meta, f, "")
+                if now != was:
+                    raise RunLogError(f"{self.folder / META_FILE}: cannot resume: {f} is {was!r}, the resuming trainer has {now!r}{hints.get(f, '')}")
+            base = meta.model_copy(update={"started_at": old.started_at})
+        else:
+            base = old
+        resumes = list(getattr(old, "resumes", None) or [])
+        resumes.append({"at": utc_now().isoformat(), "at_iteration": at_iteration, "at_eval": at_eval})
+        self.meta = base.model_copy(update={"status": "running", "ended_at": None, "resumes": resumes})
+        self._repair(at_iteration, at_eval)
+        write_meta(self.folder, self.meta, fsync=fsync)
+
+    # -- resume ---------------------------------------------------------------------------
+
+    def _report(self, problem: LogProblem) -> None:
+        self.repairs.append(problem)
+        warnings.warn(str(problem), RunLogWarning, stacklevel=3)
+
+    def _expand_parquet(self, kind: str) -> None:
+        # A finished run was compacted; bring back its JSON lines so appends stay plain appends.
+        jp, pp = _jsonl_path(self.folder, kind), _parquet_path(self.folder, kind)
+        if pp.exists():
+            if not jp.exists():
+                df, _ = _read_parquet(pp, kind)
+                _atomic_write_bytes(jp, _to_jsonl(df))
+            pp.unlink()  # would be stale after the next append
+        elif not jp.exists():
+            jp.touch()
+
+    def _truncate(self, path: Path, offset: int, why: str, line: int | None) -> None:
+        size = path.stat().st_size
+        if offset >= size:
+            return
+        with open(path, "rb+") as fh:
+            fh.truncate(offset)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._report(LogProblem(str(path), line, "truncated", f"{why}: {size - offset} bytes from line {line} on removed"))
+
+    def _repair(self, at_iteration: int | None, at_eval: int | None) -> None:
+        for kind in KINDS:
+            self._expand_parquet(kind)
+        # iterations
+        jp = _jsonl_path(self.folder, ITERATIONS)
+        it, lines = _load_jsonl(jp, ITERATIONS)
+        if lines.torn is not None:
+            self._report(lines.torn)
+            self._truncate(jp, lines.last_good_end, "torn tail", lines.torn.line)
+        keep = len(it)
+        if at_iteration is not None:
+            drop = np.flatnonzero(it["iteration"].to_numpy() >= at_iteration)
+            if drop.size:
+                if drop[0] + drop.size != len(it):
+                    raise RunLogError(f"{jp}: iteration rows out of order; cannot resume at iteration {at_iteration}")
+                keep = int(drop[0])
+                self._truncate(jp, lines.line_starts[keep], f"resume at iteration {at_iteration}", keep + 1)
+        self._lines[ITERATIONS] = keep
+        self._last_iteration = int(it["iteration"].iloc[keep - 1]) if keep else -1
+        # evals
+        jp = _jsonl_path(self.folder, EVALS)
+        ev, lines = _load_jsonl(jp, EVALS)
+        drop_mask = np.zeros(len(ev), dtype=bool)
+        why = ""
+        if lines.torn is not None:
+            self._report(lines.torn)
+            self._truncate(jp, lines.last_good_end, "torn tail", lines.torn.line)
+            if at_eval is None and len(ev):
+                # The torn line belonged to the last batch: drop that whole evaluation x set.
+                last = ev.iloc[-1]
+                drop_mask |= ((ev["eval_index"] == last["eval_index"]) & (ev["eval_set"] == last["eval_set"])).to_numpy()
+                why = f"interrupted batch (evaluation {int(last['eval_index'])}, set '{last['eval_set']}')"
+        if at_eval is not None:
+            drop_mask |= ev["eval_index"].to_numpy() >= at_eval
+            why = f"resume at evaluation {at_eval}"
+        elif at_iteration is not None:
+            drop_mask |= ev["iteration"].to_numpy() > at_iteration
+            why = why or f"resume at iteration {at_iteration}"
+        keep = len(ev)
+        drop = np.flatnonzero(drop_mask)
+        if drop.size:
+            if drop[0] + drop.size != len(ev):
+                raise RunLogError(f"{jp}: eval rows out of order; cannot resume ({why})")
+            keep = int(drop[0])
+            self._truncate(jp, lines.line_starts[keep], why, keep + 1)
+        ev = ev.iloc[:keep]
+        self._lines[EVALS] = keep
+        self._last_eval = int(ev["eval_index"].max()) if keep else -1
+        self._eval_groups = _groups(ev)
+
+    # -- appending ------------------------------------------------------------------------
+
+    @property
+    def last_iteration(self) -> int:
+        """Index of the last iteration logged (-1 if none)."""
+        return self._last_iteration
+
+    @property
+    def last_eval(self) -> int:
+        """Index of the last evaluation logged (-1 if none)."""
+        return self._last_eval
+
+    def _append(self, kind: str, df: pd.DataFrame) -> None:
+        data = _to_jsonl(df)
+        path = _jsonl_path(self.folder, kind)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # one logical write; loop only on a short write
+                n = os.write(fd, view)
+                view = view[n:]
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._lines[kind] += len(df)
+
+    def _frame(self, rows: pd.DataFrame | Mapping[str, Any] | Iterable[Mapping[str, Any]], kind: str) -> pd.DataFrame:
+        if isinstance(rows, pd.DataFrame):
+            df = rows.reset_index(drop=True)
+        elif isinstance(rows, Mapping):
+            df = pd.DataFrame([dict(rows)])
+        else:
+            df = pd.DataFrame.from_records(list(rows))
+        where = f"{_jsonl_path(self.folder, kind)} (not written)"
+        return validate_frame(df, SCHEMAS[kind], where=where, first_line=self._lines[kind] + 1)
+
+    def log_iteration(self, row: Mapping[str, Any]) -> None:
+        """Append one iteration row (validated; extra keys kept)."""
+        self.log_iterations([row])
+
+    def log_iterations(self, rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> None:
+        """Append many iteration rows in one write (e.g. a converter or the synthetic generator)."""
+        df = self._frame(rows, ITERATIONS)
+        if not len(df):
+            return
+        idx = df["iteration"].to_numpy()
+        prev = np.concatenate([[self._last_iteration], idx[:-1]])
+        i = _first_bad(idx <= prev)
+        if i is not None:
+            raise RunLogError(f"{_jsonl_path(self.folder, ITERATIONS)} (not written): line {self._lines[ITERATIONS] + 1 + i}: field 'iteration': {idx[i]} not above the last logged {prev[i]} (duplicate or out of order)")
+        self._append(ITERATIONS, df)
+        self._last_iteration = int(idx[-1])
+
+    def log_eval_rows(self, rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> None:
+        """Append the rows of one or more evaluations (one per problem) in one write.
+
+        Refuses a batch that repeats an (evaluation, set) already logged or goes back to an
+        earlier evaluation index, so a resumed trainer cannot duplicate rows.
+        """
+        df = self._frame(rows, EVALS)
+        if not len(df):
+            return
+        where = f"{_jsonl_path(self.folder, EVALS)} (not written)"
+        idx = df["eval_index"].to_numpy()
+        prev = np.concatenate([[max(self._last_eval, 0)], idx[:-1]])
+        i = _first_bad(idx < prev)
+        if i is not None:
+            raise RunLogError(f"{where}: line {self._lines[EVALS] + 1 + i}: field 'eval_index': {idx[i]} is below {prev[i]} (out of order)")
+        groups = _groups(df)
+        again = sorted(groups & self._eval_groups)
+        if again:
+            raise RunLogError(f"{where}: evaluation {again[0][0]}, set '{again[0][1]}' already logged")
+        dup = df.duplicated(["eval_index", "eval_set", "problem_id"]).to_numpy()
+        i = _first_bad(dup)
+        if i is not None:
+            raise RunLogError(f"{where}: line {self._lines[EVALS] + 1 + i}: duplicate problem '{df['problem_id'].iloc[i]}' in evaluation {idx[i]}")
+        self._append(EVALS, df)
+        self._eval_groups |= groups
+        self._last_eval = int(idx.max())
+
+    def finish(self, status: Status = "complete", *, compact: bool = True, keep_jsonl: bool = False) -> None:
+        """End the run: compact to Parquet (unless ``compact=False``), then record status and end time."""
+        if status not in STATUSES:
+            raise RunLogError(f"{self.folder}: unknown status {status!r} (one of {', '.join(STATUSES)})")
+        try:
+            if compact:
+                finalize(self.folder, keep_jsonl=keep_jsonl, fsync=self.fsync)
+            self.meta = self.meta.model_copy(update={"status": status, "ended_at": utc_now()})
+            write_meta(self.folder, self.meta, fsync=self.fsync)
+        finally:
+            self._release()
+
+    def __enter__(self) -> "RunLogWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self._release()
+            return
+        # Keep the JSON lines so the run can be resumed; only the status records what happened.
+        status = "stopped" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+        self.finish(status, compact=False)
+
+
+# --------------------------------------------------------------------------------------------

@@ -1,0 +1,47 @@
+"""Finding the trainer that ``prereg run`` and ``prereg elect`` hand a study to.
+
+The core names no trainer. A trainer plugs in through the entry-point group
+``prereg_kit.runners``: an object with ``run(study_dir, *, stage, configs, seeds, n_jobs, console)``
+(returns True when no run failed) and ``elect(study_dir, *, configuration, seeds, tokens, steps,
+prompts, samples, n_jobs, log)`` (returns the election record: ``elected``, ``kl_rev``,
+``kl_fwd``). The built-in GRPO trainer registers itself as ``builtin`` (``pip install
+'prereg-kit[train]'``); see ``docs/trainer.md``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from .errors import PreregError
+
+GROUP = "prereg_kit.runners"
+NONE_INSTALLED = ("no trainer installed: pip install 'prereg-kit[train]' for the built-in one, "
+                  f"or install a package that registers a '{GROUP}' entry point")
+
+
+def installed_runners() -> dict[str, EntryPoint]:
+    """The runners installed in this environment, by name (an entry point listed twice counts once)."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def load_runner(name: str | None = None, *, command: str = "run") -> Any:
+    """The runner named ``name``, or the only one installed.
+
+    Exit code 2 (:class:`PreregError`) when none is installed, when several are and ``--runner``
+    does not choose, or when the chosen one is not installed; a runner whose own dependencies are
+    missing (torch, transformers) is named with the extra that brings them.
+    """
+    found = installed_runners()
+    if not found:
+        raise PreregError(NONE_INSTALLED)
+    if name is None:
+        if len(found) > 1:
+            raise PreregError(f"several trainers are installed ({', '.join(sorted(found))}): choose one with --runner NAME")
+        name = next(iter(found))
+    if name not in found:
+        raise PreregError(f"--runner: no trainer {name!r} is installed (installed: {', '.join(sorted(found))})")
+    try:
+        return found[name].load()
+    except ImportError as e:  # torch / transformers are the 'train' extra
+        raise PreregError(f"prereg {command} needs the trainer's dependencies (pip install prereg-kit[train]): {e}") from None
