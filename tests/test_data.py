@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -209,21 +208,19 @@ def test_dedup_matches_brute_force() -> None:
     assert 5 < len(got) < 40  # the perturbations straddle the threshold
 
 
-def test_dedup_at_paper_scale_is_fast() -> None:
-    """3,500 training problems against 1,700 evaluation problems, as for the paper's pools."""
+def test_dedup_at_paper_scale() -> None:
+    """3,500 training problems against 1,700 evaluation problems, as for the paper's pools (its
+    time: benchmarks/bench_guards.py)."""
     rng = np.random.default_rng(1)
     evals = _random_problems(rng, 1700, "e")
     train = _random_problems(rng, 3500 - 100, "t")
     dups = [Problem(f"d{i}", _perturb(rng, evals[i].prompt, 1 + i % 3), "1") for i in range(100)]
     expected = set(_brute_force(dups, evals[:100]))  # each near copy against its own source
     pool = ProblemPool.from_problems(train + dups)
-    t = time.perf_counter()
     out = pool.without_near_duplicates(evals[:1500], evals[1500:])
-    elapsed = time.perf_counter() - t
     assert len(expected) > 50
     assert set(out.last_report.removed_ids) == expected
     assert len(out) == 3500 - len(expected)
-    assert elapsed < 20.0, f"dedup took {elapsed:.1f}s"
 
 
 # ---------------------------------------------------------------------------------------------

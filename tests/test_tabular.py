@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -153,15 +152,12 @@ def test_recursion_kernel_matches_numpy_step():
     assert iterations_to_reach(PAPER_INIT, action=0, threshold=0.5, **kw) == 0
 
 
-def test_slow_takeover_grpo_1_0e6_iterations_and_speed():
+def test_slow_takeover_grpo_1_0e6_iterations():
     # P2 A.1 boundary cases: "needs 1.0x10^6 iterations to reach pi(a1) >= 0.99".
+    # Its speed is measured by benchmarks/bench_guards.py, not asserted here.
     kw = dict(rule="grpo", eta=0.8, rho=0.5, n=8, alpha=0.1, action=1, threshold=0.99)
-    iterations_to_reach(PAPER_INIT, max_iter=10, **kw)  # JIT warm-up outside the timing
-    t0 = time.perf_counter()
     t = iterations_to_reach(PAPER_INIT, **kw)
-    elapsed = time.perf_counter() - t0
     assert abs(t - 1.0e6) <= 0.05e6, t  # ours: 1,006,994
-    assert elapsed < 5.0, elapsed
 
 
 def test_slow_selection_tag_1_2e6_iterations():

@@ -319,14 +319,15 @@ def test_misbehaving_tsa_receipt_fails_verification_too(tsa_factory):
     assert "receipt stamps digest" in _one_line(e)
 
 
-def test_unreachable_tsa_fails_quickly():
+def test_unreachable_tsa_fails_without_waiting_for_the_timeout():
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
     with pytest.raises(TimestampError) as e:
-        request_timestamp(DIGEST, f"http://127.0.0.1:{port}/tsr", timeout=5)
-    assert time.monotonic() - t0 < 3
+        request_timestamp(DIGEST, f"http://127.0.0.1:{port}/tsr", timeout=120)
+    assert time.monotonic() - t0 < 120  # refused at once, not timed out
+    assert "timed out" not in _one_line(e)
     assert _one_line(e).startswith(f"timestamp authority http://127.0.0.1:{port}/tsr is unreachable: ")
 
 

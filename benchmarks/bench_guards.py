@@ -1,0 +1,103 @@
+"""Benchmark: the guards against pathological inputs, as ratios to a reference measured in the same run.
+
+The tests check that each guard gives the right answer; how fast it does so depends on the
+machine and on what else runs on it, so the times are reported here instead of asserted there.
+Each line prints our time and a reference measured a moment before on the same machine:
+
+* answer extraction on multi-megabyte adversarial texts (tests/test_verify.py ``ADVERSARIAL``)
+  against one linear pass over the same text (``str.encode``): a backtracking pattern shows as a
+  ratio in the thousands, a linear one in the tens;
+* near-duplicate removal at the paper's scale (3,500 training against 1,700 evaluation problems)
+  against the brute-force Jaccard scan of tests/test_data.py on 100 of the problems, scaled to all;
+* plan loading with 10,000 seeds and with 100,000-level nesting against loading the small plan;
+* the tabular dynamics to 10⁶ iterations against 10⁵ (linear: a ratio near 10).
+
+    python3 benchmarks/bench_guards.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def best(fn, repeat: int) -> float:
+    """The fastest of ``repeat`` timed calls (the least disturbed by other work on the machine)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def line(name: str, ours: float, ref: float, what: str) -> None:
+    print(f"{name:<42} {ours * 1e3:10.1f} ms  {ref * 1e3:10.2f} ms  {ours / ref:9.1f}×  {what}")
+
+
+def verifier(repeat: int) -> None:
+    from tests.test_verify import ADVERSARIAL
+    from trainer.data.answers import extract_answer
+
+    for name, text in ADVERSARIAL.items():
+        ref = best(lambda: text.encode(), repeat)
+        ours = best(lambda: (extract_answer(text), extract_answer(text, strict=True)), repeat)
+        line(f"extract_answer: {name}", ours, ref, "vs one str.encode pass")
+
+
+def dedup(repeat: int) -> None:
+    import numpy as np
+
+    from tests.test_data import _brute_force, _perturb, _random_problems
+    from trainer.data.problems import Problem, ProblemPool
+
+    rng = np.random.default_rng(1)
+    evals = _random_problems(rng, 1700, "e")
+    train = _random_problems(rng, 3400, "t")
+    dups = [Problem(f"d{i}", _perturb(rng, evals[i].prompt, 1 + i % 3), "1") for i in range(100)]
+    pool = ProblemPool.from_problems(train + dups)
+    ours = best(lambda: pool.without_near_duplicates(evals[:1500], evals[1500:]), repeat)
+    ref = best(lambda: _brute_force(dups, evals), 1) * (3500 / 100)  # brute force on 100, scaled to 3,500
+    line("near-duplicates, 3,500 × 1,700", ours, ref, "vs brute-force Jaccard (extrapolated)")
+
+
+def plans(repeat: int) -> None:
+    from tests.plans import SMALL_PLAN
+    from tests.test_plan_limits import MAX_SEEDS, _deep, _errors, _loads
+
+    ref = best(lambda: _loads(SMALL_PLAN), repeat)
+    big = f"[{', '.join(map(str, range(MAX_SEEDS)))}]"
+    ours = best(lambda: _loads(SMALL_PLAN.replace("seeds = [0, 1, 2]", f"seeds = {big}")), repeat)
+    line(f"plan with {MAX_SEEDS} seeds (list)", ours, ref, "vs the 3-seed plan")
+    ours = best(lambda: _errors(SMALL_PLAN.replace("seeds = [0, 1, 2]", 'seeds = "0-99999"')), repeat)
+    line("plan with 100,000 seeds (refused)", ours, ref, "vs the 3-seed plan")
+    deep = SMALL_PLAN.replace("group_size = 8", "group_size = 8\n" + _deep("dotted", 100_000))
+    ours = best(lambda: _errors(deep), repeat)
+    line("plan nested 100,000 deep (refused)", ours, ref, "vs the 3-seed plan")
+
+
+def tabular(repeat: int) -> None:
+    from analyses.tabular import PAPER_INIT, iterations_to_reach
+
+    kw = dict(rule="grpo", eta=0.8, rho=0.5, n=8, alpha=0.1, action=1, threshold=0.99)
+    iterations_to_reach(PAPER_INIT, max_iter=10, **kw)  # compile outside the timing
+    ref = best(lambda: iterations_to_reach(PAPER_INIT, max_iter=100_000, **kw), repeat)
+    ours = best(lambda: iterations_to_reach(PAPER_INIT, **kw), repeat)
+    line("tabular GRPO to 10^6 iterations", ours, ref, "vs 10^5 iterations (linear: ~10×)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    print(f"{'guard':<42} {'ours':>13}  {'reference':>13}  {'ratio':>10}")
+    for part in (verifier, dedup, plans, tabular):
+        part(args.repeat)
+
+
+if __name__ == "__main__":
+    main()
