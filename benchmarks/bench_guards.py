@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the tests' inputs, and their own `from plans import …`
 
 
 def best(fn, repeat: int) -> float:
@@ -41,7 +42,7 @@ def line(name: str, ours: float, ref: float, what: str) -> None:
 
 def verifier(repeat: int) -> None:
     from tests.test_verify import ADVERSARIAL
-    from trainer.data.answers import extract_answer
+    from trainer.data.verifiers import extract_answer
 
     for name, text in ADVERSARIAL.items():
         ref = best(lambda: text.encode(), repeat)
@@ -66,7 +67,7 @@ def dedup(repeat: int) -> None:
 
 
 def plans(repeat: int) -> None:
-    from tests.plans import SMALL_PLAN
+    from plans import SMALL_PLAN
     from tests.test_plan_limits import MAX_SEEDS, _deep, _errors, _loads
 
     ref = best(lambda: _loads(SMALL_PLAN), repeat)
