@@ -106,8 +106,10 @@ def _zscore(r: np.ndarray) -> np.ndarray:
     return np.where(uniform, 0.0, (r - mean) / np.where(uniform, 1.0, sd))
 
 
-def group_advantages(rule: str, r_p, r_a, lam: float = 1.0) -> np.ndarray:
-    """Advantages of every response of a group (last axis) under a group rule (P2 §3.1-3.2, A.1-A.2).
+def tabular_advantages(rule: str, r_p, r_a, lam: float = 1.0) -> np.ndarray:
+    """Advantages of every response of a group (last axis) under a group rule (P2 §3.1-3.2, A.1-A.2),
+    in the tabular model's form: exact, without the trainer's ε, ``dr_grpo`` without lengths (the
+    trainer's rules on sampled rewards are ``trainer.rewards.aggregation.rule_advantages``).
 
     ``grpo``/``tag``: population-SD z-score of the scalar reward; ``dr_grpo``: r - rbar;
     ``mo_grpo``: sum of the per-channel z-scores (a uniform channel contributes 0).
@@ -158,7 +160,7 @@ def advantage_table(rule: str, n: int, lam: float = 1.0) -> tuple[np.ndarray, np
             r = scalar_reward("grpo", TYPE_RP[types], TYPE_RA[types])
             adv = r[:, 0] - r[:, 1]  # E over the other's type = r_t - rbar_pi
         else:
-            adv = group_advantages(rule, TYPE_RP[types], TYPE_RA[types], lam)[:, 0]
+            adv = tabular_advantages(rule, TYPE_RP[types], TYPE_RA[types], lam)[:, 0]
         table[t] = coef * adv
     configs.setflags(write=False)
     table.setflags(write=False)
@@ -344,7 +346,7 @@ def sampled_step(pi, *, rule: str, eta: float, rho: float, n: int, alpha: float,
     cum = np.cumsum(laws, axis=1)[actions]  # (groups, n, 4) inverse-CDF per response
     u = rng.random((groups, n, 1))
     types = np.minimum((u >= cum).sum(axis=-1), 3)
-    adv = group_advantages(rule, TYPE_RP[types], TYPE_RA[types], lam)
+    adv = tabular_advantages(rule, TYPE_RP[types], TYPE_RA[types], lam)
     onehot = actions[..., None] == np.arange(3)
     return (alpha / n) * np.einsum("gi,gij->gj", adv, onehot)
 

@@ -14,7 +14,7 @@ from analyses.tabular import (
     action_laws,
     conditional_mean_advantages,
     expected_logodds_drift,
-    group_advantages,
+    tabular_advantages,
     iterations_to_reach,
     kappa_n,
     run_recursion,
@@ -40,7 +40,7 @@ def _brute_force_m(pi, rule, eta, rho, n, lam=1.0):
             continue
         for t in range(4):
             types = np.array([t, *others])
-            own[t] += w * group_advantages(rule, rp[types], ra[types], lam)[0]
+            own[t] += w * tabular_advantages(rule, rp[types], ra[types], lam)[0]
     return laws @ own
 
 
@@ -61,10 +61,10 @@ def test_zscore_matches_phi_formula_and_uniform_groups_are_zero():
             continue
         n, s, qq = 8, r[1:].sum(), (r[1:] ** 2).sum()
         d, v = (n - 1) * r[0] - s, (n - 1) * qq - s**2
-        assert math.isclose(group_advantages("grpo", rp, ra)[0], math.sqrt(n - 1) * d / math.sqrt(d * d + n * v),
+        assert math.isclose(tabular_advantages("grpo", rp, ra)[0], math.sqrt(n - 1) * d / math.sqrt(d * d + n * v),
                             abs_tol=1e-12)
-    assert np.all(group_advantages("tag", np.ones(8), np.ones(8), 0.5) == 0.0)
-    assert np.all(group_advantages("mo_grpo", np.ones(8), np.r_[np.ones(7), 0.0]).round(12)[:7] > 0)
+    assert np.all(tabular_advantages("tag", np.ones(8), np.ones(8), 0.5) == 0.0)
+    assert np.all(tabular_advantages("mo_grpo", np.ones(8), np.r_[np.ones(7), 0.0]).round(12)[:7] > 0)
 
 
 simplex = st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0)).filter(
