@@ -221,6 +221,7 @@ class _Injecting:
         return roll
 
 
+@pytest.mark.slow  # trains the tiny model
 @pytest.mark.parametrize("config", ["additive", "tag"])
 def test_short_code_run_logs_channels_and_survives_a_hostile_program(tmp_path_factory, config, monkeypatch):
     torch = pytest.importorskip("torch")

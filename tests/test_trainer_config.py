@@ -114,3 +114,30 @@ def test_the_docs_describe_every_setting():
         for key in model.model_fields:
             short = key.split("_")[0] + "_*"
             assert f"`{key}`" in text or f"`{name}.{key}`" in text or f"`{short}`" in text, f"{name}.{key}"
+
+
+def test_prereg_run_names_each_flat_key_with_its_new_place(tmp_path, monkeypatch):
+    """`prereg run` on a plan that still uses flat keys prints one deprecation line naming them."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import trainer.launch as launch
+
+    plan = _plan(tmp_path / "p", 'learning_rate = 1e-6\ncredit = "monte_carlo"\n', "mc_k = 1")
+    def no_runs(plan):  # the plan as loaded, and no runs to start
+        return lambda *a, **k: (SimpleNamespace(plan=plan, path="plan.toml", content_sha256="0" * 64), [])
+
+    monkeypatch.setattr(launch, "plan_jobs", no_runs(plan))
+    out = io.StringIO()
+    launch.run_study(tmp_path / "p", console=Console(file=out, width=300))
+    lines = [ln for ln in out.getvalue().splitlines() if "deprecated" in ln]
+    assert lines == ["plan.toml: deprecated: recipe keys without sections still work; their new names: "
+                     "recipe.learning_rate → recipe.update.learning_rate, recipe.credit → recipe.credit.rule, "
+                     "configurations.B.mc_k → configurations.B.credit.mc_k"], out.getvalue()
+    sectioned_plan = _plan(tmp_path / "q", '[recipe.credit]\nrule = "monte_carlo"\n', "credit = { mc_k = 1 }")
+    monkeypatch.setattr(launch, "plan_jobs", no_runs(sectioned_plan))
+    out = io.StringIO()
+    launch.run_study(tmp_path / "q", console=Console(file=out, width=300))
+    assert "deprecated" not in out.getvalue()

@@ -256,6 +256,7 @@ overrides = { length_lambda = 0.5 }
 CONFIGS = ["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td", "critic_baseline", "length"]
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_short_run_of_every_configuration_writes_a_valid_run_log(tmp_path):
     from prereg_kit.runlog import read_run
     from trainer.launch import plan_jobs

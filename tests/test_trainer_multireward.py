@@ -199,6 +199,7 @@ def mr_study(tmp_path: Path, cache: Path, rule: str = "lagrangian", tokens: int 
     return d
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_tiny_multireward_run_logs_channels(tmp_path, mr_cache):
     from prereg_kit.runlog import read_run
     from trainer.launch import plan_jobs

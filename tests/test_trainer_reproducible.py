@@ -136,6 +136,7 @@ def test_a_malformed_pin_is_a_one_line_recipe_error(value, reason):
     assert reason in e.value.lines[0] and repr(value) in e.value.lines[0]
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_a_run_records_the_weights_hash_and_a_matching_pin_runs(tmp_path, cache):
     study = _study(tmp_path / "a", cache)
     spec, assets = _assets(study)

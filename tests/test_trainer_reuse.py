@@ -216,6 +216,7 @@ def study(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_short_runs_of_the_reuse_configurations_write_valid_run_logs(study):
     from prereg_kit.runlog import load_study
     from trainer.launch import plan_jobs
@@ -253,6 +254,7 @@ def _critic(folder) -> list:
     return state["extra"]["dense"]["critic"]["entries"]
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_learned_critic_state_survives_a_kill_and_resume(study, tmp_path):
     from trainer.launch import plan_jobs
 

@@ -69,6 +69,7 @@ def _train(spec):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_short_real_run_writes_a_valid_run_log(tmp_path, cache):
     study = _study(tmp_path, cache)
     spec = _spec(study, stage="smoke")
@@ -100,6 +101,7 @@ def _rows(folder):
     return it, ev, run
 
 
+@pytest.mark.slow  # trains the tiny model
 @pytest.mark.parametrize("kill_after_rows", [1, 12])
 def test_resume_after_sigkill_gives_identical_rows(tmp_path, cache, kill_after_rows):
     study = _study(tmp_path, cache, tokens=4000)
@@ -151,6 +153,7 @@ def test_prereg_run_refuses_unlocked_or_changed_plan_for_main_stage(tmp_path, ca
     assert res.exit_code == 2 and "nope" in res.output
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_prereg_run_smoke_then_skips_completed_runs(tmp_path, cache):
     study = _study(tmp_path, cache)
     res = _cli("run", study, "--stage", "smoke")  # an unlocked plan may run its smoke stage
@@ -206,3 +209,30 @@ def test_two_prereg_run_processes_on_one_study(tmp_path, cache):
     rep = verify_study(study)
     assert rep.exit_code == 0, rep.violations
     assert rep.seals.sealed["runs/grpo/seed-0"]["files"].keys() >= {"meta.json", "evals.parquet"}
+
+
+def test_a_main_run_started_by_hand_obeys_the_lock(tmp_path):
+    """`python -m trainer spec.json` for a main-stage run checks the lock itself: a spec written
+    while the plan was locked is refused once the plan has changed, and a plan never locked is
+    refused too, before the run folder is created."""
+    from prereg_kit.errors import ViolationError
+    from trainer.loop import train
+
+    (tmp_path / "cache").mkdir()
+    study = _study(tmp_path, tmp_path / "cache")  # nothing is trained: the refusal comes first
+    lock_plan(study / "plan.toml")
+    spec = _spec(study, stage="main")
+    plan = study / "plan.toml"
+    plan.write_text(plan.read_text().replace("samples = 2", "samples = 3"))
+    with pytest.raises(ViolationError) as e:
+        train(spec)
+    assert "main-stage runs refused until the change is recorded with `prereg amend`" in e.value.lines[-1]
+    (study / "plan.lock").unlink()
+    with pytest.raises(ViolationError) as e:
+        train(spec)
+    assert "main-stage runs need a locked plan" in e.value.lines[0]
+    assert not Path(spec.run_dir).exists()
+    spec.save(tmp_path / "spec.json")
+    res = subprocess.run([sys.executable, "-m", "trainer", str(tmp_path / "spec.json")], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and "main-stage runs need a locked plan" in res.stderr

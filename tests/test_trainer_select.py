@@ -247,6 +247,7 @@ def runs(tmp_path_factory) -> dict:
     return out
 
 
+@pytest.mark.slow  # trains the tiny model
 @pytest.mark.parametrize("rule", RULES)
 def test_short_run_of_every_rule_writes_a_valid_run_log(runs, rule):
     spec, run = runs[rule]
@@ -274,6 +275,7 @@ def test_filter_and_control_runs_log_identical_candidates(runs):
     assert a["reward_mean"][:2].tolist() == b["reward_mean"][:2].tolist()
 
 
+@pytest.mark.slow  # trains the tiny model
 def test_resume_restores_the_selection_state(tmp_path, runs):
     """A run interrupted after a checkpoint resumes to the same rows (the critic's fit data and the
     trained-prompt count come back from the checkpoint)."""

@@ -17,6 +17,7 @@ import torch
 import prereg_kit
 import trainer
 from prereg_kit.errors import PreregError
+from prereg_kit.jobs import require_locked
 from prereg_kit.runlog import (RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir,
                                utc_now)
 from prereg_kit.seal import code_sha256, seal_runs
@@ -51,7 +52,11 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
     a main-stage run is sealed into the plan's lock chain when it completes.
 
     The run folder's one-writer lock is taken before anything of the run is read and held until
-    the seal is written, so a second process on the same run stops at once and loses nothing."""
+    the seal is written, so a second process on the same run stops at once and loses nothing.
+    A main-stage run refuses an unlocked or changed plan (``prereg_kit.jobs.require_locked``), as
+    the launchers do, so a run process started by hand obeys the lock as well."""
+    if spec.stage == "main":
+        require_locked(spec.study_dir)
     with RunLock(spec.run_dir) as lock:
         if lock.stale:
             print(f"warning: {spec.run_dir}: {lock.stale}; taking the run over", file=sys.stderr)
