@@ -26,3 +26,27 @@ def test_plan_format_example_is_s25_and_locks(tmp_path):
     (tmp_path / "plan.toml").write_text(text)
     lock_plan(tmp_path / "plan.toml")
     assert read_chain(tmp_path / "plan.toml").last["content"]["study"]["id"] == "S25"
+
+
+def test_recipes_in_the_docs_are_trainer_settings():
+    """The recipes the docs show are what the trainer accepts: the S25 example's configurations,
+    the aggregation grid of plan-format.md and the sectioned example of trainer.md."""
+    import pytest
+
+    pytest.importorskip("pydantic")
+    from trainer.config import config_of, merge_recipe, parse_config, plan_flat_keys
+
+    text = _toml_blocks("plan-format.md")[0]
+    plan = validate_plan(tomllib.loads(text), source="docs", text=text)
+    assert plan_flat_keys(plan) == []  # the docs show the sectioned form
+    cfgs = {name: config_of(plan, name) for name in plan.configurations}
+    assert cfgs["mc_k2"].credit.rule == "monte_carlo" and cfgs["mc_k2"].credit.mc_k == 2
+    assert cfgs["outcome"].update.learning_rate == 1e-6 and cfgs["outcome"].rollout.completion_limit == 380
+    grid = next(b for b in _toml_blocks("plan-format.md") if "[configurations.tag]" in b)
+    for name, c in tomllib.loads(grid)["configurations"].items():
+        cfg = parse_config(merge_recipe({}, c["overrides"]), where=name)
+        assert cfg.rewards.channels == ["correct", "brief"]
+    trainer_md = next(b for b in _toml_blocks("trainer.md") if "[recipe.credit]" in b)
+    data = tomllib.loads(trainer_md)
+    c = parse_config(merge_recipe(data["recipe"], data["configurations"]["mc_k1"]["overrides"]))
+    assert (c.credit.rule, c.credit.mc_k, c.rollout.group_size) == ("monte_carlo", 1, 8)

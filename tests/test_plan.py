@@ -34,8 +34,8 @@ def test_template_validates_and_round_trips():
     assert plan.seeds_for("main") == [0, 1, 2, 3]
     assert plan.seeds_for("smoke") == [0]
     assert plan.budget.tokens == 60_000 and plan.budget.eval_interval_tokens() == 3_750
-    assert plan.resolved_config("lr2x")["learning_rate"] == 2e-4
-    assert plan.resolved_config("baseline")["learning_rate"] == 1e-4
+    assert plan.resolved_config("lr2x")["update"]["learning_rate"] == 2e-4
+    assert plan.resolved_config("baseline")["update"]["learning_rate"] == 1e-4
 
 
 def test_small_plan_defaults(study):
