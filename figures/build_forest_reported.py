@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from figures.paper_tables import value
 from prereg_kit.plots import subplots
 
@@ -24,14 +26,20 @@ def _root(root) -> Path:
     return Path(root) if root is not None else Path(__file__).resolve().parents[1] / "registry"
 
 
-def plot_figure(rows, figure: int, path: Path) -> Path:
+def draw(rows, figure: int):
+    """The forest plot of Figure 7 or 8 and the numbers it plots.
 
-
+    One row per printed comparison, top to bottom in the paper's order: the printed mean
+    (configuration − comparator at matched compute, held-out accuracy as a fraction) as a dot and its
+    95% paired-t interval as a bar, blue when the interval lies above 0, red below, grey across it;
+    the printed test at the right; a grey band at ±0.02. ``data`` has one row per comparison: study,
+    row id, tick label, y position, mean, ci_low, ci_high, colour and printed test.
+    """
     n = len(rows)
     fig, ax = subplots(figsize=(15, 1.6 + 0.34 * max(n, 1)))
     ax.axvspan(-BAND, BAND, color="0.88", zorder=0, label="±0.02 band")
     ax.axvline(0, color="0.35", lw=0.8, zorder=1)
-    labels = []
+    labels, data = [], []
     for i, pr in enumerate(rows):
         r = pr.row
         m, lo, hi = value(r.mean), value(r.ci_low), value(r.ci_high)
@@ -43,6 +51,8 @@ def plot_figure(rows, figure: int, path: Path) -> Path:
         test = r.test or ""
         test = test if len(test) <= 52 else test[:51] + "…"
         ax.annotate(test, xy=(1.005, y), xycoords=("axes fraction", "data"), va="center", fontsize=7.5, color="0.25")
+        data.append({"study": pr.study, "id": r.id, "label": labels[-1], "y": y, "mean": m, "ci_low": lo,
+                     "ci_high": hi, "color": color, "test": test})
     ax.set_yticks(range(n - 1, -1, -1))
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_ylim(-0.8, n - 0.2)
@@ -52,6 +62,13 @@ def plot_figure(rows, figure: int, path: Path) -> Path:
     ax.grid(axis="x", color="0.8", lw=0.5)
     ax.legend(loc="lower left", fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.36, right=0.72, top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())
+    cols = ["study", "id", "label", "y", "mean", "ci_low", "ci_high", "color", "test"]
+    return fig, pd.DataFrame(data, columns=cols)
+
+
+def plot_figure(rows, figure: int, path: Path) -> Path:
+    """Draw Figure 7 or 8 (:func:`draw`) and write it to ``path``."""
+    fig, _ = draw(rows, figure)
     fig.savefig(path, dpi=110, metadata={"Software": None})
     return path
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from analyses.kl import approx_kl, gaussian_mode_kl, mode_dropping_kl
 from prereg_kit.plots import save, subplots
@@ -30,23 +31,35 @@ DRIFTS = np.linspace(0.0, 1.5, 16)
 FWD, REV = "tab:blue", "tab:red"
 
 
-def build(out_dir: Path) -> Path:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    exact = np.array([gaussian_mode_kl(EPS, s) for s in SEPARATIONS])
-    approx = np.array([approx_kl(EPS, s) for s in SEPARATIONS])
-    mc = np.array([[gaussian_mode_kl(EPS, s, method="mc", n=2048, seed=k) for k in MC_SEEDS] for s in MC_SEPARATIONS])
+def draw(separations=SEPARATIONS, mc_separations=MC_SEPARATIONS, mc_seeds=MC_SEEDS, drifts=DRIFTS):
+    """The figure and the numbers it plots, at eps = 5%.
+
+    ``data`` holds four tidy tables: ``"exact"`` (per separation Delta: exact KL_fwd and KL_rev, the
+    paper's approximations eps and eps(l-1), and the ratio KL_rev / KL_fwd; panels a and b),
+    ``"mc"`` (per Monte-Carlo separation: mean and SD over the seeds of KL_fwd, KL_rev and their
+    ratio, N = 2048 each; panels a and b), ``"drift"`` (per benign drift delta at Delta = 6: KL_fwd
+    and KL_rev with the invented mode, delta^2/2 without it, and KL_rev - KL_fwd; panel c) and
+    ``"cases"`` (KL_fwd and KL_rev of the invented mode, benign drift and mode dropping; panel d).
+    The defaults are the paper's grids; smaller ones draw the same panels faster.
+    """
+    separations = np.asarray(separations, dtype=float)
+    mc_separations = np.asarray(mc_separations, dtype=float)
+    drifts = np.asarray(drifts, dtype=float)
+    mc_seeds = list(mc_seeds)
+    exact = np.array([gaussian_mode_kl(EPS, s) for s in separations])
+    approx = np.array([approx_kl(EPS, s) for s in separations])
+    mc = np.array([[gaussian_mode_kl(EPS, s, method="mc", n=2048, seed=k) for k in mc_seeds] for s in mc_separations])
     fig, axes = subplots(2, 2, figsize=(14, 10.5))
 
     ax = axes[0, 0]
-    ax.plot(SEPARATIONS, exact[:, 0], color=FWD, lw=2.2, label="KL_fwd = D(π₀‖π_T), exact")
-    ax.plot(SEPARATIONS, exact[:, 1], color=REV, lw=2.2, label="KL_rev = D(π_T‖π₀), exact")
-    ax.plot(SEPARATIONS, approx[:, 0], color=FWD, ls="--", lw=1.2, label="approx. ε (paper)")
+    ax.plot(separations, exact[:, 0], color=FWD, lw=2.2, label="KL_fwd = D(π₀‖π_T), exact")
+    ax.plot(separations, exact[:, 1], color=REV, lw=2.2, label="KL_rev = D(π_T‖π₀), exact")
+    ax.plot(separations, approx[:, 0], color=FWD, ls="--", lw=1.2, label="approx. ε (paper)")
     ok = approx[:, 1] > 0
-    ax.plot(SEPARATIONS[ok], approx[ok, 1], color=REV, ls="--", lw=1.2, label="approx. ε(ℓ−1), ℓ = log ε + Δ²/2 (paper)")
+    ax.plot(separations[ok], approx[ok, 1], color=REV, ls="--", lw=1.2, label="approx. ε(ℓ−1), ℓ = log ε + Δ²/2 (paper)")
     for j, c in ((0, FWD), (1, REV)):
-        ax.errorbar(MC_SEPARATIONS, mc[:, :, j].mean(axis=1), yerr=mc[:, :, j].std(axis=1, ddof=1), fmt="o", ms=4,
-                    color=c, capsize=3, label="Monte-Carlo N=2048 (mean ± SD, 20 seeds)" if j else None)
+        ax.errorbar(mc_separations, mc[:, :, j].mean(axis=1), yerr=mc[:, :, j].std(axis=1, ddof=1), fmt="o", ms=4,
+                    color=c, capsize=3, label=f"Monte-Carlo N=2048 (mean ± SD, {len(mc_seeds)} seeds)" if j else None)
     ax.axhline(-math.log(1 - EPS), color="k", lw=0.8, ls=":", label="Lemma B.1(i) bound −log(1−ε)")
     ax.set_yscale("log")
     ax.set_ylim(1e-3, 5)
@@ -56,13 +69,13 @@ def build(out_dir: Path) -> Path:
     ax.legend(fontsize=8.5, loc="lower right")
 
     ax = axes[0, 1]
-    ax.plot(SEPARATIONS, exact[:, 1] / exact[:, 0], color="k", lw=2.2, label="KL_rev / KL_fwd, exact")
-    ell = np.log(EPS) + SEPARATIONS**2 / 2
-    ax.plot(SEPARATIONS[ell > 1], ell[ell > 1] - 1, color="k", ls="--", lw=1.2, label="ℓ − 1 (paper's approximation)")
+    ax.plot(separations, exact[:, 1] / exact[:, 0], color="k", lw=2.2, label="KL_rev / KL_fwd, exact")
+    ell = np.log(EPS) + separations**2 / 2
+    ax.plot(separations[ell > 1], ell[ell > 1] - 1, color="k", ls="--", lw=1.2, label="ℓ − 1 (paper's approximation)")
     r = mc[:, :, 1] / mc[:, :, 0]
-    ax.errorbar(MC_SEPARATIONS, r.mean(axis=1), yerr=r.std(axis=1, ddof=1), fmt="o", ms=4, color="tab:purple",
-                capsize=3, label="Monte-Carlo N=2048 (mean ± SD, 20 seeds)")
-    i6 = int(np.argmin(np.abs(SEPARATIONS - 6)))
+    ax.errorbar(mc_separations, r.mean(axis=1), yerr=r.std(axis=1, ddof=1), fmt="o", ms=4, color="tab:purple",
+                capsize=3, label=f"Monte-Carlo N=2048 (mean ± SD, {len(mc_seeds)} seeds)")
+    i6 = int(np.argmin(np.abs(separations - 6)))
     ax.annotate(f"Δ=6: {exact[i6, 0]:.4f} vs {exact[i6, 1]:.3f} ({exact[i6, 1] / exact[i6, 0]:.1f}×)\n"
                 "paper: 0.0505 vs 0.704 (14×)", (6, exact[i6, 1] / exact[i6, 0]), xytext=(1.0, 35),
                 arrowprops=dict(arrowstyle="->"), fontsize=9)
@@ -73,11 +86,11 @@ def build(out_dir: Path) -> Path:
     ax.legend(fontsize=8.5, loc="lower right")
 
     ax = axes[1, 0]
-    on = np.array([gaussian_mode_kl(EPS, 6.0, d) for d in DRIFTS])
-    ax.plot(DRIFTS, on[:, 0], color=FWD, lw=2.2, label="KL_fwd, drift + invented mode (ε=5%, Δ=6)")
-    ax.plot(DRIFTS, on[:, 1], color=REV, lw=2.2, label="KL_rev, drift + invented mode (ε=5%, Δ=6)")
-    ax.plot(DRIFTS, DRIFTS**2 / 2, color="k", lw=1.2, ls="--", label="either direction, drift only: δ²/2")
-    ax.plot(DRIFTS, on[:, 1] - on[:, 0], color="tab:purple", lw=1.5, ls="-.", label="KL_rev − KL_fwd (paper: 0.65 → 0.63)")
+    on = np.array([gaussian_mode_kl(EPS, 6.0, d) for d in drifts])
+    ax.plot(drifts, on[:, 0], color=FWD, lw=2.2, label="KL_fwd, drift + invented mode (ε=5%, Δ=6)")
+    ax.plot(drifts, on[:, 1], color=REV, lw=2.2, label="KL_rev, drift + invented mode (ε=5%, Δ=6)")
+    ax.plot(drifts, drifts**2 / 2, color="k", lw=1.2, ls="--", label="either direction, drift only: δ²/2")
+    ax.plot(drifts, on[:, 1] - on[:, 0], color="tab:purple", lw=1.5, ls="-.", label="KL_rev − KL_fwd (paper: 0.65 → 0.63)")
     ax.set_xlabel("benign location drift δ of the bulk (units of the base SD)")
     ax.set_ylabel("KL divergence (nats)")
     ax.set_title("(c) benign drift: the forward excess ε is swamped by δ²/2;\nthe reverse excess ε(ℓ−1) is not")
@@ -105,6 +118,25 @@ def build(out_dir: Path) -> Path:
         a.grid(alpha=0.3, which="both" if a is not axes[1, 1] else "major")
     fig.suptitle("Reverse vs forward KL on Gaussians (paper 2 Fig. 8): base π₀ = N(0,1), "
                  "probe π_T = (1−ε)N(δ,1) + εN(Δ,1)", fontsize=13, y=0.995)
+    data = {
+        "exact": pd.DataFrame({"separation": separations, "kl_fwd": exact[:, 0], "kl_rev": exact[:, 1],
+                               "approx_fwd": approx[:, 0], "approx_rev": approx[:, 1],
+                               "ratio": exact[:, 1] / exact[:, 0]}),
+        "mc": pd.DataFrame({"separation": mc_separations, "kl_fwd_mean": mc[:, :, 0].mean(axis=1),
+                            "kl_fwd_sd": mc[:, :, 0].std(axis=1, ddof=1), "kl_rev_mean": mc[:, :, 1].mean(axis=1),
+                            "kl_rev_sd": mc[:, :, 1].std(axis=1, ddof=1), "ratio_mean": r.mean(axis=1),
+                            "ratio_sd": r.std(axis=1, ddof=1), "seeds": len(mc_seeds)}),
+        "drift": pd.DataFrame({"drift": drifts, "kl_fwd": on[:, 0], "kl_rev": on[:, 1], "drift_only": drifts**2 / 2,
+                               "excess": on[:, 1] - on[:, 0]}),
+        "cases": pd.DataFrame({"case": [c.split("\n")[0] for c in cases], "kl_fwd": vals[:, 0], "kl_rev": vals[:, 1]}),
+    }
+    return fig, data
+
+
+def build(out_dir: Path) -> Path:
+    fig, _ = draw()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     return save(fig, out_dir / OUTPUT, dpi=110, rect=(0, 0, 1, 0.97))
 
 

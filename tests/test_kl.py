@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -102,3 +103,71 @@ def test_figure_builder_interface():
     import figures.build_gaussian_kl as b
 
     assert b.OUTPUT.endswith(".png") and b.DESCRIPTION and isinstance(b.INPUTS, str) and callable(b.build)
+    assert callable(b.draw)
+
+
+def test_figure_shows_forward_and_reverse_kl_against_separation_drift_and_cases():
+    """Figure 8 of paper 2 on small grids: four panels, their axes, their series, and every plotted
+    number equal to the KL computed here (exact, Monte-Carlo mean and SD over seeds, approximations)."""
+    from figures.build_gaussian_kl import EPS, draw
+
+    seps, mc_seps, seeds, drifts = np.array([1.0, 6.0]), np.array([2.0, 6.0]), range(3), np.array([0.0, 1.0])
+    fig, data = draw(separations=seps, mc_separations=mc_seps, mc_seeds=seeds, drifts=drifts)
+    assert len(fig.axes) == 4
+    a, b, c, d = fig.axes
+    assert a.get_xlabel() == b.get_xlabel() == "separation Δ of the invented mode (units of the base SD)"
+    assert c.get_xlabel() == "benign location drift δ of the bulk (units of the base SD)" and d.get_xlabel() == ""
+    assert a.get_ylabel() == c.get_ylabel() == d.get_ylabel() == "KL divergence (nats)"
+    assert b.get_ylabel() == "ratio KL_rev / KL_fwd (dimensionless)"
+
+    kl = functools.cache(gaussian_mode_kl)  # exact quadrature takes about 0.5 s a call
+    exact = np.array([kl(EPS, s) for s in seps])
+    approx = np.array([approx_kl(EPS, s) for s in seps])
+    mc = np.array([[gaussian_mode_kl(EPS, s, method="mc", n=2048, seed=k) for k in seeds] for s in mc_seps])
+    ratio = mc[:, :, 1] / mc[:, :, 0]
+
+    # (a) exact KL_fwd, KL_rev, both approximations (the reverse one where positive), two Monte-Carlo
+    # series with SD bars, and the Lemma B.1(i) bound
+    named = [ln for ln in a.lines if not ln.get_label().startswith("_")]
+    assert [ln.get_label()[:12] for ln in named] == ["KL_fwd = D(π", "KL_rev = D(π", "approx. ε (p", "approx. ε(ℓ−",
+                                                     "Lemma B.1(i)"]
+    for line, want in zip(named[:3], (exact[:, 0], exact[:, 1], approx[:, 0])):
+        assert np.allclose(line.get_xdata(), seps) and np.allclose(line.get_ydata(), want)
+    assert np.allclose(named[3].get_xdata(), seps[1:]) and np.allclose(named[3].get_ydata(), approx[1:, 1])
+    assert approx[0, 1] < 0  # Δ = 1: the reverse approximation is negative and left out
+    assert np.allclose(named[4].get_ydata(), -math.log(1 - EPS))
+    assert len(a.containers) == 2
+    for j, eb in enumerate(a.containers):
+        assert np.allclose(eb[0].get_xdata(), mc_seps) and np.allclose(eb[0].get_ydata(), mc[:, :, j].mean(axis=1))
+        half = [seg[1, 1] - seg[0, 1] for seg in eb[2][0].get_segments()]
+        assert np.allclose(half, 2 * mc[:, :, j].std(axis=1, ddof=1))
+
+    # (b) the exact ratio, l - 1 where l > 1, and the Monte-Carlo ratio
+    named = [ln for ln in b.lines if not ln.get_label().startswith("_")]
+    assert len(named) == 2 and len(b.containers) == 1
+    assert np.allclose(named[0].get_ydata(), exact[:, 1] / exact[:, 0])
+    assert named[0].get_ydata()[1] == pytest.approx(13.9, abs=0.05)  # paper: 0.0505 vs 0.704 (14x) at Δ = 6
+    ell = math.log(EPS) + seps**2 / 2
+    assert np.allclose(named[1].get_xdata(), seps[ell > 1]) and np.allclose(named[1].get_ydata(), ell[ell > 1] - 1)
+    assert np.allclose(b.containers[0][0].get_ydata(), ratio.mean(axis=1))
+
+    # (c) drift with the invented mode at Δ = 6: KL_fwd, KL_rev, δ²/2 and the reverse excess
+    on = np.array([kl(EPS, 6.0, x) for x in drifts])
+    assert len(c.lines) == 4
+    for line, want in zip(c.lines, (on[:, 0], on[:, 1], drifts**2 / 2, on[:, 1] - on[:, 0])):
+        assert np.allclose(line.get_xdata(), drifts) and np.allclose(line.get_ydata(), want)
+
+    # (d) two bars (forward, reverse) for each of the three cases
+    assert [t.get_text().split("\n")[0] for t in d.get_xticklabels()] == ["invented mode", "benign drift", "mode dropping"]
+    assert [bc.get_label() for bc in d.containers] == ["KL_fwd (forgetting monitor)", "KL_rev (invention monitor)"]
+    cases = np.array([kl(EPS, 6.0, 0.0), kl(0.0, 6.0, 0.5), mode_dropping_kl(6.0, 0.5)])
+    for j, bc in enumerate(d.containers):
+        assert np.allclose([bar.get_height() for bar in bc], cases[:, j])
+
+    # the tidy data is what was drawn
+    assert np.allclose(data["exact"][["kl_fwd", "kl_rev"]], exact)
+    assert np.allclose(data["mc"]["kl_rev_mean"], mc[:, :, 1].mean(axis=1))
+    assert np.allclose(data["mc"]["ratio_sd"], ratio.std(axis=1, ddof=1)) and set(data["mc"]["seeds"]) == {3}
+    assert np.allclose(data["drift"]["excess"], on[:, 1] - on[:, 0])
+    assert list(data["cases"]["case"]) == ["invented mode", "benign drift", "mode dropping"]
+    assert np.allclose(data["cases"][["kl_fwd", "kl_rev"]], cases)

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -281,3 +282,56 @@ def test_builders_run_on_small_inputs_and_reproduce(small_registry, tmp_path):
     assert (tmp_path / "a" / "figure8_forest.png").stat().st_size > 1000
     assert "2 consistent" in (tmp_path / "a" / "recheck_table.md").read_text()
     assert (tmp_path / "a" / "table3.csv").read_text() == (tmp_path / "b" / "table3.csv").read_text()
+
+
+def test_forest_figures_plot_the_reported_means_and_intervals(small_registry):
+    """Figures 7-8 of paper 1: one axis, a mean dot and a 95% interval bar per reported row at its
+    printed values, coloured by the interval's side of 0, with the row's label and the ±0.02 band."""
+    from figures.build_forest_reported import draw
+    from figures.paper_tables import figure_rows
+
+    for figure, (label, mean, lo, hi, color, test) in {
+            7: ("Monte-Carlo reward, k=1 — Qwen2.5 (n=12) [S25]", -0.068, -0.076, -0.060, "tab:red", "Holm p=1.5x10^-9"),
+            8: ("Random choice — Qwen2.5 (n=12) [S25]", -0.001, -0.008, 0.005, "0.3", "TOST p<.001")}.items():
+        fig, data = draw(figure_rows(small_registry, figure), figure)
+        (ax,) = fig.axes
+        assert ax.get_xlabel().startswith("Δ held-out accuracy, configuration − comparator at matched compute")
+        assert ax.get_xlabel().endswith("95% paired-t CI") and ax.get_ylabel() == ""
+        assert ax.get_title().startswith(f"Figure {figure} — every matched-compute comparison")
+        assert len(ax.lines) == 3  # the zero line, then the row's interval and its mean
+        assert [t.get_text() for t in ax.get_yticklabels()] == [label]
+        bar, dot = ax.lines[1:]
+        assert np.allclose(bar.get_xdata(), [lo, hi]) and np.allclose(dot.get_xdata(), [mean])
+        assert list(bar.get_ydata()) == [0, 0] and list(dot.get_ydata()) == [0]
+        assert bar.get_color() == dot.get_color() == color
+        assert [t.get_text() for t in ax.texts] == [test]
+        band = ax.patches[0]
+        assert band.get_label() == "±0.02 band" and (band.get_x(), band.get_width()) == pytest.approx((-0.02, 0.04))
+        assert data[["label", "mean", "ci_low", "ci_high", "color"]].values.tolist() == [[label, mean, lo, hi, color]]
+
+
+def _printed(text: str) -> float:
+    return float(text.replace("−", "-"))
+
+
+def test_forest_figures_on_the_registry_plot_every_reported_row_top_down():
+    """On the registry itself: every row reported for Figure 7 (8) is drawn, in source-line order
+    from the top, at the numbers its reported.toml prints."""
+    from figures.build_forest_reported import draw
+    from figures.paper_tables import figure_rows
+
+    for figure in (7, 8):
+        printed = [(d.name, r) for d in study_dirs(REGISTRY) if (d / "reported.toml").exists()
+                   for r in load_reported(d).rows if r.figure == figure and r.mean is not None and r.ci_low is not None]
+        printed.sort(key=lambda x: (x[1].line or 0, load_reported(REGISTRY / x[0]).study))
+        fig, data = draw(figure_rows(REGISTRY, figure), figure)
+        (ax,) = fig.axes
+        n = len(printed)
+        assert n > 20 and len(data) == n and len(ax.lines) == 1 + 2 * n
+        for i, (_, r) in enumerate(printed):
+            bar, dot = ax.lines[1 + 2 * i: 3 + 2 * i]
+            assert bar.get_ydata()[0] == dot.get_ydata()[0] == n - 1 - i
+            assert np.allclose(bar.get_xdata(), [_printed(r.ci_low), _printed(r.ci_high)]) and dot.get_xdata()[0] == pytest.approx(_printed(r.mean))
+            assert bar.get_color() == ("tab:blue" if _printed(r.ci_low) > 0 else "tab:red" if _printed(r.ci_high) < 0 else "0.3")
+        ticks = [t.get_text() for t in ax.get_yticklabels()]
+        assert ticks == [f"{r.label} — {r.model} (n={r.n})" + f" [{load_reported(REGISTRY / d).study}]" for d, r in printed]

@@ -231,3 +231,56 @@ def test_figure_builder_interface():
     import figures.build_tabular_trajectories as b
 
     assert b.OUTPUT.endswith(".png") and b.DESCRIPTION and isinstance(b.INPUTS, str) and callable(b.build)
+    assert callable(b.draw) and (b.STEPS, b.SAMPLED_STEPS, b.SLOW_STEPS) == (10**5, 40_000, 1_400_000)
+
+
+def test_figure_plots_the_exact_recursion_per_rule_and_the_slow_cases():
+    """Figure 3 of paper 2 on short horizons: six panels, their axes, their series, and the plotted
+    probabilities equal to the recursion (and sampled GRPO) computed here at a few iterations."""
+    from analyses.tabular import sampled_trajectory
+    from figures.build_tabular_trajectories import PANELS, SETTING, SLOW_CASES, draw
+
+    steps, sampled_steps, slow_steps = 3000, 300, 30_000
+    fig, data = draw(steps=steps, sampled_steps=sampled_steps, slow_steps=slow_steps)
+    axes = fig.axes
+    assert len(axes) == 6
+    assert [ax.get_xlabel() for ax in axes] == ["iteration t (updates, log scale)"] * 5 + [
+        "iteration t (millions of updates, linear scale)"]
+    assert [ax.get_ylabel() for ax in axes] == ["policy probability π_t(a_j | x)", "", "",
+                                                "policy probability π_t(a_j | x)", "", ""]
+    assert [ax.get_title() for ax in axes[:5]] == [title for _, title in PANELS]
+    # three actions per rule; GRPO adds three sampled seeds x three actions; TAG reaches 0.99 within
+    # the horizon (one marker); the slow panel: two cases and the 0.99 line
+    assert [len(ax.lines) for ax in axes] == [12, 3, 3, 3, 4, 3]
+    assert data.attrs["t99"] == {"grpo": None, "dr_grpo": None, "mo_grpo": None, "pg": None, "slow:grpo": None,
+                                 "slow:tag": None, "tag": 622}
+    for ax, (rule, _) in zip(axes, PANELS):
+        x = ax.lines[0].get_xdata()  # a log-spaced grid of iterations from 1 to the horizon
+        assert x[0] == 1 and x[-1] == steps and len(x) > 200 and np.all(np.diff(x) > 0)
+        at = x[::60]
+        _, want = run_recursion(PAPER_INIT, rule=rule, steps=steps, record_at=at, lam=1.0, **SETTING)
+        for j, line in enumerate(ax.lines[:3]):
+            assert line.get_label().startswith(("a₀", "a₁", "a₂")[j]) and line.get_linestyle() == "-"
+            assert np.array_equal(line.get_xdata(), x) and np.allclose(line.get_ydata()[::60], want[:, j])
+        exact = data[(data["panel"] == rule) & (data["kind"] == "exact")].set_index("t")
+        assert np.allclose(exact.loc[at, ["pi_0", "pi_1", "pi_2"]], want)
+    # GRPO: dashed sampled trajectories, seed by seed
+    for k, seed in enumerate((0, 1, 2)):
+        want = sampled_trajectory(PAPER_INIT, rule="grpo", steps=sampled_steps, seed=seed, **SETTING)
+        for j in range(3):
+            line = axes[0].lines[3 + 3 * k + j]
+            assert line.get_linestyle() == "--" and line.get_xdata()[-1] <= sampled_steps
+            assert np.allclose(line.get_ydata(), want[line.get_xdata(), j])
+    # TAG: the primary-favoring a₂ crosses 0.99 at the marked iteration
+    tag = axes[4]
+    assert tag.lines[3].get_xdata()[0] == 622 == iterations_to_reach(
+        PAPER_INIT, rule="tag", action=2, threshold=0.99, lam=1.0, **SETTING)
+    assert tag.texts[0].get_text() == "π(a2) ≥ 0.99\nat t = 622"
+    # the slow cases: the winner's probability against t in millions, linear grid
+    slow = axes[5]
+    for line, (rule, kw, init, action, label) in zip(slow.lines[:2], SLOW_CASES):
+        assert line.get_label() == f"{label}; ours not within 30,000"
+        ts, want = run_recursion(init, rule=rule, n=8, alpha=0.1, steps=slow_steps, record_at=[0, 14_994, 29_988], **kw)
+        x = np.round(line.get_xdata() * 1e6).astype(int)
+        assert x[-1] == 29_988 and np.allclose(line.get_ydata()[np.searchsorted(x, ts)], want[:, action])
+    assert np.allclose(slow.lines[2].get_ydata(), 0.99)
