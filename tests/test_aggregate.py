@@ -28,7 +28,6 @@ from trainer.rewards.aggregation import (
 from trainer.config import ConfigError
 
 from prereg_kit.readings import ReadingError, accuracy_curve, relative_accuracy_curves
-from trainer.rewards.metrics import aux_rates, faster_than_reference, mean_latency
 
 # One group of n = 4, channels (R_P, R_A): joint, primary-only, auxiliary-only, neither.
 G4 = np.array([[[1, 1], [1, 0], [0, 1], [0, 0]]], dtype=float)
@@ -273,22 +272,6 @@ def test_relative_accuracy():
     with pytest.raises(ReadingError, match="ratio is undefined"):  # a reference accuracy of 0
         relative_accuracy_curves(accuracy_curve(_evals([("ref", 1, [0]), ("arm", 1, [4])]), eval_set="held"),
                                  "ref", budget=100)
-
-
-def test_aux_rates_and_latency():
-    s = np.array([[1, 1, 0], [1, 0, 1], [0, 1, 1], [0, 0, 0]], float)
-    r = aux_rates(s, ["correct", "brief", "negative"])
-    assert r == {"correct": 0.5, "brief": 0.5, "correct_and_brief": 0.25,
-                 "negative": 0.5, "correct_and_negative": 0.25}
-    assert mean_latency([0.1, 0.3, 9.0], [False, False, True]) == pytest.approx(0.2)
-
-    class P:  # a ProgramResult stand-in
-        def __init__(self, passed, timed_out, t):
-            self.passed, self.timed_out, self.max_cpu_seconds = passed, timed_out, t
-
-    fast = faster_than_reference([P(True, False, 0.01), P(False, False, 0.01), P(True, True, 0.01),
-                                  P(True, False, 0.5)], 0.1)
-    assert fast.tolist() == [True, False, False, False]
 
 
 def test_rule_table_matches_the_allowed_names():

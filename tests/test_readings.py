@@ -263,6 +263,10 @@ def test_pass_at_k_and_channel_rate_metrics():
     assert accuracy_curve(ev, eval_set="math", metric="pass@1")["accuracy"].tolist() == pytest.approx(TRT["acc"])
     rate = accuracy_curve(ev, eval_set="math", metric="negative_rate")
     assert rate["accuracy"].tolist() == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
+    # a joint rate (correct and negative, Table 7's form) reads the joint count
+    ev["ch_correct_negative"] = ev["eval_index"].clip(upper=SAMPLES)
+    joint = accuracy_curve(ev, eval_set="math", metric="correct_negative_rate")
+    assert joint["accuracy"].tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
     # correct_rate falls back to the default verifier's count
     assert accuracy_curve(ev, eval_set="math", metric="correct_rate")["accuracy"].tolist() == pytest.approx(TRT["acc"])
     # the default metric is unchanged
