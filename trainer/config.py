@@ -4,7 +4,10 @@ resolves to, and the run spec a launcher hands to one run process.
 Defaults are the dense-rewards paper's matched-compute recipe (§2.3 "Implementation", C.1;
 extract §1.0, §3.1-3.2): 8 prompts × G = 8 completions, temperature 1, top-p 1, 380 tokens,
 Adam (0.9, 0.999, 1e-8) without weight decay, clip 1, constant lr 1e-6, no KL, no ratio clipping.
-Every field is documented in ``docs/trainer.md``. No torch here.
+The settings come in sections (``task``, ``model``, ``rollout``, ``update``, ``credit``,
+``selection``, ``rewards``, ``evaluation``, ``engine``), one pydantic model each; the flat keys of
+older plans (``mc_k = 4`` for ``credit.mc_k``) are read into them through ``FLAT_KEYS``. Every
+setting is documented in ``docs/trainer.md`` (a test holds the two together). No torch here.
 """
 
 from __future__ import annotations
