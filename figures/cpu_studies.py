@@ -15,7 +15,7 @@ from prereg_kit.analyze import study_curves
 from prereg_kit.errors import PreregError
 from prereg_kit.jobs import stage_runs
 from prereg_kit.plan import load_plan
-from prereg_kit.runlog import RunLogError, read_meta
+from prereg_kit.runlog import RunLogError, read_meta, uses_elected_anchor
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "registry"
@@ -47,10 +47,9 @@ def missing_runs(study: Path) -> list[str]:
 
 
 def needs_election(study: Path) -> bool:
-    """A configuration names ``anchor = "elected"``: the study needs ``prereg elect`` before its runs."""
-
+    """A configuration takes the elected anchor: the study needs ``prereg elect`` before its runs."""
     plan = load_plan(study).plan
-    return any(plan.resolved_config(c).get("anchor") == "elected" for c in plan.configurations)
+    return any(uses_elected_anchor(plan.resolved_config(c)) for c in plan.configurations)
 
 
 def registry_study(name: str, *, registry: Path = REGISTRY) -> Path:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .lock import Chain, format_time
-from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta
+from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta, uses_elected_anchor
 
 
 @dataclass
@@ -35,15 +35,6 @@ class AuditReport:
     admitted: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     n_runs: int = 0
-
-
-def _anchor(config: object) -> object:
-    """The recorded anchor setting: ``rewards.anchor`` in a sectioned recipe, ``anchor`` in the
-    older flat one (runs of both kinds are in the registry)."""
-    if not isinstance(config, dict):
-        return None
-    rewards = config.get("rewards")
-    return rewards.get("anchor") if isinstance(rewards, dict) else config.get("anchor")
 
 
 def _applies_to(key: str, configuration: str) -> bool:
@@ -85,7 +76,7 @@ def _short(h: str) -> str:
 
 def _check_election(report: AuditReport, name: str, meta: RunMeta, now: str, path: Path) -> None:
     """A main run that read ``election.json`` must find the same file there now."""
-    elected = _anchor(meta.config) == "elected"
+    elected = uses_elected_anchor(meta.config)
     if not (elected or meta.election_sha256):
         return
     if not meta.election_sha256:

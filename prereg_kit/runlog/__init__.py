@@ -42,13 +42,13 @@ from .reader import RunLog, add_derived, check_consistency, read_run, read_table
 from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS, META_FILE,
                      SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
                      Column, LogProblem, RunBusyError, RunLogError, RunLogWarning, RunMeta, Status,
-                     election_sha256, utc_now, validate_frame)
+                     election_sha256, uses_elected_anchor, utc_now, validate_frame)
 from .study import StudyRuns, load_study
 from .writer import RunLogWriter, finalize
 from .writerlock import RunLock, run_busy
 
 __all__ = [
-    "EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS", "META_FILE",
+    "EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "uses_elected_anchor", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS", "META_FILE",
     "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "TOKEN_KINDS", "WRITER_LOCK", "WRITER_NOTE",
     "Column", "LogProblem", "RunBusyError", "RunLock", "RunLog", "RunLogError", "RunLogWarning", "RunLogWriter",
     "RunMeta", "Stage", "Status", "StudyRuns", "add_derived", "check_consistency", "election_sha256", "finalize",

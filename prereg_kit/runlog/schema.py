@@ -27,6 +27,16 @@ STATUSES = ("running", "complete", "failed", "stopped")
 Status = Literal["running", "complete", "failed", "stopped"]
 _PARQUET_KEY = b"prereg_runlog"
 ELECTION_FILE = "election.json"  # the anchor election `prereg elect` writes in the study folder
+
+
+def uses_elected_anchor(settings: object) -> bool:
+    """Whether trainer settings (a run's recorded ``config``, or a plan configuration's recipe)
+    take the anchor from the election: ``rewards.anchor = "elected"``, or ``anchor = "elected"``
+    in the older flat form (runs of both kinds are in the registry)."""
+    if not isinstance(settings, dict):
+        return False
+    rewards = settings.get("rewards")
+    return (rewards.get("anchor") if isinstance(rewards, dict) else settings.get("anchor")) == "elected"
 WRITER_LOCK = ".writer.lock"
 WRITER_NOTE = ".writer.json"
 # Names that become folders: no separators, no leading dot, so a run folder stays inside its study.
