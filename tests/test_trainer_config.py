@@ -133,9 +133,9 @@ def test_prereg_run_names_each_flat_key_with_its_new_place(tmp_path, monkeypatch
     out = io.StringIO()
     launch.run_study(tmp_path / "p", console=Console(file=out, width=300))
     lines = [ln for ln in out.getvalue().splitlines() if "deprecated" in ln]
-    assert lines == ["plan.toml: deprecated: recipe keys without sections still work; their new names: "
-                     "recipe.learning_rate → recipe.update.learning_rate, recipe.credit → recipe.credit.rule, "
-                     "configurations.B.mc_k → configurations.B.credit.mc_k"], out.getvalue()
+    assert lines == ["plan.toml: deprecated: 3 recipe key(s) without sections, still read "
+                     "(recipe.learning_rate → recipe.update.learning_rate, recipe.credit → recipe.credit.rule, "
+                     "configurations.B.mc_k → configurations.B.credit.mc_k; docs/trainer.md, \"The recipe\")"], out.getvalue()
     sectioned_plan = _plan(tmp_path / "q", '[recipe.credit]\nrule = "monte_carlo"\n', "credit = { mc_k = 1 }")
     monkeypatch.setattr(launch, "plan_jobs", no_runs(sectioned_plan))
     out = io.StringIO()

@@ -225,9 +225,9 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
     pf, jobs = plan_jobs(study_dir, stage, configs, seeds)
     flat = plan_flat_keys(pf.plan)
     if flat:  # still read; the sectioned names are what docs/trainer.md describes
-        shown = ", ".join(f"{old} → {new}" for old, new in flat[:6]) + (f", … ({len(flat)} in all)" if len(flat) > 6 else "")
-        con.print(f"{pf.path}: deprecated: recipe keys without sections still work; their new names: {shown}",
-                  markup=False, highlight=False)
+        shown = ", ".join(f"{old} → {new}" for old, new in flat[:3]) + (", …" if len(flat) > 3 else "")
+        con.print(f"{pf.path}: deprecated: {len(flat)} recipe key(s) without sections, still read ({shown}; "
+                  "docs/trainer.md, \"The recipe\")", markup=False, highlight=False)
     done = [j for j in jobs if j.state == "complete"]
     busy = [j for j in jobs if j.state == "busy"]
     for j in busy:
