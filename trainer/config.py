@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from prereg_kit.plan import merge_tables
 from prereg_kit.stages import Stage
 from trainer.errors import ConfigError
 from trainer.rewards.spec import check_reward_config
@@ -274,12 +275,7 @@ def sectioned(data: dict[str, Any]) -> dict[str, Any]:
 def merge_recipe(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """A configuration's overrides applied to the shared recipe, both sectioned first (tables
     merge key by key, so overriding ``credit.mc_k`` keeps the recipe's ``credit.rule``)."""
-    def merge(a: dict, b: dict) -> dict:
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-        return out
-    return merge(sectioned(base), sectioned(over))
+    return merge_tables(sectioned(base), sectioned(over))
 
 
 class TrainerConfig(_Strict):

@@ -235,13 +235,14 @@ class Plan(_Model):
 
     def resolved_config(self, configuration: str) -> dict[str, Any]:
         """The shared recipe with the configuration's overrides applied (nested tables merged)."""
-        return _merge(self.recipe, self.configurations[configuration].overrides)
+        return merge_tables(self.recipe, self.configurations[configuration].overrides)
 
 
-def _merge(base: dict, over: dict) -> dict:
+def merge_tables(base: dict, over: dict) -> dict:
+    """``over`` applied to ``base``: nested tables merge key by key, anything else is replaced."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = merge_tables(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
