@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from prereg_kit.plan import merge_tables
+from prereg_kit.plan import Plan, merge_tables
 from prereg_kit.stages import Stage
 from trainer.errors import ConfigError
 from trainer.rewards.spec import check_reward_config
@@ -371,13 +371,13 @@ def parse_config(data: dict[str, Any], *, where: str = "recipe",
         raise ConfigError(*lines) from None
 
 
-def recipe_of(plan: Any, configuration: str) -> dict[str, Any]:
+def recipe_of(plan: Plan, configuration: str) -> dict[str, Any]:
     """A plan configuration's recipe, sectioned: the plan's ``[recipe]`` with the configuration's
     overrides merged table by table (flat and sectioned keys may be mixed between the two)."""
     return merge_recipe(plan.recipe, plan.configurations[configuration].overrides)
 
 
-def config_of(plan: Any, configuration: str, *, where: str = "") -> TrainerConfig:
+def config_of(plan: Plan, configuration: str, *, where: str = "") -> TrainerConfig:
     """A plan configuration's validated settings (``recipe_of``, then ``parse_config``)."""
     where = where or f"configuration {configuration!r}"
     try:
@@ -389,7 +389,7 @@ def config_of(plan: Any, configuration: str, *, where: str = "") -> TrainerConfi
     return parse_config(data, where=where, written=written)
 
 
-def plan_flat_keys(plan: Any) -> list[tuple[str, str]]:
+def plan_flat_keys(plan: Plan) -> list[tuple[str, str]]:
     """(key path in the plan, its sectioned place) for every flat recipe key a plan still uses."""
     out = [(f"recipe.{k}", f"recipe.{new}") for k, new in flat_keys(plan.recipe)]
     for name, c in plan.configurations.items():
