@@ -364,28 +364,54 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
 @app.command("registry")
 @handles_errors
 def registry_cmd(root: Annotated[Path, typer.Option(
-        help="Registry folder (default: ./registry, else the repository's registry/).")] = None) -> None:
-    """List the registry's studies: plan valid, locked, runs, report, reported record."""
+        help="Registry folder (default: ./registry, else the repository's registry/).")] = None,
+        why: Annotated[bool, typer.Option("--why", help="Name, for every configuration the trainer cannot run, why.")] = False,
+        runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
+    """List the registry's studies: plan valid, locked, runs, report, reported record, and how many
+    configurations the installed trainer can run."""
     from rich.markup import escape
     from rich.table import Table
 
     from .registry import default_root, registry_states
+    from .runners import configuration_problems, load_runner
 
     base = root or default_root()
     states = registry_states(base)
+    try:
+        backend, not_checked = load_runner(runner, command="registry"), ""
+    except PreregError as e:
+        backend, not_checked = None, e.lines[0]
+    problems = {s.folder: configuration_problems(backend, s.plan) if backend and s.plan else None for s in states}
+    if backend is not None and all(p is None for p in problems.values()) and any(s.plan for s in states):
+        not_checked = "the installed trainer does not say which configurations it can run"
     t = Table(title=f"registry: {base} ({len(states)} studies)")
-    for col in ("study", "id", "title", "plan", "locked", "runs", "report", "reported"):
+    for col in ("study", "id", "title", "plan", "locked", "runs", "report", "reported", "runnable"):
         t.add_column(col, overflow="fold")
     for s in states:
         plan = "[green]✓[/green]" if s.plan_valid else f"[red]✗[/red] {escape(s.plan_error)}"
         rep = ("—" if s.reported_rows is None else f"[red]✗[/red] {escape(s.reported_error)}" if s.reported_error
                else f"{s.reported_rows} rows" + (f", {s.endpoints} endpoints" if s.endpoints else ""))
+        pr = problems[s.folder]
+        runnable = "—" if pr is None else f"{sum(not v for v in pr.values())} of {len(pr)}"
         t.add_row(escape(s.folder), escape(s.study_id), escape(s.title), plan, s.locked, str(s.runs) if s.runs else "—",
-                  "✓" if s.report else "—", rep)
+                  "✓" if s.report else "—", rep, runnable)
     out_console.print(t)
     bad = sum(not s.plan_valid or bool(s.reported_error) for s in states)
     out_console.print(f"{len(states)} studies, {sum(s.plan_valid for s in states)} valid plans, "
                       f"{sum(s.reported_rows is not None for s in states)} reported records" + (f", {bad} with errors" if bad else ""))
+    checked = [p for p in problems.values() if p is not None]
+    if checked:
+        n_ok = sum(not v for p in checked for v in p.values())
+        out_console.print(f"{n_ok} of {sum(len(p) for p in checked)} configurations runnable by the trainer "
+                          f"'{getattr(backend, 'name', runner or '')}'" + ("" if why else " (--why names the reasons)"))
+    else:
+        out_console.print(f"runnable: not checked ({not_checked})")
+    if why:
+        for folder, p in problems.items():
+            for name, lines in (p or {}).items():
+                if lines:
+                    out_console.print(f"{folder}/{name}: {escape(lines[0])}" + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""),
+                                      highlight=False)
     if bad:
         raise typer.Exit(2)
 

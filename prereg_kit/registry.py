@@ -214,13 +214,14 @@ class StudyState:
     reported_rows: int | None = None  # None: no reported.toml
     reported_error: str = ""
     endpoints: int = 0
+    plan: Plan | None = None  # the validated plan (None when invalid)
 
 
 def study_state(d: Path) -> StudyState:
     st = StudyState(folder=d.name, path=d)
     try:
         pf = load_plan(d / PLAN_FILE)
-        st.plan_valid = True
+        st.plan_valid, st.plan = True, pf.plan
         st.study_id, st.title = pf.plan.study.id, pf.plan.study.title
     except PreregError as e:
         st.plan_error = e.lines[0] if e.lines else str(e)

@@ -4,7 +4,8 @@ The core names no trainer. A trainer plugs in through the entry-point group
 ``prereg_kit.runners``: an object with ``run(study_dir, *, stage, configs, seeds, n_jobs, console)``
 (returns True when no run failed) and ``elect(study_dir, *, configuration, seeds, tokens, steps,
 prompts, samples, n_jobs, log)`` (returns the election record: ``elected``, ``kl_rev``,
-``kl_fwd``). The built-in GRPO trainer registers itself as ``builtin`` (``pip install
+``kl_fwd``), and optionally ``check_configuration(plan, configuration)`` (the lines saying why it
+cannot run that configuration; empty when it can; ``prereg registry`` shows them). The built-in GRPO trainer registers itself as ``builtin`` (``pip install
 'prereg-kit[train]'``); see ``docs/trainer.md``.
 """
 
@@ -45,3 +46,12 @@ def load_runner(name: str | None = None, *, command: str = "run") -> Any:
         return found[name].load()
     except ImportError as e:  # torch / transformers are the 'train' extra
         raise PreregError(f"prereg {command} needs the trainer's dependencies (pip install prereg-kit[train]): {e}") from None
+
+
+def configuration_problems(runner: Any, plan: Any) -> dict[str, list[str]] | None:
+    """Per configuration of ``plan``, the lines saying why ``runner`` cannot run it (an empty list:
+    it can); None when the runner has no ``check_configuration``."""
+    check = getattr(runner, "check_configuration", None)
+    if check is None:
+        return None
+    return {name: list(check(plan, name)) for name in plan.configurations}

@@ -1,7 +1,10 @@
-"""The `prereg` command end to end: the issue's walk-through, exit codes, no tracebacks."""
+"""The `prereg` command end to end: the walk-through from plan to report, exit codes, no tracebacks."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from typer.testing import CliRunner
 
 from prereg_kit.cli import app
@@ -140,3 +143,60 @@ def test_the_package_registers_the_builtin_trainer():
     assert ep.value == "trainer.plugin:RUNNER"
     runner = ep.load()
     assert callable(runner.run) and callable(runner.elect)
+
+
+# --- `prereg registry`: how many configurations the installed trainer can run
+
+
+class _Checker(_Recorder):
+    """A stand-in trainer that can run every configuration except those named ``B``."""
+
+    def check_configuration(self, plan, configuration):
+        return ["recipe: group_size: not for B", "recipe: x: unknown key"] if configuration == "B" else []
+
+
+def _registry(tmp_path: Path) -> Path:
+    from plans import SMALL_PLAN
+
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "plan.toml").write_text(SMALL_PLAN.replace('id = "t1"', f'id = "{name}"'))
+    return tmp_path
+
+
+def test_registry_counts_runnable_configurations_and_names_why(tmp_path, monkeypatch):
+    _install(monkeypatch, _Checker("alpha"))
+    root = _registry(tmp_path)
+    res = runner.invoke(app, ["registry", "--root", str(root)], terminal_width=250)
+    assert res.exit_code == 0, res.output
+    assert res.output.count("1 of 2") == 2  # each study: A runs, B does not
+    assert "2 of 4 configurations runnable by the trainer 'alpha' (--why names the reasons)" in res.output
+    res = runner.invoke(app, ["registry", "--root", str(root), "--why"], terminal_width=250)
+    assert "one/B: recipe: group_size: not for B (+1 more)" in res.output
+    assert "two/B: recipe: group_size: not for B (+1 more)" in res.output and "one/A" not in res.output
+
+
+def test_registry_without_a_trainer_says_runnability_was_not_checked(tmp_path, monkeypatch):
+    _install(monkeypatch)
+    res = runner.invoke(app, ["registry", "--root", str(_registry(tmp_path))], terminal_width=250)
+    assert res.exit_code == 0 and "runnable: not checked (no trainer installed" in res.output
+    _install(monkeypatch, _Recorder("plain"))  # a trainer that does not say
+    res = runner.invoke(app, ["registry", "--root", str(_registry(tmp_path / "b"))], terminal_width=250)
+    assert "runnable: not checked (the installed trainer does not say" in res.output
+
+
+def test_the_builtin_trainer_runs_every_cpu_study_configuration():
+    """The CPU studies are runnable by the built-in trainer; a paper study with keys it does not
+    know is not, and the reason names the key."""
+    pytest.importorskip("torch")
+    from prereg_kit.plan import load_plan
+    from prereg_kit.runners import configuration_problems, installed_runners
+
+    builtin = installed_runners()["builtin"].load()
+    root = Path(__file__).resolve().parents[1] / "registry"
+    for study in ("cpu-grpo", "cpu-interventions", "cpu-multireward"):
+        problems = configuration_problems(builtin, load_plan(root / study).plan)
+        assert problems and all(v == [] for v in problems.values()), (study, problems)
+    plan = load_plan(root / "S25").plan
+    problems = configuration_problems(builtin, plan)
+    assert all(any(": unknown key" in line for line in v) for v in problems.values()), problems
