@@ -4,14 +4,24 @@ Reads every ``registry/*/reported.toml`` row that carries ``table = "3"`` or ``"
 ``table3_4.md`` (both tables, by the paper's blocks) plus ``table3.csv`` and ``table4.csv``. Rows
 lost in the PDF conversion (all of Table 4, the last two blocks of Table 3) are rebuilt from
 Figures 7-8 and Table 15 and marked †.
+
+The test column gives TOST at ±0.02 for every row, as Table 3's caption says (L2610-2611; Table 4
+is "As in Table 3", L2668): the studies on Qwen2.5-1.5B preregistered ±0.01 (S28, S31-S33,
+L2345-2346), and their ±0.01 values go to the text below each table. Where the paper prints the
+±0.02 value (S31's T2, L4137) the column uses it; otherwise it is computed from the row's printed
+mean, interval and n (:func:`prereg_kit.stats.summary.from_summary`) and marked ‡.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
+import re
 
-from figures.paper_tables import table_blocks
+from figures.paper_tables import PrintedRow, printed_rows, table_blocks
+from prereg_kit.plan import PLAN_FILE, load_plan
+from prereg_kit.stats.summary import from_summary
 
 OUTPUT = "table3_4.md"
 DESCRIPTION = "Tables 3-4: every matched-compute contrast, rebuilt from reported summaries († = row lost in the PDF, rebuilt from Figures 7-8 / Table 15)"
@@ -30,6 +40,55 @@ def _interval(r) -> str:
     return f"{r.mean} [{r.ci_low}, {r.ci_high}]" if r.ci_low is not None else r.mean
 
 
+TABLE_MARGIN = 0.02
+_TOST_01 = re.compile(r"TOST\s*\(±0\.01\)\s*p\s*=\s*([^;,]+)")
+
+
+def _study_margin(folder: Path, contrast: str | None) -> float | None:
+    """The equivalence margin the study's plan gives the contrast (a symmetric one), else None."""
+    if not (folder / PLAN_FILE).exists():
+        return None
+    plan = load_plan(folder / PLAN_FILE).plan
+    try:
+        m = plan.margin_of(plan.contrast(contrast)) if contrast else plan.statistics.margin
+    except KeyError:
+        m = plan.statistics.margin
+    return float(m) if isinstance(m, (int, float)) else None
+
+
+def _format_p(p: float) -> str:
+    if p >= 0.001:
+        return f"{p:.3f}".lstrip("0")
+    e = math.floor(math.log10(p))
+    mant = round(p / 10 ** e)
+    if mant == 10:
+        mant, e = 1, e + 1
+    return f"{mant}×10^{e}"
+
+
+def table_test(pr: PrintedRow, root: Path, rows: list[PrintedRow] | None = None) -> tuple[str, str]:
+    """The row's test column at ±0.02, and its ±0.01 value for the text ("" if none).
+
+    A row of a ±0.01 study whose printed test gives "TOST(±0.01) p=…" gets the TOST p at ±0.02 in
+    its place: as printed in the same study for the same contrast at ``margin = 0.02``, or computed
+    from the printed mean, interval and n and marked ‡ (L2610-2611).
+    """
+    r = pr.row
+    test = r.test or ""
+    m = _TOST_01.search(test)
+    if m is None or _study_margin(Path(root) / pr.folder, r.contrast) != 0.01:
+        return test, ""
+    rows = printed_rows(root) if rows is None else rows
+    printed = next((o.row.tost_p for o in rows if o.folder == pr.folder and o.row.contrast == r.contrast
+                    and o.row.margin == TABLE_MARGIN and o.row.tost_p), None)
+    if printed is not None:
+        at02 = f"TOST p{'' if printed[0] in '<>≤≥' else '='}{printed}"
+    else:
+        p = from_summary(r.mean, r.ci_low, r.ci_high, r.n, margin=TABLE_MARGIN).tost_p
+        at02 = f"TOST p≈{_format_p(p)} ‡"
+    return test[:m.start()] + at02 + test[m.end():], f"TOST at ±0.01 p={m.group(1).strip()}"
+
+
 def build(out_dir: Path, root: Path | None = None) -> Path:
     base = _root(root)
     out_dir = Path(out_dir)
@@ -39,9 +98,13 @@ def build(out_dir: Path, root: Path | None = None) -> Path:
           "Δ is held-out accuracy of the configuration minus outcome-only GRPO (or the named control) on the same "
           "seeds, as a fraction (0.01 = one point), with its printed 95% paired-t interval. "
           "† marks rows lost in the PDF conversion and rebuilt from Figures 7-8 and Table 15 (their block is assigned "
-          "from the table captions). Tests are as printed: \"Holm\" = preregistered primary, Holm-adjusted within its study.", ""]
+          "from the table captions). Tests are as printed: \"Holm\" = preregistered primary, Holm-adjusted within its study; "
+          "\"TOST\" is the equivalence p at ±0.02 for every row, also in the studies on Qwen2.5-1.5B that preregistered "
+          "±0.01 (S28, S31-S33), whose ±0.01 values are given below each table (caption, L2610-2611). ‡: the ±0.02 p "
+          "is not printed in the text; computed from the printed mean, 95% interval and n.", ""]
+    every = printed_rows(base)
     for table in ("3", "4"):
-        rows_csv = []
+        rows_csv, text = [], []
         md += [f"## Table {table}", "", "| method | model, training pool | n | Δ accuracy [95% CI] | test | study | source |",
                "|---|---|---|---|---|---|---|"]
         for block, rows in table_blocks(base, table):
@@ -49,11 +112,16 @@ def build(out_dir: Path, root: Path | None = None) -> Path:
             for pr in rows:
                 r = pr.row
                 mark = " †" if r.rebuilt else ""
-                md.append(f"| {r.label}{mark} | {r.model} | {r.n or ''} | {_interval(r)} | {r.test or ''} | {pr.study} | {r.source} |")
+                test, at01 = table_test(pr, base, every)
+                if at01:
+                    text.append(f"- {pr.study}, {r.label} ({r.model}): {at01} ({r.source})")
+                md.append(f"| {r.label}{mark} | {r.model} | {r.n or ''} | {_interval(r)} | {test} | {pr.study} | {r.source} |")
                 rows_csv.append({"table": table, "block": block, "label": r.label, "model": r.model, "n": r.n or "",
                                  "mean": r.mean or r.values, "ci_low": r.ci_low or "", "ci_high": r.ci_high or "",
-                                 "test": r.test, "study": pr.study, "source": r.source, "rebuilt": int(r.rebuilt)})
+                                 "test": test, "study": pr.study, "source": r.source, "rebuilt": int(r.rebuilt)})
         md.append("")
+        if text:
+            md += [f"Equivalence at the preregistered ±0.01 (Table {table}'s ±0.01 studies):", "", *text, ""]
         with open(out_dir / f"table{table}.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
             w.writeheader()

@@ -58,6 +58,36 @@ def figure_rows(root: str | Path, figure: int) -> list[PrintedRow]:
     return sorted(rows, key=lambda r: (r.row.line or 0, r.study))
 
 
+FIGURE_BLOCKS = {
+    7: [(2702, "Dense rewards"), (2735, "Choice of prompts, Qwen3-0.6B and 1.7B")],
+    8: [(2821, "Choice of prompts, Qwen2.5-1.5B"), (2857, "Choice of prompts, Qwen3-4B"),
+        (2872, "Choice of prompts, Llama-3.2 (strict reward)"),
+        (2881, "Learning rate 2e-6, or decaying from 2e-6 to 0, instead of 1e-6"),
+        (2905, "Strict verifier instead of default as training reward")],
+}
+"""The bold block headers of Figures 7 (L2702, L2735) and 8 (L2821, L2857, L2872, L2881, L2905),
+each with the source line it is printed on; a row belongs to the last header printed above it."""
+
+
+def figure_blocks(root: str | Path, figure: int) -> list[tuple[str, list[PrintedRow]]]:
+    """The rows of Figure 7 or 8 under the paper's block headers (:data:`FIGURE_BLOCKS`), in order.
+
+    A row is placed under the last header whose source line precedes the row's; headers with no
+    reported row are left out, and rows above the first header (none in the paper) come first
+    under an empty header.
+    """
+    heads = sorted(FIGURE_BLOCKS.get(figure, []))
+    groups: dict[str, list[PrintedRow]] = {}
+    for r in figure_rows(root, figure):
+        name = ""
+        for line, head in heads:
+            if (r.row.line or 0) > line:
+                name = head
+        groups.setdefault(name, []).append(r)
+    order = [""] + [h for _, h in heads]
+    return [(h, groups[h]) for h in order if h in groups]
+
+
 def table_blocks(root: str | Path, table: str) -> list[tuple[str, list[PrintedRow]]]:
     """The rows of Table 3 or 4 by block, in the paper's block order and by source line within a block."""
     rows = [r for r in printed_rows(root) if r.row.table == table]

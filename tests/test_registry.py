@@ -198,7 +198,7 @@ tier = "primary"
 test = "Holm p=1.5x10^-9"
 holm_p = "1.5x10^-9"
 source = "Figure 7"
-line = 1
+line = 2714
 figure = 7
 table = "3"
 block = "Dense rewards within a completion"
@@ -213,7 +213,7 @@ ci_high = "+0.005"
 test = "TOST p<.001"
 tost_p = "<.001"
 source = "Figure 8"
-line = 2
+line = 2827
 figure = 8
 table = "4"
 block = "Random choice of the filter's candidates"
@@ -285,29 +285,46 @@ def test_builders_run_on_small_inputs_and_reproduce(small_registry, tmp_path):
 
 
 def test_forest_figures_plot_the_reported_means_and_intervals(small_registry):
-    """Figures 7-8 of paper 1: one axis, a mean dot and a 95% interval bar per reported row at its
-    printed values, coloured by the interval's side of 0, with the row's label and the ±0.02 band."""
-    from figures.build_forest_reported import draw
-    from figures.paper_tables import figure_rows
+    """Figures 7-8 of paper 1: one axis, the paper's block header, then a mean dot and a 95%
+    interval bar per reported row at its printed values, coloured by the interval's side of 0, with
+    the row's label, the ±0.02 band, the paper's fixed x-axis (L2801, L2920) and grey seed dots
+    for rows given per-seed values (one dot per value)."""
+    from figures.build_forest_reported import XLIM, XTICKS, draw
+    from figures.paper_tables import figure_blocks
 
-    for figure, (label, mean, lo, hi, color, test) in {
-            7: ("Monte-Carlo reward, k=1 — Qwen2.5 (n=12) [S25]", -0.068, -0.076, -0.060, "tab:red", "Holm p=1.5x10^-9"),
-            8: ("Random choice — Qwen2.5 (n=12) [S25]", -0.001, -0.008, 0.005, "0.3", "TOST p<.001")}.items():
-        fig, data = draw(figure_rows(small_registry, figure), figure)
-        (ax,) = fig.axes
-        assert ax.get_xlabel().startswith("Δ held-out accuracy, configuration − comparator at matched compute")
-        assert ax.get_xlabel().endswith("95% paired-t CI") and ax.get_ylabel() == ""
-        assert ax.get_title().startswith(f"Figure {figure} — every matched-compute comparison")
-        assert len(ax.lines) == 3  # the zero line, then the row's interval and its mean
-        assert [t.get_text() for t in ax.get_yticklabels()] == [label]
-        bar, dot = ax.lines[1:]
-        assert np.allclose(bar.get_xdata(), [lo, hi]) and np.allclose(dot.get_xdata(), [mean])
-        assert list(bar.get_ydata()) == [0, 0] and list(dot.get_ydata()) == [0]
-        assert bar.get_color() == dot.get_color() == color
-        assert [t.get_text() for t in ax.texts] == [test]
-        band = ax.patches[0]
-        assert band.get_label() == "±0.02 band" and (band.get_x(), band.get_width()) == pytest.approx((-0.02, 0.04))
-        assert data[["label", "mean", "ci_low", "ci_high", "color"]].values.tolist() == [[label, mean, lo, hi, color]]
+    for figure, (head, label, mean, lo, hi, color, test) in {
+            7: ("Dense rewards", "Monte-Carlo reward, k=1 — Qwen2.5 (n=12) [S25]", -0.068, -0.076, -0.060, "tab:red", "Holm p=1.5x10^-9"),
+            8: ("Choice of prompts, Qwen2.5-1.5B", "Random choice — Qwen2.5 (n=12) [S25]", -0.001, -0.008, 0.005, "0.3", "TOST p<.001")}.items():
+        blocks = figure_blocks(small_registry, figure)
+        assert [b for b, _ in blocks] == [head]
+        (row,) = blocks[0][1]
+        per_seed = [0.01 * i - 0.06 for i in range(12)]
+        for seeds in ({}, {(row.study, row.row.id): per_seed}):
+            fig, data = draw(blocks, figure, seeds=seeds)
+            (ax,) = fig.axes
+            assert ax.get_xlabel().startswith("Δ held-out accuracy, configuration − comparator at matched compute")
+            assert ax.get_xlabel().endswith("95% paired-t CI") and ax.get_ylabel() == ""
+            assert ax.get_title().startswith(f"Figure {figure} — every matched-compute comparison")
+            assert ax.get_xlim() == pytest.approx((-0.165, 0.055)) == XLIM
+            assert list(ax.get_xticks()) == pytest.approx([-0.15, -0.10, -0.05, 0.0, 0.05]) == list(XTICKS)
+            assert [t.get_text() for t in ax.get_xticklabels()] == ["−0.15", "−0.10", "−0.05", "0.00", "0.05"]
+            ticks = ax.get_yticklabels()
+            assert [t.get_text() for t in ticks] == [head, label]
+            assert [t.get_fontweight() for t in ticks] == ["bold", "normal"]
+            dots = [ln for ln in ax.lines if ln.get_gid() == "seeds"]
+            assert sum(len(d.get_xdata()) for d in dots) == len(seeds.get((row.study, row.row.id), ()))
+            assert int(data["seeds"].sum()) == len(seeds.get((row.study, row.row.id), ()))
+            if seeds:
+                assert np.allclose(dots[0].get_xdata(), per_seed) and set(dots[0].get_ydata()) == {0}
+            (bar,) = [ln for ln in ax.lines if ln.get_gid() == "ci"]
+            (dot,) = [ln for ln in ax.lines if ln.get_gid() == "mean"]
+            assert np.allclose(bar.get_xdata(), [lo, hi]) and np.allclose(dot.get_xdata(), [mean])
+            assert list(bar.get_ydata()) == [0, 0] and list(dot.get_ydata()) == [0]
+            assert bar.get_color() == dot.get_color() == color
+            assert [t.get_text() for t in ax.texts] == [test]
+            band = ax.patches[0]
+            assert band.get_label() == "±0.02 band" and (band.get_x(), band.get_width()) == pytest.approx((-0.02, 0.04))
+            assert data[["block", "label", "mean", "ci_low", "ci_high", "color"]].values.tolist() == [[head, label, mean, lo, hi, color]]
 
 
 def _printed(text: str) -> float:
@@ -316,22 +333,75 @@ def _printed(text: str) -> float:
 
 def test_forest_figures_on_the_registry_plot_every_reported_row_top_down():
     """On the registry itself: every row reported for Figure 7 (8) is drawn, in source-line order
-    from the top, at the numbers its reported.toml prints."""
-    from figures.build_forest_reported import draw
-    from figures.paper_tables import figure_rows
+    from the top, at the numbers its reported.toml prints, under the paper's block headers (Figure 7:
+    L2702, L2735; Figure 8: L2821, L2857, L2872, L2881, L2905), with no seed dots: no plotted row has
+    per-seed values in the paper's text or the registry."""
+    from figures.build_forest_reported import XLIM, XTICKS, draw
+    from figures.paper_tables import FIGURE_BLOCKS, figure_blocks
 
     for figure in (7, 8):
         printed = [(d.name, r) for d in study_dirs(REGISTRY) if (d / "reported.toml").exists()
                    for r in load_reported(d).rows if r.figure == figure and r.mean is not None and r.ci_low is not None]
         printed.sort(key=lambda x: (x[1].line or 0, load_reported(REGISTRY / x[0]).study))
-        fig, data = draw(figure_rows(REGISTRY, figure), figure)
+        blocks = figure_blocks(REGISTRY, figure)
+        assert [b for b, _ in blocks] == [h for _, h in FIGURE_BLOCKS[figure]]
+        fig, data = draw(blocks, figure)
         (ax,) = fig.axes
+        assert ax.get_xlim() == pytest.approx(XLIM) and list(ax.get_xticks()) == pytest.approx(list(XTICKS))
         n = len(printed)
-        assert n > 20 and len(data) == n and len(ax.lines) == 1 + 2 * n
+        bars = [ln for ln in ax.lines if ln.get_gid() == "ci"]
+        means = [ln for ln in ax.lines if ln.get_gid() == "mean"]
+        assert n > 20 and len(data) == n and len(bars) == len(means) == n
+        assert not [ln for ln in ax.lines if ln.get_gid() == "seeds"] and data["seeds"].sum() == 0
+        heads = dict((h, line) for line, h in FIGURE_BLOCKS[figure])
+        expected, k = [], len(blocks) + n - 1
+        for i, (d, r) in enumerate(printed):
+            head = max((line, h) for h, line in heads.items() if line < r.line)[1]
+            if not expected or expected[-1][0] != head:
+                expected.append((head, []))
+            expected[-1][1].append((d, r))
+        labels = []
+        for head, rows in expected:
+            labels.append(head)
+            k -= 1
+            for d, r in rows:
+                labels.append(f"{r.label} — {r.model} (n={r.n})" + f" [{load_reported(REGISTRY / d).study}]")
+                j = [x for x in range(n) if data["label"][x] == labels[-1] and data["block"][x] == head]
+                assert j and data["y"][j[0]] == k
+                k -= 1
         for i, (_, r) in enumerate(printed):
-            bar, dot = ax.lines[1 + 2 * i: 3 + 2 * i]
-            assert bar.get_ydata()[0] == dot.get_ydata()[0] == n - 1 - i
+            bar, dot = bars[i], means[i]
+            assert bar.get_ydata()[0] == dot.get_ydata()[0] == data["y"][i]
             assert np.allclose(bar.get_xdata(), [_printed(r.ci_low), _printed(r.ci_high)]) and dot.get_xdata()[0] == pytest.approx(_printed(r.mean))
             assert bar.get_color() == ("tab:blue" if _printed(r.ci_low) > 0 else "tab:red" if _printed(r.ci_high) < 0 else "0.3")
-        ticks = [t.get_text() for t in ax.get_yticklabels()]
-        assert ticks == [f"{r.label} — {r.model} (n={r.n})" + f" [{load_reported(REGISTRY / d).study}]" for d, r in printed]
+        ticks = ax.get_yticklabels()
+        assert [t.get_text() for t in ticks] == labels
+        assert [t.get_text() for t in ticks if t.get_fontweight() == "bold"] == [h for h, _ in expected]
+        assert list(data["y"]) == sorted(data["y"], reverse=True)
+
+
+def test_table3_test_column_is_tost_at_002_with_001_values_in_the_text(tmp_path):
+    """Table 3's test column gives TOST at ±0.02 also for the ±0.01 studies (caption, L2610-2611):
+    S33's two primary rows (TOST at ±0.01 p=.14, L3492) and S32's V2 (±0.01 p=.015, L4574) get the
+    ±0.02 p from the printed summary (‡), their ±0.01 values go to the text; S31's T2 (Table 4) uses
+    the printed ±0.02 value (p<10^-4, L4137)."""
+    import csv
+
+    from figures import build_table3_4
+    from prereg_kit.stats.summary import from_summary
+
+    build_table3_4.build(tmp_path)
+    t3 = {(r["study"], r["source"]): r for r in csv.DictReader(open(tmp_path / "table3.csv"))}
+    t4 = {(r["study"], r["source"]): r for r in csv.DictReader(open(tmp_path / "table4.csv"))}
+    p200 = from_summary("+0.007", "+0.001", "+0.013", 24, margin=0.02).tost_p
+    assert 1e-5 < p200 < 1e-3
+    assert t3[("S33", "Figure 8, L2836")]["test"] == "Holm p=.034; TOST p≈8×10^-5 ‡"
+    assert t3[("S33", "Figure 8, L2839")]["test"] == "Holm p=1.3×10^-5; TOST p≈1×10^-8 ‡"
+    assert t3[("S32", "Figure 8, L2851")]["test"] == "V2: Holm p=.59; TOST p≈1×10^-5 ‡"
+    assert t4[("S31", "Figure 8, L2854")]["test"] == "T2: Holm p=.73; TOST p<10^-4"
+    assert t3[("S26", "Table 3, L2647")]["test"] == "Holm p=.016, TOST p<10^-5"  # a ±0.02 study: as printed
+    assert not any("±0.01" in r["test"] for r in [*t3.values(), *t4.values()])
+    md = (tmp_path / "table3_4.md").read_text()
+    text3 = md.split("## Table 3")[1].split("## Table 4")[0]
+    assert "- S33, Critic prompt filter (Qwen2.5-1.5B, third study, fresh seeds): TOST at ±0.01 p=.14" in text3
+    assert "- S32, Critic prompt filter, decaying learning rate (Qwen2.5-1.5B, both configurations): TOST at ±0.01 p=.015" in text3
