@@ -231,28 +231,38 @@ def check(mods: Mapping[str, Module], *, packages: Mapping[str, Sequence[str]],
         problems.append("cycle: " + " -> ".join(comp))
     heavy = needs_heavy(mods)
     for name, m in sorted(mods.items()):
-        where = name
         top = name.split(".")[0]
         own_layers = layers.get(top, ())
         mine = layer_of(name, own_layers) if own_layers else None
         if own_layers and mine is None:
-            problems.append(f"{where}: in no layer of {top} (add it to the layer table)")
+            problems.append(f"{name}: in no layer of {top} (add it to the layer table)")
         for target in sorted(m.top | set(m.deferred)):
             line = m.lines[target]
             ttop = target.split(".")[0]
             if ttop != top and ttop not in packages.get(top, ()):
-                problems.append(f"{where}:{line}: imports {target}: {top} may not use {ttop}")
+                problems.append(f"{name}:{line}: imports {target}: {top} may not use {ttop}")
                 continue
             if ttop == top and own_layers and mine is not None:
                 theirs = layer_of(target, own_layers)
                 if theirs is not None and theirs > mine:
-                    problems.append(f"{where}:{line}: imports {target}: upward, from layer "
+                    problems.append(f"{name}:{line}: imports {target}: upward, from layer "
                                     f"'{own_layers[mine][0]}' to '{own_layers[theirs][0]}'")
             if target in m.deferred and target not in m.top:
                 keeps_torch_out = target in heavy and name not in heavy
                 if not keeps_torch_out and name not in commands:
-                    problems.append(f"{where}:{m.deferred[target]}: imports {target} inside a function; "
+                    problems.append(f"{name}:{m.deferred[target]}: imports {target} inside a function; "
                                     "allowed only to keep torch out of torch-free code or in a command module")
         for s, line in m.strings:
-            problems.append(f"{where}:{line}: names module {s!r} in a string; import it instead")
+            problems.append(f"{name}:{line}: names module {s!r} in a string; import it instead")
     return problems
+
+
+def long_modules(mods: Mapping[str, Module], max_lines: int) -> list[str]:
+    """Modules over ``max_lines`` whose docstring does not say why (a sentence with "lines")."""
+    out = []
+    for m in mods.values():
+        text = m.path.read_text()
+        n = len(text.splitlines())
+        if n > max_lines and "lines" not in (ast.get_docstring(ast.parse(text)) or ""):
+            out.append(f"{m.name}: {n} lines")
+    return sorted(out)

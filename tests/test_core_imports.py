@@ -11,6 +11,13 @@ CORE = ["prereg_kit", "prereg_kit.plan", "prereg_kit.lock", "prereg_kit.verify",
         "prereg_kit.runners"]
 
 
+def _fresh_python(code: str, timeout: int = 180) -> str:
+    """Run ``code`` in a new interpreter (nothing imported yet); its stdout, after a clean exit."""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
 def test_core_imports_without_torch():
     code = (
         "import sys\n"
@@ -24,9 +31,7 @@ def test_core_imports_without_torch():
         "    __import__(m)\n"
         "print('ok')\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "ok"
+    assert _fresh_python(code) == "ok"
 
 
 def _core_modules() -> list[str]:
@@ -52,9 +57,7 @@ def test_no_core_module_loads_the_trainer_or_torch():
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('trainer', 'torch'))\n"
         "print(','.join(bad) or 'ok')\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "ok"
+    assert _fresh_python(code) == "ok"
     assert len(mods) > 40  # the walk found the package's modules
 
 
@@ -95,6 +98,4 @@ def test_figures_leave_matplotlib_global_state_alone():
         "assert not changed, changed\n"
         "print('ok')\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "ok"
+    assert _fresh_python(code) == "ok"

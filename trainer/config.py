@@ -359,7 +359,7 @@ def parse_config(data: dict[str, Any], *, where: str = "recipe",
     path -> flat key, when the flat keys were already moved)."""
     written = dict(written or {}) | {new: old for old, new in flat_keys(data)}
     try:
-        return TrainerConfig.model_validate(sectioned(data))
+        return TrainerConfig.model_validate(data)  # the before-validator reads flat keys into sections
     except ConfigError as e:
         raise ConfigError(*(f"{where}: {line}" for line in e.lines)) from None
     except ValidationError as e:
