@@ -84,7 +84,8 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                 credit = compute_credit(cfg.credit.rule, credit_context(r, it, problems, roll, rewards, advantages))
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
-                lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
+                lr = (learning_rate_at(cfg, c.total_tokens, spec.budget_tokens) if spec.budget_tokens is not None
+                      else learning_rate_at(cfg, c.iteration, spec.budget_iterations))  # linear decay over B's axis
                 if uses_reuse_update(cfg):  # reuse variants: clipped steps, continuation sequences
                     stats = reuse_update(r.policy, r.optimizer, roll, credit, lr, seed=spec.seed, iteration=it)
                 else:
@@ -267,7 +268,8 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     dense = DenseState()
     dense.load_state_dict(extra.get("dense"))  # the learned critic's buffer of earlier iterations
     return Run(spec, policy, engine, optimizer, pool, eval_sets, get_verifier(cfg.rewards.verifier),
-               writer, counters, Schedule(spec.eval_interval, spec.stop_tokens, spec.stop_iterations, counters),
+               writer, counters, Schedule(spec.eval_interval, spec.stop_tokens, spec.iteration_stop, counters,
+                                                   by_iterations=spec.budget_iterations is not None),
                StageClock(sync=lambda: synchronize(policy.device)), render,
                rewarder=rewarder, reward_state=state_from_dict(extra.get("reward_state")), ref_policy=ref,
                selector=selector, dense=dense)
