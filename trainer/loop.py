@@ -32,7 +32,7 @@ from trainer.core.policy import Policy, load_policy, set_determinism, synchroniz
 from trainer.core.program_judge import judge_meta
 from trainer.core.reward_step import Rewarder, make_rewarder, state_from_dict, state_to_dict
 from trainer.core.update import learning_rate_at, make_optimizer, update_step
-from trainer.data.problems import ProblemPool, load_problems
+from trainer.data.problems import ProblemPool, load_problems, task_pool
 from trainer.data.verifiers import get_verifier
 from trainer.interventions.credit_rules import compute_credit
 from trainer.interventions.length import with_length_reward
@@ -228,7 +228,10 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     policy = load_policy(cfg, assets.model_path)
     set_determinism(cfg, policy.device)
     optimizer = make_optimizer(policy)
-    pool = load_problems(assets.train_file, source="train")
+    if cfg.task.name in ("math", "gsm8k"):  # the MATH / GSM8K training split, levels kept
+        pool = task_pool(cfg.task.name, assets.train_file, cfg.task.levels)
+    else:
+        pool = load_problems(assets.train_file, source="train")
     pool = pool.with_tests() if cfg.task.name == "code" else pool.numeric_only()  # what the reward can score
     eval_sets = load_eval_sets(spec, assets.synthetic_eval)
     pool = pool.without_near_duplicates(*[es.problems for es in eval_sets])
