@@ -271,3 +271,25 @@ def test_an_iteration_budget_is_read_at_the_first_evaluation_at_or_after_iterati
     assert not r["reached"] and "no evaluation at or after 13 iterations (last at 12)" in r["note"]
     two_b = ReadingPoint("tokens", 1.5).at_budget({"A": ("iteration", 8.0)})  # 1.5B = iteration 12
     assert read_at_tokens(curves, two_b.scaled).iloc[0]["eval_lo"] == 3
+
+
+@pytest.mark.slow  # trains the tiny model for a few iterations
+def test_a_real_run_with_an_iteration_budget_stops_at_n_and_evaluates_every_k(tmp_path):
+    pytest.importorskip("torch")
+    from plans import run_plan
+    from prereg_kit.runlog import read_run
+    from trainer.launch import plan_jobs
+    from trainer.loop import train
+
+    text = run_plan(id="it", title="Iteration budget", question="Does it stop at N?", comparator="grpo",
+                    treatment="frozen", seeds="[0]", configurations="[configurations.grpo]\n[configurations.frozen]\n",
+                    tokens=600, eval_every="B/4", samples=2, n_problems=4)
+    text = text.replace('tokens = 600\neval_every = "B/4"', "iterations = 4\neval_every = 2")
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "plan.toml").write_text(text)
+    _, jobs = plan_jobs(study, "smoke", ["grpo"], [0])
+    train(jobs[0].spec)
+    run = read_run(jobs[0].spec.run_dir, strict=True)
+    assert run.iterations["iteration"].tolist() == [0, 1, 2, 3]  # N = 4 iterations
+    assert sorted(run.evals.groupby("eval_index")["iteration"].first().tolist()) == [0, 2, 4]
