@@ -461,17 +461,15 @@ class RunSpec(_Strict):
 
     @property
     def stop_tokens(self) -> int | None:
-        """The run ends after the evaluation at or after this many generated tokens (k·B); None
-        for an iteration budget."""
+        """The run ends after the evaluation at or after k·B generated tokens (None: iteration budget)."""
         return None if self.budget_tokens is None else int(round(self.train_to * self.budget_tokens))
 
     @property
     def iteration_stop(self) -> int | None:
-        """The run ends after this many iterations: k·N for an iteration budget N (so "B" is the
-        evaluation after iteration N), or the election probes' cap, whichever comes first."""
-        caps = [self.stop_iterations] + ([int(round(self.train_to * self.budget_iterations))]
-                                         if self.budget_iterations is not None else [])
-        return min((c for c in caps if c is not None), default=None)
+        """The run ends after k·N iterations (iteration budget N: "B" is the evaluation after
+        iteration N) or after the election probes' cap, whichever comes first."""
+        n = None if self.budget_iterations is None else int(round(self.train_to * self.budget_iterations))
+        return min((c for c in (self.stop_iterations, n) if c is not None), default=None)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=2) + "\n")
