@@ -80,7 +80,7 @@ def _check_tree(base: Path, study: Path, stage: str, plan: Plan, probes: set[str
             seed = int(m.group(1))
             if seed not in (seeds := plan.seeds_for(stage, cdir.name)):
                 out.append(f"{rel(sdir)}: seed {seed} is not a seed of the plan's {stage} stage "
-                           f"for {cdir.name!r} ({_seed_list(seeds)})")
+                           f"({_seed_list(seeds)})")  # the configuration's own seeds where it has them
                 continue
             if not (sdir / META_FILE).is_file():
                 out.append(f"{rel(sdir)}: a run folder without {META_FILE}")
