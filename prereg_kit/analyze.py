@@ -259,7 +259,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     lock_lines, lock_summary = v.lock_lines, v.lock_summary
     study_dir = plan_path.parent
     plan = pf.plan
-    B = plan.budget.tokens
+    B = plan.budgets()  # one token count, or per configuration its own B (tokens or iterations)
     nres = n_resamples or plan.statistics.bootstrap_resamples
     adm = plan.admission
 
@@ -295,7 +295,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         point = rp.at_budget(B)
         if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
             try:
-                rel = rd.relative_accuracy_curves(curves, reference, point.tokens, allow_missing=adm.allow_missing_seeds)
+                rel = rd.relative_accuracy_curves(curves, reference, point.scaled, allow_missing=adm.allow_missing_seeds)
             except rd.ReadingError as e:
                 raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
             curves = rel.kept
@@ -379,7 +379,7 @@ def _enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: boo
             rows.append((c, s, pd.NA, "missing", "no run log (the plan's admission rules allow missing seeds)"))
         else:
             violations.append(f"runs/{c}/seed-{s}: a planned run is missing (the plan names seeds "
-                              f"{', '.join(map(str, plan.seeds_for('main')))} of configuration {c!r})")
+                              f"{', '.join(map(str, plan.seeds_for('main', c)))} of configuration {c!r})")
             rows.append((c, s, pd.NA, "missing", "no run log"))
     keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
     for c, s, what in eval_problem_violations(keep, plan):
@@ -437,7 +437,7 @@ def read_hypotheses(plan: Plan, contrasts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["id", "statement", "prediction", "outcome", "evidence", "reading"])
 
 
-def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: float, *,
+def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: "rd.Budgets", *,
                           relative_accuracy: pd.DataFrame | None = None,
                           collapse: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per configuration at B: seeds, accuracy, tokens, updates, training hours, continuation

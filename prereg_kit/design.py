@@ -56,7 +56,6 @@ def _check_tree(base: Path, study: Path, stage: str, plan: Plan, probes: set[str
     out: list[str] = []
     planned = plan.stage(stage) is not None
     configs = plan.configurations_for(stage) if planned else []
-    seeds = set(plan.seeds_for(stage)) if planned else set()
     rel = lambda p: p.relative_to(study).as_posix()  # noqa: E731
     for cdir in _visible(base):
         if not cdir.is_dir():
@@ -79,9 +78,9 @@ def _check_tree(base: Path, study: Path, stage: str, plan: Plan, probes: set[str
                 out.append(f"{rel(sdir)}: not a run folder (runs are {rel(cdir)}/seed-<n>)")
                 continue
             seed = int(m.group(1))
-            if seed not in seeds:
+            if seed not in (seeds := plan.seeds_for(stage, cdir.name)):
                 out.append(f"{rel(sdir)}: seed {seed} is not a seed of the plan's {stage} stage "
-                           f"({_seed_list(plan.seeds_for(stage))})")
+                           f"({_seed_list(seeds)})")  # the configuration's own seeds where it has them
                 continue
             if not (sdir / META_FILE).is_file():
                 out.append(f"{rel(sdir)}: a run folder without {META_FILE}")

@@ -74,6 +74,10 @@ class DryRun:
 def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
               time_ratio: dict[str, float] | None = None, update_ratio: dict[str, float] | None = None) -> None:
     plan = plan_file.plan
+    if plan.budgets() != plan.budget.tokens or any(c.seeds is not None for c in plan.configurations.values()):
+        # the synthetic study has one token budget and one seed list for every configuration
+        raise PreregError(f"{plan_file.path}: dry-run simulates one token budget B and one seed list for every "
+                          "configuration; this plan has an iteration budget or per-configuration budgets or seeds")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MARKER).write_text("synthetic study written by `prereg dry-run`; safe to delete\n")
     shutil.copyfile(plan_file.path, folder / PLAN_FILE)

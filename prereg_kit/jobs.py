@@ -32,7 +32,7 @@ class PlannedRun:
 
 def planned_runs(plan: Plan, stage: str = "main") -> list[tuple[str, int]]:
     """Every (configuration, seed) of a stage, in the plan's order."""
-    return [(c, s) for c in plan.configurations_for(stage) for s in plan.seeds_for(stage)]
+    return [(c, s) for c in plan.configurations_for(stage) for s in plan.seeds_for(stage, c)]
 
 
 def require_locked(plan_file: PlanFile | str | Path) -> None:
@@ -80,7 +80,7 @@ def stage_runs(study_dir: str | Path, stage: str = "main", configs: Sequence[str
     if stage == "main":
         require_locked(pf)
     study = pf.path.parent
-    names, all_seeds = plan.configurations_for(stage), plan.seeds_for(stage)
+    names, all_seeds = plan.configurations_for(stage), plan.all_seeds(stage)
     for bad in [c for c in configs or [] if c not in names]:
         raise PreregError(f"--configs: {bad!r} is not a configuration of stage {stage!r} (have: {', '.join(names)})")
     for bad in [s for s in seeds or [] if s not in all_seeds]:

@@ -81,7 +81,7 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
     return save(fig, path)
 
 
-def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_tokens: int) -> Path:
+def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_tokens: int | None) -> Path:
     """Accuracy against generated tokens (left) and training hours (right), one line per configuration.
 
     ``curves``: configuration, seed, tokens, train_seconds, accuracy (one row per evaluation).
@@ -96,7 +96,8 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
         for ax, x in zip(axes, (x_tok, x_h)):
             (line,) = ax.plot(x, m, marker=".", label=str(name))
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
-    axes[0].axvline(budget_tokens / 1e6, color="black", ls="--", lw=0.8, label="B")
+    if budget_tokens is not None:  # no one line for B when it is in iterations
+        axes[0].axvline(budget_tokens / 1e6, color="black", ls="--", lw=0.8, label="B")
     axes[0].set_xlabel("generated tokens (millions)")
     axes[1].set_xlabel(f"training time ({unit})")
     axes[0].set_ylabel("accuracy (fraction): seed mean, band = min–max")

@@ -136,7 +136,7 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     figs = [
         plots.forest_plot(a.contrasts, a.per_seed, out_dir / "forest.png",
                           title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin),
-        plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens,
+        plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,
                               title=f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}"),
         plots.difference_over_time(
             a.curves, [(c.id, c.treatment, c.control) for c in plan.contrasts if c.tier == "primary"] or

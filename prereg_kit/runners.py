@@ -50,8 +50,10 @@ def load_runner(name: str | None = None, *, command: str = "run") -> Any:
 
 def configuration_problems(runner: Any, plan: Any) -> dict[str, list[str]] | None:
     """Per configuration of ``plan``, the lines saying why ``runner`` cannot run it (an empty list:
-    it can); None when the runner has no ``check_configuration``."""
+    it can); None when the runner has no ``check_configuration``. A configuration the plan marks
+    ``runnable = false`` is not runnable for the plan's reason and is never passed to the check."""
     check = getattr(runner, "check_configuration", None)
     if check is None:
         return None
-    return {name: list(check(plan, name)) for name in plan.configurations}
+    return {name: [f"runnable = false: {c.not_runnable}"] if not c.runnable else list(check(plan, name))
+            for name, c in plan.configurations.items()}

@@ -41,7 +41,7 @@ LAYERS = {
         ("command", ["figures.__main__"]),
     ],
     "trainer": [
-        ("errors", ["trainer.__init__", "trainer.errors"]),
+        ("errors", ["trainer.__init__", "trainer.errors", "trainer.keys"]),
         ("data", ["trainer.data"]),
         ("rewards", ["trainer.rewards"]),
         ("settings", ["trainer.config"]),

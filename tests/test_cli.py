@@ -186,8 +186,8 @@ def test_registry_without_a_trainer_says_runnability_was_not_checked(tmp_path, m
 
 
 def test_the_builtin_trainer_runs_every_cpu_study_configuration():
-    """The CPU studies are runnable by the built-in trainer; a paper study with keys it does not
-    know is not, and the reason names the key."""
+    """The CPU studies and a paper study are runnable by the built-in trainer; a recipe with a key
+    it does not know is not, and the reason names the key and the one it most likely meant."""
     pytest.importorskip("torch")
     from prereg_kit.plan import load_plan
     from prereg_kit.runners import configuration_problems, installed_runners
@@ -197,6 +197,9 @@ def test_the_builtin_trainer_runs_every_cpu_study_configuration():
     for study in ("cpu-grpo", "cpu-interventions", "cpu-multireward"):
         problems = configuration_problems(builtin, load_plan(root / study).plan)
         assert problems and all(v == [] for v in problems.values()), (study, problems)
-    plan = load_plan(root / "S25").plan
-    problems = configuration_problems(builtin, plan)
-    assert all(any(": unknown key" in line for line in v) for v in problems.values()), problems
+    plan = load_plan(root / "S25").plan  # a paper study in the trainer's vocabulary
+    assert configuration_problems(builtin, plan) == {name: [] for name in plan.configurations}
+    bad = plan.model_copy(update={"recipe": {**plan.recipe, "credit": {"rule": "outcome", "mc_kk": 4}}})
+    problems = configuration_problems(builtin, bad)
+    assert all(any("credit.mc_kk: unknown key; did you mean 'credit.mc_k'?" in line for line in v)
+               for v in problems.values()), problems

@@ -86,7 +86,7 @@ def test_s1_learning_rate_amendment_replays(tmp_path):
     lock_plan(d / "plan.toml")
     (d / "plan.toml").write_text(text)
     e = amend_plan(d / "plan.toml", "pilot: 1e-5 degraded every configuration; the stability probe selected 1e-6").entry
-    assert [(c["key"], c["old"], c["new"]) for c in e["changes"]] == [("recipe.learning_rate", 1e-5, 1e-6)]
+    assert [(c["key"], c["old"], c["new"]) for c in e["changes"]] == [("recipe.update.learning_rate", 1e-5, 1e-6)]
     assert verify_study(d).exit_code == 0
     rep = load_reported(REGISTRY / "S01")
     assert "learning rate" in rep.amendments[0].description.lower()

@@ -135,4 +135,4 @@ def test_template_and_registry_recipes_are_trainer_configs():
     assert config_of(cpu, "frozen").update.learning_rate == 0.0
     with pytest.raises(ConfigError) as e:
         parse_config({"learning_rate": 1e-6, "lerning_rate": 2e-6, "tiny": {"layers": 0}})
-    assert sorted(e.value.lines) == ["recipe: lerning_rate: unknown key", "recipe: tiny.layers: Input should be greater than 0"]
+    assert sorted(e.value.lines) == ["recipe: lerning_rate: unknown key; did you mean 'update.learning_rate'?", "recipe: tiny.layers: Input should be greater than 0"]

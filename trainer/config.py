@@ -23,11 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from prereg_kit.plan import Plan, merge_tables
 from prereg_kit.stages import Stage
 from trainer.errors import ConfigError
+from trainer.keys import suggest
 from trainer.rewards.spec import check_reward_config
 
 __all__ = ["ConfigError", "EvalSetSpec", "RunSpec", "SandboxSettings", "SECTIONS", "TinyModel", "TrainerConfig",
            "WarmStart", "config_of", "derive_seed", "flat_keys", "merge_recipe", "parse_config", "plan_flat_keys",
-           "recipe_of", "sectioned", "settings_hash", "updated"]
+           "recipe_of", "sectioned", "settings_hash", "suggest_key", "updated"]
 
 
 class _Strict(BaseModel):
@@ -74,9 +75,10 @@ class SandboxSettings(_Strict):
 class TaskSection(_Strict):
     """The training pool and the synthetic task's evaluation sets (docs/data.md)."""
 
-    name: Literal["synthetic", "file", "code"] = "synthetic"
-    train_file: str = ""  # name="file": MATH/GSM8K-layout JSONL or Parquet; name="code": code layout ("": built-in)
-    levels: list[int] = [1, 2, 3]  # synthetic (math or code) task: difficulty levels of pool and eval set
+    # "math"/"gsm8k": the MATH / GSM8K training split (train_file, else the hub), evaluation overlaps removed
+    name: Literal["synthetic", "file", "code", "math", "gsm8k"] = "synthetic"
+    train_file: str = ""  # name="file", "math", "gsm8k": MATH/GSM8K-layout JSONL or Parquet; name="code": code layout ("": built-in)
+    levels: list[int] = [1, 2, 3]  # synthetic task: its difficulty levels; "math": MATH levels (1-5) kept in the pool
     train_problems: int = Field(2000, gt=0)
     seed: int = Field(0, ge=0)
 
@@ -190,9 +192,15 @@ class RewardsSection(_Strict):
 
     verifier: Literal["default", "strict", "math_verify"] = "default"
     channels: list[str | dict[str, Any]] = []  # [] = the verifier reward; else "name" or {name = ..., params}
-    aggregation: dict[str, Any] = {}  # the aggregation table (rule, lam, beta, ...; docs/multi-reward.md)
+    aggregation: dict[str, Any] = {}  # the aggregation table (rule, lam, beta, ...; docs/multi-reward.md); "X" = { rule = "X" }
     anchor: str = ""  # "": aggregation.anchor (index); a channel name; "elected": <study>/election.json
     sandbox: SandboxSettings = SandboxSettings()  # task "code": the program judge's limits
+
+    @field_validator("aggregation", mode="before")
+    @classmethod
+    def _rule_name(cls, v: Any) -> Any:
+        """A rule name alone stands for the table with that rule and the paper's constants."""
+        return {"rule": v} if isinstance(v, str) else v
 
 
 class EvaluationSection(_Strict):
@@ -337,10 +345,19 @@ class TrainerConfig(_Strict):
             raise ValueError("task.name = 'file' needs task.train_file")
         if t.name in ("synthetic", "code") and not set(t.levels) <= {1, 2, 3}:
             raise ValueError("task.levels: synthetic levels are 1, 2, 3")
+        if t.name == "math" and not (t.levels and set(t.levels) <= {1, 2, 3, 4, 5}):
+            raise ValueError("task.levels: MATH levels are 1 to 5 (e.g. levels = [4, 5])")
+        if t.name in ("math", "gsm8k") and self.model.name == "tiny" and not t.train_file:
+            raise ValueError(f"task.name = {t.name!r} with model.name = 'tiny': the warm start reads task.train_file; give one")
         r = self.rewards
         if r.channels or r.aggregation or r.anchor or t.name == "code":
             check_reward_config(self)
         return self
+
+
+def suggest_key(path: str) -> str:
+    """``; did you mean 'credit.mc_k'?`` for an unknown key path of these settings, or ""."""
+    return suggest(path, {name: list(model.model_fields) for name, model in SECTIONS.items()}, FLAT_KEYS)
 
 
 def _as_written(loc: tuple, written: dict[str, str]) -> str:
@@ -366,7 +383,10 @@ def parse_config(data: dict[str, Any], *, where: str = "recipe",
         lines = []
         for err in e.errors():
             key = _as_written(err["loc"], written)
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key" + suggest_key(".".join(str(x) for x in err["loc"]))
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{where}: {key}: {msg}")
         raise ConfigError(*lines) from None
 
@@ -420,8 +440,9 @@ class RunSpec(_Strict):
     study_dir: str
     run_dir: str
     cache_dir: str
-    budget_tokens: int = Field(gt=0)  # B
-    eval_interval: int = Field(gt=0)  # B/16 by default, in generated tokens
+    budget_tokens: int | None = Field(None, gt=0)  # B in generated tokens
+    budget_iterations: int | None = Field(None, gt=0)  # B in iterations (exactly one of the two)
+    eval_interval: int = Field(gt=0)  # B/16 by default: generated tokens, or iterations with budget_iterations
     train_to: float = Field(1.0, gt=0)  # run length as a multiple of B
     stop_iterations: int | None = Field(None, gt=0)  # also stop after this many iterations (election probes: T steps)
     eval_sets: list[EvalSetSpec]
@@ -432,10 +453,23 @@ class RunSpec(_Strict):
     config: TrainerConfig
     tool_version: str = ""
 
+    @model_validator(mode="after")
+    def _one_budget(self) -> "RunSpec":
+        if (self.budget_tokens is None) == (self.budget_iterations is None):
+            raise ValueError("a run spec needs exactly one of budget_tokens and budget_iterations")
+        return self
+
     @property
-    def stop_tokens(self) -> int:
-        """The run ends after the evaluation at or after this many generated tokens (k·B)."""
-        return int(round(self.train_to * self.budget_tokens))
+    def stop_tokens(self) -> int | None:
+        """The run ends after the evaluation at or after k·B generated tokens (None: iteration budget)."""
+        return None if self.budget_tokens is None else int(round(self.train_to * self.budget_tokens))
+
+    @property
+    def iteration_stop(self) -> int | None:
+        """The run ends after k·N iterations (iteration budget N: "B" is the evaluation after
+        iteration N) or after the election probes' cap, whichever comes first."""
+        n = None if self.budget_iterations is None else int(round(self.train_to * self.budget_iterations))
+        return min((c for c in (self.stop_iterations, n) if c is not None), default=None)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=2) + "\n")

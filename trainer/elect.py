@@ -84,7 +84,11 @@ def probe_jobs(study_dir: str | Path, *, configuration: str | None = None, seeds
     plan = pf.plan
     study = pf.path.parent
     name, cfg = election_configuration(plan, configuration)
-    B = plan.budget.tokens
+    B, N = plan.budget_of(name).tokens, plan.budget_of(name).iterations
+    if N is not None and steps is None and (tokens is None or str(tokens).strip().upper().startswith("B")):
+        if tokens is not None:
+            raise PreregError(f"--tokens {tokens}: B is {N} iterations in this plan; give --steps or a token count")
+        steps = max(1, N // 2)  # as B/2 for a token budget: half the run length
     if steps is not None:
         budget = UNBOUNDED_TOKENS
     elif tokens is None:

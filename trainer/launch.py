@@ -77,15 +77,26 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
     for run in runs:
         name, seed, folder = run.configuration, run.seed, run.folder
         if name not in cfgs:
+            if not plan.configurations[name].runnable:
+                raise PreregError(f"{pf.path}: configuration {name!r} is marked runnable = false: "
+                                  f"{plan.configurations[name].not_runnable}")
             cfgs[name] = config_of(plan, name, where=f"{pf.path}: configuration {name!r}")
+        budget = plan.budget_of(name)  # the configuration's own B, else the study's
+        by_tokens = budget.tokens is not None
         spec = RunSpec(study=plan.study.id, configuration=name, seed=seed, stage=stage,
                        plan_hash=pf.content_sha256, study_dir=str(study), run_dir=str(folder),
-                       cache_dir=str(study / ".cache"), budget_tokens=plan.budget.tokens,
-                       eval_interval=plan.budget.eval_interval_tokens(), train_to=plan.train_to(name, stage),
+                       cache_dir=str(study / ".cache"), budget_tokens=budget.tokens, budget_iterations=budget.iterations,
+                       eval_interval=budget.eval_interval_tokens() if by_tokens else budget.eval_interval_iterations(),
+                       train_to=plan.train_to(name, stage),
                        eval_sets=sets, eval_samples=ev.samples, eval_temperature=ev.temperature,
                        eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfgs[name], tool_version=__version__)
         jobs.append(Job(name, seed, folder, spec, _state(folder, pf.content_sha256)))
     return pf, jobs
+
+
+def _stop(j: Job) -> int:
+    """Where a run's progress bar ends: k·B tokens, or k·N iterations for an iteration budget."""
+    return j.spec.stop_tokens if j.spec.stop_tokens is not None else (j.spec.iteration_stop or 1)
 
 
 def _state(folder: Path, plan_hash: str) -> str:
@@ -244,7 +255,7 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
     prepare(jobs, log=lambda m: con.print(m))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=con, transient=False) as bar:
-        tasks = {id(j): bar.add_task(f"{j.configuration} seed {j.seed}", total=j.spec.stop_tokens, info=j.state)
+        tasks = {id(j): bar.add_task(f"{j.configuration} seed {j.seed}", total=_stop(j), info=j.state)
                  for j in jobs if j.state not in ("complete", "busy")}
 
         def on_progress(j: Job) -> None:
@@ -253,7 +264,8 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
             j.progress.setdefault("_info", "")
             if "accuracy" in p:
                 j.progress["_info"] = info
-            bar.update(tasks[id(j)], completed=min(p.get("tokens", 0), j.spec.stop_tokens), info=j.progress["_info"] or info)
+            done_so_far = p.get("tokens", 0) if j.spec.stop_tokens is not None else p.get("iteration", 0)
+            bar.update(tasks[id(j)], completed=min(done_so_far, _stop(j)), info=j.progress["_info"] or info)
 
         def on_done(j: Job) -> None:
             bar.update(tasks[id(j)], info=f"{j.progress.get('_info', '')}  {j.result}")

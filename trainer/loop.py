@@ -32,7 +32,7 @@ from trainer.core.policy import Policy, load_policy, set_determinism, synchroniz
 from trainer.core.program_judge import judge_meta
 from trainer.core.reward_step import Rewarder, make_rewarder, state_from_dict, state_to_dict
 from trainer.core.update import learning_rate_at, make_optimizer, update_step
-from trainer.data.problems import ProblemPool, load_problems
+from trainer.data.problems import ProblemPool, load_problems, task_pool
 from trainer.data.verifiers import get_verifier
 from trainer.interventions.credit_rules import compute_credit
 from trainer.interventions.length import with_length_reward
@@ -84,7 +84,8 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
                 credit = compute_credit(cfg.credit.rule, credit_context(r, it, problems, roll, rewards, advantages))
                 credit = with_length_reward(credit, rewards, roll, G, cfg)  # −λ(L_i − m_g)/L_max; no-op at λ = 0
             with r.clock.stage("update"):
-                lr = learning_rate_at(cfg, c.total_tokens, spec.budget_tokens)
+                lr = (learning_rate_at(cfg, c.total_tokens, spec.budget_tokens) if spec.budget_tokens is not None
+                      else learning_rate_at(cfg, c.iteration, spec.budget_iterations))  # linear decay over B's axis
                 if uses_reuse_update(cfg):  # reuse variants: clipped steps, continuation sequences
                     stats = reuse_update(r.policy, r.optimizer, roll, credit, lr, seed=spec.seed, iteration=it)
                 else:
@@ -227,7 +228,10 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     policy = load_policy(cfg, assets.model_path)
     set_determinism(cfg, policy.device)
     optimizer = make_optimizer(policy)
-    pool = load_problems(assets.train_file, source="train")
+    if cfg.task.name in ("math", "gsm8k"):  # the MATH / GSM8K training split, levels kept
+        pool = task_pool(cfg.task.name, assets.train_file, cfg.task.levels)
+    else:
+        pool = load_problems(assets.train_file, source="train")
     pool = pool.with_tests() if cfg.task.name == "code" else pool.numeric_only()  # what the reward can score
     eval_sets = load_eval_sets(spec, assets.synthetic_eval)
     pool = pool.without_near_duplicates(*[es.problems for es in eval_sets])
@@ -267,7 +271,8 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     dense = DenseState()
     dense.load_state_dict(extra.get("dense"))  # the learned critic's buffer of earlier iterations
     return Run(spec, policy, engine, optimizer, pool, eval_sets, get_verifier(cfg.rewards.verifier),
-               writer, counters, Schedule(spec.eval_interval, spec.stop_tokens, spec.stop_iterations, counters),
+               writer, counters, Schedule(spec.eval_interval, spec.stop_tokens, spec.iteration_stop, counters,
+                                                   by_iterations=spec.budget_iterations is not None),
                StageClock(sync=lambda: synchronize(policy.device)), render,
                rewarder=rewarder, reward_state=state_from_dict(extra.get("reward_state")), ref_policy=ref,
                selector=selector, dense=dense)

@@ -168,7 +168,7 @@ class ReadingPoint:
 
     kind: PointKind
     multiple: float = 1.0
-    budget: float | None = None
+    budget: Any = None  # B in tokens, or per configuration (run-log column, B): Plan.budgets()
 
     def __str__(self) -> str:
         if self.kind == "tokens":
@@ -178,6 +178,15 @@ class ReadingPoint:
     def at_budget(self, budget: float) -> "ReadingPoint":
         """The same point with the study's token budget B attached."""
         return ReadingPoint(self.kind, self.multiple, budget)
+
+    @property
+    def scaled(self) -> Any:
+        """The point's B times ``multiple``: a token count, or per configuration (column, k·B)."""
+        if self.budget is None:
+            raise ValueError(f"reading point {self}: no budget attached (ReadingPoint.at_budget)")
+        if isinstance(self.budget, dict):
+            return {c: (col, v * self.multiple) for c, (col, v) in self.budget.items()}
+        return self.budget * self.multiple
 
     @property
     def tokens(self) -> float:

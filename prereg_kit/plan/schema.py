@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ..margin import plan_margin
 from ..stages import Stage
@@ -44,7 +44,12 @@ class Hypothesis(_Model):
 
 
 class Budget(_Model):
-    tokens: Tokens = Field(description="the token budget B: generated tokens of every kind")
+    """The run length B: generated tokens (paper 1 §2.3, matched compute) or, for studies that fix
+    the number of iterations (multi-reward paper P2:L103 "500 steps"; the equal-iteration study),
+    iterations. Exactly one of ``tokens`` and ``iterations``."""
+
+    tokens: Tokens | None = Field(default=None, description="the token budget B: generated tokens of every kind")
+    iterations: int | None = Field(default=None, gt=0, le=INT_MAX, description="B as a number of iterations")
     eval_every: str | int = "B/16"
     train_to: Multiple = "B"
     time_hours: float | None = Field(default=None, gt=0)
@@ -61,12 +66,51 @@ class Budget(_Model):
             raise ValueError("the evaluation interval must be positive")
         return v
 
+    @model_validator(mode="after")
+    def _one_length(self) -> "Budget":
+        if (self.tokens is None) == (self.iterations is None):
+            raise ValueError("give exactly one of tokens (B in generated tokens) and iterations (B in iterations)")
+        if self.iterations is not None and isinstance(self.eval_every, str) and not _FRACTION.match(self.eval_every):
+            raise ValueError(f"eval_every: with an iteration budget, an integer number of iterations or \"B/n\", "
+                             f"got {_short(self.eval_every)}")
+        return self
 
     def eval_interval_tokens(self) -> int:
-        """The evaluation interval in generated tokens (``B/16`` → B // 16)."""
+        """The evaluation interval in generated tokens (``B/16`` → B // 16); token budgets only."""
+        if self.tokens is None:
+            raise ValueError("an iteration budget has no token interval (eval_interval_iterations)")
         if isinstance(self.eval_every, str) and (m := _FRACTION.match(self.eval_every)):
             return max(1, self.tokens // int(m.group(1)))
         return parse_tokens(self.eval_every)
+
+    def eval_interval_iterations(self) -> int:
+        """The evaluation interval in iterations (``B/16`` → N // 16, at least 1); iteration budgets only."""
+        if self.iterations is None:
+            raise ValueError("a token budget has no iteration interval (eval_interval_tokens)")
+        if isinstance(self.eval_every, str) and (m := _FRACTION.match(self.eval_every)):
+            return max(1, self.iterations // int(m.group(1)))
+        return int(self.eval_every)
+
+    @property
+    def axis(self) -> Literal["tokens", "iteration"]:
+        """The run-log column B is counted in: cumulative tokens or completed iterations."""
+        return "tokens" if self.tokens is not None else "iteration"
+
+    @property
+    def value(self) -> int:
+        """B on its axis (tokens or iterations)."""
+        return self.tokens if self.tokens is not None else self.iterations  # type: ignore[return-value]
+
+    def describe(self) -> str:
+        return f"{self.tokens:,} tokens" if self.tokens is not None else f"{self.iterations:,} iterations"
+
+
+def _configuration_budget(v: Any) -> Any:
+    """A configuration's B: a token count (``"17.25M"``) or a table (``{ iterations = 300 }``,
+    ``{ tokens = "17.25M", eval_every = "B/16" }``)."""
+    if isinstance(v, (str, int)) and not isinstance(v, bool):
+        return {"tokens": v}
+    return v
 
 
 class EvalSet(_Model):
@@ -101,9 +145,27 @@ class Evaluation(_Model):
 
 
 class Configuration(_Model):
+    """One arm of the study. ``budget`` and ``seeds`` replace the study's for this arm (paper 1
+    C.3: each model has its own B; S1 runs three seeds per Qwen3 size). ``runnable = false`` marks
+    an arm the trainer cannot run, with the reason in ``not_runnable`` (reported, never checked)."""
+
     description: str = ""
     overrides: dict[str, Any] = {}
     train_to: Multiple | None = None
+    budget: Annotated[Budget, BeforeValidator(_configuration_budget)] | None = None
+    seeds: Seeds | None = None
+    runnable: bool = True
+    not_runnable: str = ""
+
+    _seeds_ok = field_validator("seeds")(classmethod(lambda cls, v: v if v is None else _check_seeds(v)))
+
+    @model_validator(mode="after")
+    def _reason(self) -> "Configuration":
+        if not self.runnable and not self.not_runnable.strip():
+            raise ValueError("runnable = false needs not_runnable = \"<reason>\" (why the trainer cannot run it)")
+        if self.runnable and self.not_runnable:
+            raise ValueError("not_runnable is the reason of runnable = false; this configuration is runnable")
+        return self
 
 
 Margin = float | list[float]
@@ -215,9 +277,30 @@ class Plan(_Model):
     def stage(self, name: str) -> StageSpec | None:
         return next((s for s in self.stages if s.name == name), None)
 
-    def seeds_for(self, stage: str = "main") -> list[int]:
+    def seeds_for(self, stage: str = "main", configuration: str | None = None) -> list[int]:
+        """The seeds of a stage; in the main stage a configuration's own seeds replace them."""
+        if stage == "main" and configuration is not None and (cs := self.configurations[configuration].seeds) is not None:
+            return list(cs)
         s = self.stage(stage)
         return list(s.seeds) if s is not None and s.seeds is not None else list(self.study.seeds)
+
+    def all_seeds(self, stage: str = "main") -> list[int]:
+        """Every seed some configuration of the stage runs, in order of first appearance."""
+        seen: dict[int, None] = {}
+        for c in self.configurations_for(stage):
+            seen.update(dict.fromkeys(self.seeds_for(stage, c)))
+        return list(seen)
+
+    def budget_of(self, configuration: str) -> Budget:
+        """A configuration's B (its own ``budget``, else the study's)."""
+        return self.configurations[configuration].budget or self.budget
+
+    def budgets(self) -> float | dict[str, tuple[str, float]]:
+        """B for the readings: one token count when every configuration shares the study's token
+        budget, else per configuration (run-log column, B on it)."""
+        if self.budget.tokens is not None and all(c.budget is None for c in self.configurations.values()):
+            return float(self.budget.tokens)
+        return {n: (self.budget_of(n).axis, float(self.budget_of(n).value)) for n in self.configurations}
 
     def configurations_for(self, stage: str = "main") -> list[str]:
         s = self.stage(stage)

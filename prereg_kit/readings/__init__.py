@@ -37,13 +37,13 @@ from ..plan import COLLAPSE_K, ReadingPoint
 from .base import (AdmissionResult, DRIFT_THRESHOLD, EXCLUSION_COLUMNS, exclusions_table, PairingError,
     ReadingError, RUN, VERIFIERS)
 from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves
-from .points import (check_pairing, paired_readings, PairedReadings, read_at_control_time, read_at_time,
+from .points import (budget_target, Budgets, check_pairing, paired_readings, PairedReadings, read_at_control_time, read_at_time,
     read_at_tokens, read_at_updates, READ_COLUMNS, read_point)
 from .admission import (admit_min_iteration, admit_status, apply_admission, drift_flags, drifted_at,
     exclude_drifted_evaluations, exclude_drifted_runs)
 
 __all__ = [
-    "accuracy_curve", "AdmissionResult", "admit_min_iteration", "admit_status", "apply_admission",
+    "accuracy_curve", "AdmissionResult", "budget_target", "Budgets", "admit_min_iteration", "admit_status", "apply_admission",
     "check_pairing", "COLLAPSE_K", "drift_flags", "DRIFT_THRESHOLD", "drifted_at",
     "exclude_drifted_evaluations", "exclude_drifted_runs", "EXCLUSION_COLUMNS", "exclusions_table",
     "paired_readings", "PairedReadings", "PairingError", "problem_accuracy", "read_at_control_time",

@@ -10,7 +10,7 @@ import pandas as pd
 
 from .base import AdmissionResult, DRIFT_THRESHOLD, exclusions_table, ReadingError, RUN
 from .curves import accuracy_curve
-from .points import _first_at_or_after, _runs
+from .points import _first_at_or_after, _runs, budget_target, Budgets, describe_target
 
 
 # --------------------------------------------------------------------------------------------
@@ -27,7 +27,7 @@ def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_
     """
     d = accuracy_curve(evals, eval_set=eval_set, verifier="default")
     s = accuracy_curve(evals, eval_set=eval_set, verifier="strict")
-    out = d[RUN + ["eval_index", "tokens"]].copy()
+    out = d[RUN + ["eval_index", "iteration", "tokens"]].copy()  # either can be B's axis
     out["accuracy_default"] = d["accuracy"].to_numpy()
     out["accuracy_strict"] = s["accuracy"].to_numpy()
     out["gap"] = out["accuracy_default"] - out["accuracy_strict"]
@@ -35,7 +35,7 @@ def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_
     return out
 
 
-def drifted_at(flags: pd.DataFrame, budget: float) -> pd.DataFrame:
+def drifted_at(flags: pd.DataFrame, budget: Budgets) -> pd.DataFrame:
     """Per run, whether its evaluation at ``budget`` (first at or after) is drifted (§3.12).
 
     "A run is drifted at B when its evaluation at B is drifted" (Table 12). Columns:
@@ -43,7 +43,8 @@ def drifted_at(flags: pd.DataFrame, budget: float) -> pd.DataFrame:
     """
     rows = []
     for key, run in _runs(flags).items():
-        pos = _first_at_or_after(run, budget)
+        col, value = budget_target(budget, key[0])
+        pos = _first_at_or_after(run, value, col)
         if pos is None:
             rows.append((key[0], key[1], pd.NA, np.nan, False))
         else:
@@ -107,12 +108,12 @@ def exclude_drifted_evaluations(curves: pd.DataFrame, flags: pd.DataFrame) -> Ad
     return AdmissionResult(curves[~hit], exclusions_table(rows))
 
 
-def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: float) -> AdmissionResult:
+def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: Budgets) -> AdmissionResult:
     """Drop whole runs whose evaluation at ``budget`` is drifted (§3.12, Table 12)."""
     d = drifted_at(flags, budget)
     d = d[d["drifted"]]
     rows = [(r.configuration, int(r.seed), int(r.eval_index), "drifted_at_budget",
-             f"evaluation at {budget:,.0f} tokens drifted (gap {r.gap:.3f} > {DRIFT_THRESHOLD})")
+             f"evaluation at {describe_target(budget, r.configuration)} drifted (gap {r.gap:.3f} > {DRIFT_THRESHOLD})")
             for r in d.itertuples(index=False)]
     ex = exclusions_table(rows)
     return AdmissionResult(_drop_runs(curves, ex), ex)
@@ -127,7 +128,7 @@ def apply_admission(
     statuses: Sequence[str] | None = None,
     flags: pd.DataFrame | None = None,
     drop_drifted_evaluations: bool = False,
-    drop_runs_drifted_at: float | None = None,
+    drop_runs_drifted_at: Budgets | None = None,
 ) -> AdmissionResult:
     """Apply the preregistered admission and exclusion rules in order; report every exclusion.
 

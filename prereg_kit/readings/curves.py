@@ -11,7 +11,7 @@ import pandas as pd
 from ..plan import COLLAPSE_K
 
 from .base import AdmissionResult, exclusions_table, PairingError, ReadingError, RUN, VERIFIERS
-from .points import read_at_tokens
+from .points import Budgets, describe_target, read_at_tokens  # noqa: F401  (Budgets: annotations)
 from prereg_kit.stats import pass_at_k
 
 # --------------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def _collapse_flags(curve: pd.DataFrame, eval_set: str) -> np.ndarray:
     return flags
 
 
-def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float, *,
+def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: "Budgets", *,
                              allow_missing: bool = False) -> "AdmissionResult":
     """Accuracy relative to the primary-only reference (multi-reward paper §4.7; P2:L101-103).
 
@@ -189,11 +189,11 @@ def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: float
     for s in sorted(set(curves["seed"].astype(int))):
         if s not in ref.index or not bool(ref.loc[s, "reached"]):
             why = ref.loc[s, "note"] if s in ref.index else "no run"
-            rows.append((s, f"seed {s}: the reference {reference!r} has no reading at {budget:,.0f} tokens ({why})"))
+            rows.append((s, f"seed {s}: the reference {reference!r} has no reading at {describe_target(budget, reference)} ({why})"))
             continue
         if float(ref.loc[s, "accuracy"]) == 0:
             raise ReadingError(f"relative_accuracy: the reference {reference!r} seed {s} has accuracy 0 at "
-                               f"{budget:,.0f} tokens (evaluation {int(ref.loc[s, 'eval_lo'])}): the ratio is undefined")
+                               f"{describe_target(budget, reference)} (evaluation {int(ref.loc[s, 'eval_lo'])}): the ratio is undefined")
     if rows and not allow_missing:
         more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
         raise PairingError("relative_accuracy: " + rows[0][1] + more)

@@ -3,6 +3,7 @@ pairing of treatment and control by seed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,9 +34,31 @@ def _axis(run: pd.DataFrame, col: str, key: tuple[str, int]) -> np.ndarray:
     return a
 
 
-def _first_at_or_after(run: pd.DataFrame, tokens: float) -> int | None:
-    """Position of the first evaluation with cumulative tokens >= ``tokens`` (§3.4), or None."""
-    pos = int(np.searchsorted(run["tokens"].to_numpy(dtype="float64"), tokens, side="left"))
+# B for a reading: one token count for every run, or per configuration the run-log column B is
+# counted in ("tokens" or "iteration") and B on it (configurations with their own budgets).
+Budgets = float | Mapping[str, tuple[str, float]]
+
+
+def budget_target(budget: Budgets, configuration: str) -> tuple[str, float]:
+    """The (column, value) a run of ``configuration`` is read at: its own B when ``budget`` is per
+    configuration, else ``budget`` generated tokens."""
+    if isinstance(budget, Mapping):
+        if configuration not in budget:
+            raise ReadingError(f"configuration {configuration!r}: no budget B to read it at")
+        col, value = budget[configuration]
+        return col, float(value)
+    return "tokens", float(budget)
+
+
+def describe_target(budget: Budgets, configuration: str) -> str:
+    col, value = budget_target(budget, configuration)
+    return f"{value:,.0f} tokens" if col == "tokens" else f"iteration {value:,.0f}"
+
+
+def _first_at_or_after(run: pd.DataFrame, value: float, column: str = "tokens") -> int | None:
+    """Position of the first evaluation with ``column`` (cumulative tokens, or completed
+    iterations for an iteration budget) >= ``value`` (§3.4), or None."""
+    pos = int(np.searchsorted(run[column].to_numpy(dtype="float64"), value, side="left"))
     return pos if pos < len(run) else None
 
 
@@ -70,19 +93,23 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
     return df
 
 
-def _at_budget(key, run, budget) -> tuple[dict, int | None]:
-    pos = _first_at_or_after(run, budget)
+def _at_budget(key, run, budget: Budgets) -> tuple[dict, int | None]:
+    col, value = budget_target(budget, key[0])
+    pos = _first_at_or_after(run, value, col)
     if pos is None:
-        last = float(run["tokens"].iloc[-1]) if len(run) else 0.0
-        return _row(key, run, None, budget, f"no evaluation at or after {budget:,.0f} tokens (last at {last:,.0f})"), None
-    return _row(key, run, (pos, pos, 0.0), budget), pos
+        last = float(run[col].iloc[-1]) if len(run) else 0.0
+        what = "tokens" if col == "tokens" else "iterations"
+        return _row(key, run, None, value, f"no evaluation at or after {value:,.0f} {what} (last at {last:,.0f})"), None
+    return _row(key, run, (pos, pos, 0.0), value), pos
 
 
-def read_at_tokens(curves: pd.DataFrame, budget: float) -> pd.DataFrame:
+def read_at_tokens(curves: pd.DataFrame, budget: Budgets) -> pd.DataFrame:
     """Each run's accuracy at its first evaluation at or after ``budget`` tokens (B or k·B).
 
     Rule (§2.3 "Metric", §C.1): "We take it from the first evaluation at or after the budget B,
-    without selecting checkpoints." One row per run (columns :data:`READ_COLUMNS`);
+    without selecting checkpoints." ``budget``: B in tokens, or per configuration (its own B,
+    in tokens or iterations; an iteration budget is read at the first evaluation at or after
+    iteration N). One row per run (columns :data:`READ_COLUMNS`);
     ``reached`` is False, with a ``note``, for a run without such an evaluation.
     """
     return _frame([_at_budget(k, r, budget)[0] for k, r in _runs(curves).items()])
@@ -94,7 +121,7 @@ def _pairs(curves, treatment, control):
     return [((treatment, s), t[(treatment, s)], (control, s), c[(control, s)]) for s in seeds]
 
 
-def read_at_time(curves: pd.DataFrame, treatment: str, control: str, budget: float) -> pd.DataFrame:
+def read_at_time(curves: pd.DataFrame, treatment: str, control: str, budget: Budgets) -> pd.DataFrame:
     """Both runs of each seed read at T*, the shorter of their training times to ``budget``.
 
     Rule (Appendix D): "For each seed, T* is the shorter of the two runs' training times up to
@@ -118,7 +145,7 @@ def read_at_time(curves: pd.DataFrame, treatment: str, control: str, budget: flo
     return _frame(rows)
 
 
-def read_at_control_time(curves: pd.DataFrame, treatment: str, control: str, budget: float) -> pd.DataFrame:
+def read_at_control_time(curves: pd.DataFrame, treatment: str, control: str, budget: Budgets) -> pd.DataFrame:
     """Both runs read at T_c, the control's training time to ``budget`` (S35, Appendix F).
 
     Rule (L5153-5156): T_c is the training time the control needs to reach B on the same seed;
@@ -140,7 +167,7 @@ def read_at_control_time(curves: pd.DataFrame, treatment: str, control: str, bud
     return _frame(rows)
 
 
-def read_at_updates(curves: pd.DataFrame, treatment: str, control: str, budget: float) -> pd.DataFrame:
+def read_at_updates(curves: pd.DataFrame, treatment: str, control: str, budget: Budgets) -> pd.DataFrame:
     """Treatment read at ``budget``; control interpolated to the treatment's update count.
 
     Rule (§2.3, Figure 2a, L389-390): "outcome-only GRPO is interpolated to each reward's update
@@ -165,11 +192,11 @@ def read_at_updates(curves: pd.DataFrame, treatment: str, control: str, budget: 
 def read_point(curves: pd.DataFrame, treatment: str, control: str, point: ReadingPoint) -> pd.DataFrame:
     """Readings of both configurations at ``point`` (dispatch on ``point.kind``)."""
     if point.kind == "tokens":
-        return read_at_tokens(curves[curves["configuration"].isin([treatment, control])], point.tokens)
+        return read_at_tokens(curves[curves["configuration"].isin([treatment, control])], point.scaled)
     fn = {"time": read_at_time, "control_time": read_at_control_time, "updates": read_at_updates}.get(point.kind)
     if fn is None:
         raise ReadingError(f"unknown reading point kind {point.kind!r}")
-    return fn(curves, treatment, control, point.tokens)
+    return fn(curves, treatment, control, point.scaled)
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class Assets:
     synthetic held-out set."""
 
     model_path: Path
-    train_file: Path
+    train_file: Path | None  # None: task "math"/"gsm8k" read from the hub
     synthetic_eval: Path | None
     model_sha256: str = ""
 
@@ -80,6 +80,8 @@ def prepare_assets(cfg: TrainerConfig, cache_dir: str | Path, study_dir: str | P
     synthetic_eval = None
     if cfg.task.name == "synthetic" or (cfg.task.name == "code" and not cfg.task.train_file):
         train, synthetic_eval = task_files(cfg, cache, n_eval)
+    elif cfg.task.name in ("math", "gsm8k") and not cfg.task.train_file:
+        train = None  # the hub's training split (trainer.data.problems.task_pool)
     else:
         train = _resolve(cfg.task.train_file, study_dir)
     if cfg.model.name == "tiny":

@@ -91,14 +91,18 @@ class Counters:
 class Schedule:
     """When to evaluate and when to stop, in generated tokens (paper §2.3; extract §3.4)."""
 
-    interval: int  # B/16 by default
-    stop_tokens: int  # k·B
-    stop_iterations: int | None = None  # an iteration cap (anchor-election probes: T steps), read from counters
+    interval: int  # B/16 by default: tokens, or iterations when ``by_iterations``
+    stop_tokens: int | None  # k·B; None for an iteration budget
+    stop_iterations: int | None = None  # an iteration cap (k·N, or election probes' T steps), read from counters
     counters: Counters | None = None
+    by_iterations: bool = False  # B and the interval count iterations (multi-reward paper: "500 steps")
 
     def eval_due(self, before: int, after: int) -> bool:
         """Whether the iteration that took the count from ``before`` to ``after`` tokens is the
-        first at or after a multiple of the interval (or reaches the stop point)."""
+        first at or after a multiple of the interval (or reaches the stop point). With an
+        iteration budget: every ``interval`` iterations."""
+        if self.by_iterations and self.counters is not None:
+            return self.counters.iteration % self.interval == 0 or self.finished(after)
         return after // self.interval > before // self.interval or self.finished(after)
 
     def finished(self, tokens: int) -> bool:
@@ -106,4 +110,4 @@ class Schedule:
         ``stop_iterations``, the counters' iterations reached it)."""
         if self.stop_iterations is not None and self.counters is not None and self.counters.iteration >= self.stop_iterations:
             return True
-        return tokens >= self.stop_tokens
+        return self.stop_tokens is not None and tokens >= self.stop_tokens

@@ -40,7 +40,8 @@ def make_optimizer(policy: Policy) -> torch.optim.Optimizer:
 
 def learning_rate_at(cfg: TrainerConfig, tokens_before: int, budget_tokens: int) -> float:
     """Constant (paper default), or ``linear``: lr·(1 − f), f the budget share generated before
-    the iteration starts, reaching 0 at B (S32, extract §3.2; learning_rate is the peak)."""
+    the iteration starts, reaching 0 at B (S32, extract §3.2; learning_rate is the peak). With an
+    iteration budget the loop passes iterations done and N in place of tokens and B."""
     if cfg.update.lr_schedule == "linear":
         return cfg.update.learning_rate * max(0.0, 1.0 - tokens_before / budget_tokens)
     return cfg.update.learning_rate

@@ -302,6 +302,31 @@ def load_hub(
     return ProblemPool.from_problems(problems, where=name)
 
 
+# The training splits of tasks "math" and "gsm8k" on the hub, read when the recipe names no
+# task.train_file: MATH (Hendrycks et al.) by subject, GSM8K's "main" configuration.
+MATH_HUB = "EleutherAI/hendrycks_math"
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
+                 "prealgebra", "precalculus")
+GSM8K_HUB = ("openai/gsm8k", "main")
+
+
+def task_pool(task: Literal["math", "gsm8k"], train_file: str | Path | None, levels: Iterable[int]) -> ProblemPool:
+    """The training pool of task "math" or "gsm8k" (dense-rewards paper L2311-2316): the MATH or
+    GSM8K training split from ``train_file`` (MATH or GSM8K layout) when given, else from the hub;
+    MATH keeps ``levels`` (1-5). Overlaps with the evaluation sets are removed by the caller,
+    once the evaluation sets are loaded (``ProblemPool.without_near_duplicates``)."""
+    if train_file:
+        pool = load_problems(train_file, source=f"{task}-train")
+    elif task == "math":
+        parts = [load_hub(MATH_HUB, config=s, split="train", layout="math", source=f"math:{s}") for s in MATH_SUBJECTS]
+        pool = ProblemPool.from_problems([p for part in parts for p in part], where=MATH_HUB)
+    elif task == "gsm8k":
+        pool = load_hub(GSM8K_HUB[0], config=GSM8K_HUB[1], split="train", layout="gsm8k", source="gsm8k:train")
+    else:
+        raise DataError(f"task {task!r}: task_pool reads the tasks 'math' and 'gsm8k'")
+    return pool.with_levels(levels) if task == "math" else pool
+
+
 # ---------------------------------------------------------------------------------------------
 # Pools and filters.
 # ---------------------------------------------------------------------------------------------
