@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from figures.paper_tables import PrintedRow, value
+from figures.paper_tables import PrintedRow, printed_test, value
 from prereg_kit.plots import subplots
 
 OUTPUT = "figure7_forest.png"
@@ -51,7 +51,8 @@ def draw(blocks: Sequence[tuple[str, Sequence[PrintedRow]]], figure: int,
     (L2702-2735, L2821-2905); each comparison gets the printed mean (configuration − comparator at
     matched compute, held-out accuracy as a fraction) as a dot and its 95% paired-t interval as a bar,
     blue when the interval lies above 0, red below, grey across it (L2810-2811); the printed test
-    at the right; a grey band at ±0.02; fixed x-limits :data:`XLIM` and the paper's ticks
+    at the right, with TOST at ±0.02 as in Table 3's test column (:func:`printed_test`,
+    L2610-2611), also for the studies that preregistered ±0.01; a grey band at ±0.02; fixed x-limits :data:`XLIM` and the paper's ticks
     :data:`XTICKS` (L2801, L2920). ``seeds`` maps (study, row id) to per-seed differences, drawn as
     grey dots (gid ``"seeds"``) on the row (L2810); rows without them get none.
 
@@ -83,7 +84,8 @@ def draw(blocks: Sequence[tuple[str, Sequence[PrintedRow]]], figure: int,
             dot.set_gid("mean")
             labels.append(f"{r.label} — {r.model} (n={r.n}) [{pr.study}]")
             bold.append(False)
-            test = r.test or ""
+            # the same test text as Table 3's column: TOST at ±0.02 also for the ±0.01 studies
+            test = printed_test(pr)[0]
             test = test if len(test) <= 52 else test[:51] + "…"
             ax.annotate(test, xy=(1.005, y), xycoords=("axes fraction", "data"), va="center", fontsize=7.5, color="0.25")
             data.append({"study": pr.study, "id": r.id, "block": head, "label": labels[-1], "y": y, "mean": m,

@@ -9,19 +9,16 @@ The test column gives TOST at ±0.02 for every row, as Table 3's caption says (L
 is "As in Table 3", L2668): the studies on Qwen2.5-1.5B preregistered ±0.01 (S28, S31-S33,
 L2345-2346), and their ±0.01 values go to the text below each table. Where the paper prints the
 ±0.02 value (S31's T2, L4137) the column uses it; otherwise it is computed from the row's printed
-mean, interval and n (:func:`prereg_kit.stats.summary.from_summary`) and marked ‡.
+mean, interval and n (:func:`prereg_kit.stats.summary.from_summary`) and marked ‡
+(:func:`figures.paper_tables.printed_test`, which Figures 7-8 use too).
 """
 
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
-import re
 
-from figures.paper_tables import PrintedRow, printed_rows, table_blocks
-from prereg_kit.plan import PLAN_FILE, load_plan
-from prereg_kit.stats.summary import from_summary
+from figures.paper_tables import PrintedRow, printed_rows, printed_test, table_blocks
 
 OUTPUT = "table3_4.md"
 DESCRIPTION = "Tables 3-4: every matched-compute contrast, rebuilt from reported summaries († = row lost in the PDF, rebuilt from Figures 7-8 / Table 15)"
@@ -40,53 +37,10 @@ def _interval(r) -> str:
     return f"{r.mean} [{r.ci_low}, {r.ci_high}]" if r.ci_low is not None else r.mean
 
 
-TABLE_MARGIN = 0.02
-_TOST_01 = re.compile(r"TOST\s*\(±0\.01\)\s*p\s*=\s*([^;,]+)")
-
-
-def _study_margin(folder: Path, contrast: str | None) -> float | None:
-    """The equivalence margin the study's plan gives the contrast (a symmetric one), else None."""
-    if not (folder / PLAN_FILE).exists():
-        return None
-    plan = load_plan(folder / PLAN_FILE).plan
-    try:
-        m = plan.margin_of(plan.contrast(contrast)) if contrast else plan.statistics.margin
-    except KeyError:
-        m = plan.statistics.margin
-    return float(m) if isinstance(m, (int, float)) else None
-
-
-def _format_p(p: float) -> str:
-    if p >= 0.001:
-        return f"{p:.3f}".lstrip("0")
-    e = math.floor(math.log10(p))
-    mant = round(p / 10 ** e)
-    if mant == 10:
-        mant, e = 1, e + 1
-    return f"{mant}×10^{e}"
-
-
 def table_test(pr: PrintedRow, root: Path, rows: list[PrintedRow] | None = None) -> tuple[str, str]:
-    """The row's test column at ±0.02, and its ±0.01 value for the text ("" if none).
-
-    A row of a ±0.01 study whose printed test gives "TOST(±0.01) p=…" gets the TOST p at ±0.02 in
-    its place: as printed in the same study for the same contrast at ``margin = 0.02``, or computed
-    from the printed mean, interval and n and marked ‡ (L2610-2611).
-    """
-    r = pr.row
-    test = r.test or ""
-    m = _TOST_01.search(test)
-    if m is None or _study_margin(Path(root) / pr.folder, r.contrast) != 0.01:
-        return test, ""
-    rows = printed_rows(root) if rows is None else rows
-    printed = next((o.row.tost_p for o in rows if o.folder == pr.folder and o.row.contrast == r.contrast
-                    and o.row.margin == TABLE_MARGIN and o.row.tost_p), None)
-    if printed is not None:
-        at02 = f"TOST p{'' if printed[0] in '<>≤≥' else '='}{printed}"
-    else:
-        p = from_summary(r.mean, r.ci_low, r.ci_high, r.n, margin=TABLE_MARGIN).tost_p
-        at02 = f"TOST p≈{_format_p(p)} ‡"
-    return test[:m.start()] + at02 + test[m.end():], f"TOST at ±0.01 p={m.group(1).strip()}"
+    """The row's test column at ±0.02, and its ±0.01 value for the text ("" if none)
+    (:func:`figures.paper_tables.printed_test`, L2610-2611)."""
+    return printed_test(pr, root, rows)
 
 
 def build(out_dir: Path, root: Path | None = None) -> Path:

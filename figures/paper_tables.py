@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 from pathlib import Path
+import re
 
+from prereg_kit.plan import PLAN_FILE, load_plan
 from prereg_kit.registry import REPORTED_FILE, Reported, ReportedRow, load_reported, study_dirs
-from prereg_kit.stats.summary import parse_number
+from prereg_kit.stats.summary import from_summary, parse_number
 
 
 def load_all_reported(root: str | Path) -> list[tuple[Path, Reported]]:
@@ -42,14 +44,73 @@ class PrintedRow:
     study: str
     folder: str
     row: ReportedRow
+    root: str = ""
+    """The registry folder the row was read from ("" when not known), for its study's plan."""
 
 
 def printed_rows(root: str | Path) -> list[PrintedRow]:
     """Every reported row of the registry (dense-rewards paper), in folder order."""
     out = []
     for d, rep in load_all_reported(root):
-        out.extend(PrintedRow(rep.study, d.name, r) for r in rep.rows)
+        out.extend(PrintedRow(rep.study, d.name, r, str(root)) for r in rep.rows)
     return out
+
+
+TABLE_MARGIN = 0.02
+"""The equivalence margin of Tables 3-4's test column and Figures 7-8's band (L2610-2611, L2811)."""
+_TOST_01 = re.compile(r"TOST\s*\(±0\.01\)\s*p\s*=\s*([^;,]+)")
+
+
+def _study_margin(folder: Path, contrast: str | None) -> float | None:
+    """The equivalence margin the study's plan gives the contrast (a symmetric one), else None."""
+    if not (folder / PLAN_FILE).exists():
+        return None
+    plan = load_plan(folder / PLAN_FILE).plan
+    try:
+        m = plan.margin_of(plan.contrast(contrast)) if contrast else plan.statistics.margin
+    except KeyError:
+        m = plan.statistics.margin
+    return float(m) if isinstance(m, (int, float)) else None
+
+
+def format_p(p: float) -> str:
+    """A p-value as the tables print it: ``.046``, or ``8×10^-5`` below .001."""
+    if p >= 0.001:
+        return f"{p:.3f}".lstrip("0")
+    e = math.floor(math.log10(p))
+    mant = round(p / 10 ** e)
+    if mant == 10:
+        mant, e = 1, e + 1
+    return f"{mant}×10^{e}"
+
+
+def printed_test(pr: PrintedRow, root: str | Path | None = None,
+                rows: list[PrintedRow] | None = None) -> tuple[str, str]:
+    """The row's test text with TOST at ±0.02, and its ±0.01 value ("" if none).
+
+    Table 3's test column gives the equivalence p at ±0.02 for every row, also for the studies on
+    Qwen2.5-1.5B that preregistered ±0.01 (caption, L2610-2611; Table 4 is "as in Table 3", L2668;
+    Figures 7-8 plot the same contrasts over the same ±0.02 band, L2811-2813). A row of a ±0.01 study whose printed test gives "TOST(±0.01) p=…" gets
+    the TOST p at ±0.02 in its place: as printed in the same study for the same contrast at
+    ``margin = 0.02``, or computed from the printed mean, interval and n
+    (:func:`prereg_kit.stats.summary.from_summary`) and marked ‡. ``root`` defaults to the
+    registry the row was read from.
+    """
+    r = pr.row
+    test = r.test or ""
+    m = _TOST_01.search(test)
+    base = Path(root if root is not None else pr.root)
+    if m is None or not str(base) or _study_margin(base / pr.folder, r.contrast) != 0.01:
+        return test, ""
+    rows = printed_rows(base) if rows is None else rows
+    printed = next((o.row.tost_p for o in rows if o.folder == pr.folder and o.row.contrast == r.contrast
+                    and o.row.margin == TABLE_MARGIN and o.row.tost_p), None)
+    if printed is not None:
+        at02 = f"TOST p{'' if printed[0] in '<>≤≥' else '='}{printed}"
+    else:
+        p = from_summary(r.mean, r.ci_low, r.ci_high, r.n, margin=TABLE_MARGIN).tost_p
+        at02 = f"TOST p≈{format_p(p)} ‡"
+    return test[:m.start()] + at02 + test[m.end():], f"TOST at ±0.01 p={m.group(1).strip()}"
 
 
 def figure_rows(root: str | Path, figure: int) -> list[PrintedRow]:

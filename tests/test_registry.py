@@ -405,3 +405,34 @@ def test_table3_test_column_is_tost_at_002_with_001_values_in_the_text(tmp_path)
     text3 = md.split("## Table 3")[1].split("## Table 4")[0]
     assert "- S33, Critic prompt filter (Qwen2.5-1.5B, third study, fresh seeds): TOST at ±0.01 p=.14" in text3
     assert "- S32, Critic prompt filter, decaying learning rate (Qwen2.5-1.5B, both configurations): TOST at ±0.01 p=.015" in text3
+
+
+def test_forest_figures_right_hand_test_is_tost_at_002_as_in_table3(tmp_path):
+    """Figures 7-8's right-hand test text is Table 3's test column (TOST at ±0.02, L2610-2611),
+    never the ±0.01 value of the studies that preregistered it; a row quoting "TOST(±0.01)" in a
+    ±0.02 study, or in a folder without a plan, keeps its printed text."""
+    from figures.build_forest_reported import draw
+    from figures.build_table3_4 import table_test
+    from figures.paper_tables import PrintedRow, figure_blocks, printed_rows, printed_test
+
+    every = printed_rows(REGISTRY)
+    shown = []
+    for figure in (7, 8):
+        fig, data = draw(figure_blocks(REGISTRY, figure), figure)
+        (ax,) = fig.axes
+        texts = [t.get_text() for t in ax.texts]
+        assert texts == list(data["test"]) and not any("±0.01" in t for t in texts)
+        shown += texts
+    assert "Holm p=.034; TOST p≈8×10^-5 ‡" in shown and "V2: Holm p=.59; TOST p≈1×10^-5 ‡" in shown
+    assert "T2: Holm p=.73; TOST p<10^-4" in shown
+    for pr in every:
+        if pr.row.figure in (7, 8):
+            assert printed_test(pr)[0] == table_test(pr, REGISTRY, every)[0]
+    # near misses: a ±0.02 study (S26) and a folder with no plan keep "TOST(±0.01)" as printed
+    s33 = next(pr for pr in every if pr.study == "S33" and "TOST(±0.01)" in (pr.row.test or ""))
+    s26 = next(pr for pr in every if pr.study == "S26")
+    moved = PrintedRow(s26.study, s26.folder, s33.row, str(REGISTRY))
+    assert printed_test(moved) == (s33.row.test, "")
+    assert printed_test(PrintedRow("S33", "S33", s33.row, str(tmp_path))) == (s33.row.test, "")
+    assert printed_test(PrintedRow("S33", "S33", s33.row)) == (s33.row.test, "")  # registry not known
+    assert printed_test(PrintedRow("S33", "S33", s33.row), REGISTRY)[1] == "TOST at ±0.01 p=.14"
