@@ -8,7 +8,7 @@ DEMO_DIR ?= build/demo
 ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
 
-.PHONY: install demo test test-slow figures cpu-studies clean
+.PHONY: install demo test test-slow figures cpu-studies registry-smoke clean
 
 .make-installed: pyproject.toml
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
@@ -51,6 +51,11 @@ cpu-studies: .make-installed
 	  $(PREREG) lock registry/$$s/plan.toml && $(PREREG) run registry/$$s && \
 	  $(PREREG) analyze registry/$$s && $(PYTHON) -m prereg_kit.record registry/$$s || exit 1; \
 	done
+
+# One iteration of every runnable registry configuration on a tiny CPU model (the plan's model,
+# task and evaluation substituted; docs/trainer.md "Smoke-testing a plan on the tiny model").
+registry-smoke: .make-installed
+	$(PYTHON) -m trainer.smoke
 
 clean:
 	rm -rf build figures/out .make-installed

@@ -48,10 +48,10 @@ LAYERS = {
         ("core", ["trainer.core"]),
         ("interventions", ["trainer.interventions"]),
         ("run", ["trainer.loop"]),
-        ("commands", ["trainer.launch", "trainer.elect", "trainer.plugin", "trainer.__main__"]),
+        ("commands", ["trainer.launch", "trainer.elect", "trainer.smoke", "trainer.plugin", "trainer.__main__"]),
     ],
 }
-COMMANDS = ("prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "figures.__main__", "trainer.plugin")
+COMMANDS = ("prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 
 def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS) -> list[str]:
