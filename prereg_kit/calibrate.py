@@ -169,14 +169,16 @@ def apply_calibration(study_dir: str | Path, *, threshold: float = TRUNCATION_SH
     if not cal.changes:
         cal.notes.append(f"{pf.path}: already holds the calibrated values; nothing to amend")
         return cal
+    dst = study / ARCHIVE.format(limit=cal.limit)
+    if new_limit != cal.limit and dst.exists():
+        raise PreregError(f"{dst}: exists; move it aside, then run the calibration again")
     _check_rewrite(text, pf.path)
     pf.path.write_text(text, encoding="utf-8")
     if new_limit != cal.limit:  # the B measured at the old limit is void: keep those runs, out of the stage
-        src = study / "stages" / "calibration"
-        dst = study / ARCHIVE.format(limit=cal.limit)
-        if dst.exists():
-            raise PreregError(f"{dst}: exists; move it aside, then run the calibration again")
-        src.rename(dst)
+        for name in cal.runs:  # only the measured runs: other calibration-stage runs (election probes) stay
+            src = study / "stages" / "calibration" / name
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            src.rename(dst / name)
         cal.notes.append(f"  the runs at {cal.limit} tokens moved to {dst}; run `prereg run {study} --stage calibration` "
                          f"again to measure B at {new_limit} tokens")
     reason = "calibration stage (" + ", ".join(cal.runs) + "): " + "; ".join(

@@ -128,11 +128,14 @@ def test_the_truncation_rule_raises_the_limit_first_and_sets_the_runs_aside(tmp_
     d = _study(tmp_path)
     _run(d, "B", 0, "calibration", config={"rollout": {"completion_limit": 380}}, tokens=[1000, 1000, 1000],
          trunc=[0.33, 0.1, 0.1])  # the base model's samples: iteration 0's share
+    probe = d / "stages" / "calibration" / "probe-correct" / "seed-0"  # an anchor-election probe: not the rule's
+    probe.mkdir(parents=True)
     cal = apply_calibration(d)  # not locked: written into the plan, said so
     assert cal.new_limit == 768 and cal.budget is None
     text = (d / "plan.toml").read_text()
     assert "rollout.completion_limit = 768" in text and 'tokens = "1M"' in text  # B is left for the rerun
-    assert not (d / "stages" / "calibration").exists() and (d / "calibration-at-380" / "B" / "seed-0").is_dir()
+    assert not (d / "stages" / "calibration" / "B" / "seed-0").exists() and probe.is_dir()
+    assert (d / "calibration-at-380" / "B" / "seed-0" / "meta.json").is_file()  # kept, out of the stage
     assert "not locked" in cal.amendment and "again" in "\n".join(cal.lines())
     from prereg_kit.plan import load_plan
 
