@@ -162,7 +162,10 @@ def apply_calibration(study_dir: str | Path, *, threshold: float = TRUNCATION_SH
         text = _set_limit(text, pf.plan, new_limit, pf.path)
         cal.changes.append(f"completion limit: {cal.limit} → {new_limit}")
     else:
-        cal.budget = calibrated_budget(max(cal.tokens_per_iteration.values()))
+        try:
+            cal.budget = calibrated_budget(max(cal.tokens_per_iteration.values()))
+        except ValueError as e:  # e.g. runs that generated nothing
+            raise PreregError(f"{study}: calibration runs {', '.join(cal.runs)}: {e}") from None
         text, old = _set_value(text, ("budget", "tokens"), f'"{_tokens_text(cal.budget)}"', pf.path)
         if parse_tokens(old) != cal.budget:
             cal.changes.append(f"[budget] tokens: {old} → \"{_tokens_text(cal.budget)}\"")

@@ -122,6 +122,9 @@ def probe_study(study_dir: str | Path, *, stage: str = "pilot", eval_set: str | 
             if ev.empty:
                 raise PreregError(f"{folder}: no evaluations on {name!r}")
             by = ev.groupby("eval_index")[["correct", "samples"]].sum().sort_index()
+            if len(by) < 2 or by.index[0] != 0:
+                raise PreregError(f"{folder}: the probe needs evaluation 0 (before training) and one after it on "
+                                  f"{name!r}; the run has evaluations {by.index.tolist()}")
             curves.setdefault(rate, {})[f"{cfg}/seed-{seed}"] = (by["correct"] / by["samples"]).tolist()
     if not curves:
         raise PreregError(f"{pf.path}: stage {stage!r} has no runs")

@@ -159,6 +159,10 @@ def test_calibration_refuses_what_it_cannot_measure(tmp_path):
     with pytest.raises(PreregError, match="configurations B override completion_limit"):
         apply_calibration(e)
     assert "512" in (e / "plan.toml").read_text()  # nothing written
+    z = _study(tmp_path / "z")
+    _run(z, "B", 0, "calibration", config={"rollout": {"completion_limit": 768}}, tokens=[0] * 3, trunc=[0.5] * 3)
+    with pytest.raises(PreregError, match="B/seed-0: tokens per iteration must be positive"):
+        apply_calibration(z)
     f = _study(tmp_path / "f")
     _run(f, "B", 0, "calibration", config={}, tokens=[10] * 3, trunc=[0.5] * 3)
     with pytest.raises(PreregError, match="do not record rollout.completion_limit"):
@@ -208,6 +212,11 @@ def test_probe_on_a_pilot_stage_and_its_command(tmp_path):
     assert bad.exit_code != 0 and "'tset' is not an evaluation set of the plan (have: test)" in bad.output
     bad = CliRunner().invoke(app, ["probe", str(d), "--stage", "smoke"])
     assert bad.exit_code != 0 and "no stage 'smoke'" in bad.output
+    short = _study(tmp_path / "short")
+    _run(short, "A", 0, "pilot", config={"update": {"learning_rate": 1e-6}}, tokens=[100] * 3, trunc=[0] * 3,
+         accuracy=[0.3])
+    with pytest.raises(PreregError, match=r"A/seed-0: the probe needs evaluation 0 .* evaluations \[0\]"):
+        probe_study(short)
     import shutil
 
     shutil.rmtree(run_dir(d, "B", 1, stage="pilot"))
