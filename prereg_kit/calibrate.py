@@ -124,7 +124,8 @@ def measure(study_dir: str | Path) -> Calibration:
             rows = it[it["iteration"] < CALIBRATION_ITERATIONS] if len(it) else it
             if log.meta.status != "complete" or len(rows) < CALIBRATION_ITERATIONS:
                 raise PreregError(f"{folder}: a calibration run needs iterations 0-{CALIBRATION_ITERATIONS - 1} "
-                                  f"complete; it has {len(rows)} ({log.meta.status})")
+                                  f"complete; it has {len(rows)} ({log.meta.status}); a run that reached the "
+                                  "stage's train_to x B first needs a larger train_to on the calibration stage")
             per.setdefault(cfg, []).extend(int(t) for t in rows["tokens_total"])
             first = rows[rows["iteration"] == 0]
             if "truncation_rate" in first and first["truncation_rate"].notna().all() and len(first):
