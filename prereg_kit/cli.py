@@ -359,6 +359,21 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
             seed_list += list(range(first, last + 1))
     if not backend.run(study_dir, stage=stage, configs=split(configs), seeds=seed_list, n_jobs=jobs, console=err):
         raise typer.Exit(1)
+    if stage == "calibration":  # the budget and truncation rules, written as an amendment
+        from .calibrate import apply_calibration
+
+        out.print(escape("\n".join(apply_calibration(study_dir).lines())))
+
+
+@app.command()
+@handles_errors
+def probe(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding plan.toml).")],
+          stage: Annotated[str, typer.Option(help="Stage whose runs are the probe (one configuration per learning rate).")] = "pilot",
+          eval_set: Annotated[str | None, typer.Option("--eval-set", help="Development set (default: the plan's first).")] = None) -> None:
+    """The learning-rate stability probe: each rate's runs collapsed or degraded, and the largest stable rate."""
+    from .probe import probe_study
+
+    out.print(escape("\n".join(probe_study(study_dir, stage=stage, eval_set=eval_set).lines())))
 
 
 @app.command("registry")

@@ -31,7 +31,7 @@ LAYERS = {
                      "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
         ("analysis", ["prereg_kit.readings", "prereg_kit.analyze", "prereg_kit.synth"]),
         ("output", ["prereg_kit.plots", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
-                    "prereg_kit.record"]),
+                    "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe"]),
         ("command", ["prereg_kit.runners", "prereg_kit.cli", "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],

@@ -125,11 +125,30 @@ class UpdateSection(_Strict):
     micro_batch_size: int = Field(0, ge=0)  # completions per forward/backward; 0 = all at once
     ppo_epochs: int = Field(1, ge=1)  # passes over each iteration's sequences
     ppo_minibatches: int = Field(1, ge=1)  # minibatches per pass, one clipped optimizer step each
-    ppo_clip: float = Field(0.0, ge=0, lt=1)  # ratio clip ε of the multi-step update (0: unclipped ratio)
+    # Ratio clip of the multi-step update: ε (ratio in [1 − ε, 1 + ε]) or [ε_low, ε_high], the
+    # multi-reward paper's clip-higher 0.2/0.28 (extract §4.6); 0: unclipped ratio.
+    ppo_clip: float | tuple[float, float] = 0.0
+
+    @field_validator("ppo_clip", mode="before")
+    @classmethod
+    def _clip(cls, v: Any) -> float | tuple[float, float]:
+        pair = isinstance(v, (list, tuple))
+        parts = tuple(v) if pair else (v,)
+        if (pair and len(parts) != 2) or not all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in parts):
+            raise ValueError(f"a number ε or a pair [ε_low, ε_high], got {v!r}")
+        for e in parts:
+            if not 0 <= e < 1:
+                raise ValueError(f"each ε must be in [0, 1), got {e}")
+        return (float(parts[0]), float(parts[1])) if pair else float(v)
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(ε_low, ε_high): the ratio is clipped to [1 − ε_low, 1 + ε_high]."""
+        return self.ppo_clip if isinstance(self.ppo_clip, tuple) else (self.ppo_clip, self.ppo_clip)
 
 
 CreditRuleName = Literal["outcome", "monte_carlo", "equal_iteration", "shuffled", "implicit", "critic_td",
-                     "critic_baseline", "vineppo", "continuation_reuse"]
+                     "critic_baseline", "vineppo", "continuation_reuse", "rloo", "prm_reward", "prm_baseline"]
 
 
 class CreditSection(_Strict):
@@ -152,9 +171,18 @@ class CreditSection(_Strict):
     critic_layer: int = -1  # hidden-state layer of the features (-1: last, after the final norm)
     critic_window: int = Field(32, ge=1)  # earlier iterations the critic is fit on (the latest ones)
     length_lambda: float = Field(0.0, ge=0)  # λ of the group-relative length reward (0: off)
+    # The frozen process-reward model of S4's pilots (Qwen2.5-Math-PRM-7B; paper 1 App. E).
+    prm_model: str = ""  # local model folder (relative to the study) or a hub id already in the local cache
+    prm_step_separator: str = Field("\n\n", min_length=1)  # steps of a completion (Qwen2.5-Math-PRM's convention)
+    prm_step_token: str = Field("<extra_0>", min_length=1)  # the PRM scores each step at this token
+    prm_add_outcome: bool = False  # prm_reward: add the outcome advantage A_g ("with the outcome reward added")
 
     @model_validator(mode="after")
     def _check(self) -> "CreditSection":
+        if self.rule in ("prm_reward", "prm_baseline") and not self.prm_model.strip():
+            raise ValueError(f"rule = {self.rule!r} needs credit.prm_model (a local model folder or hub id)")
+        if self.prm_add_outcome and self.rule != "prm_reward":
+            raise ValueError("prm_add_outcome applies to rule = 'prm_reward' only")
         if self.rule == "implicit" and self.eq_gate == "disagreement":
             raise ValueError("eq_gate = 'disagreement' needs continuations; the implicit reward has none")
         if self.rule == "vineppo" and self.mc_end_value == "none":
@@ -327,11 +355,13 @@ class TrainerConfig(_Strict):
     def _check_reuse(self) -> None:
         """The reuse variants' preconditions (docs/interventions.md, "Reuse variants")."""
         c, u, r = self.credit, self.update, self.rewards
-        if c.rule == "vineppo" and self.rollout.group_size < 2:
-            raise ValueError("credit.rule = 'vineppo': V(prompt) is a leave-one-out group mean; "
+        loo = ("vineppo", "rloo", "prm_baseline")  # a leave-one-out group mean of the outcomes
+        if c.rule in loo and self.rollout.group_size < 2:
+            raise ValueError(f"credit.rule = {c.rule!r}: V(prompt) is a leave-one-out group mean; "
                              "rollout.group_size must be ≥ 2")
-        if c.rule == "vineppo" and (r.channels or r.aggregation):
-            raise ValueError("credit.rule = 'vineppo' replaces the group advantage with 0/1 values; no reward channels")
+        if c.rule in loo + ("prm_reward",) and (r.channels or r.aggregation):
+            raise ValueError(f"credit.rule = {c.rule!r} replaces the group advantage with 0/1 outcome values; "
+                             "no reward channels")
         if u.ppo_minibatches > self.rollout.prompts_per_iteration * self.rollout.group_size:
             raise ValueError("update.ppo_minibatches: more minibatches than completions per iteration")
         multi = u.ppo_epochs * u.ppo_minibatches > 1 or c.rule == "continuation_reuse"

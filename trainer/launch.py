@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from prereg_kit import __version__
+from prereg_kit.calibrate import CALIBRATION_ITERATIONS
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
 from prereg_kit.plan import PlanFile
@@ -88,6 +89,7 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
                        cache_dir=str(study / ".cache"), budget_tokens=budget.tokens, budget_iterations=budget.iterations,
                        eval_interval=budget.eval_interval_tokens() if by_tokens else budget.eval_interval_iterations(),
                        train_to=plan.train_to(name, stage),
+                       stop_iterations=CALIBRATION_ITERATIONS if stage == "calibration" else None,  # iterations 0-2
                        eval_sets=sets, eval_samples=ev.samples, eval_temperature=ev.temperature,
                        eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfgs[name], tool_version=__version__)
         jobs.append(Job(name, seed, folder, spec, _state(folder, pf.content_sha256)))

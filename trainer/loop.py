@@ -180,7 +180,8 @@ def credit_context(r: "Run", it: int, problems: list, roll, rewards: torch.Tenso
     return CreditContext.of(rewards, roll.completion_mask, group_size=cfg.rollout.group_size, eps=cfg.credit.advantage_eps,
                             advantages=advantages, cfg=cfg, rollouts=roll, prompts=[r.render(p) for p in per],
                             answers=[p.answer for p in per], iteration=it, seed=r.spec.seed, policy=r.policy,
-                            engine=r.engine, verifier=r.reward, state=r.dense)
+                            engine=r.engine, verifier=r.reward, state=r.dense, problems=[p.prompt for p in per],
+                            study_dir=r.spec.study_dir)
 
 
 def group_stats(rewards: torch.Tensor, roll, group_size: int) -> dict:

@@ -76,6 +76,8 @@ class CreditContext:
     engine: Any = None  # trainer.core.engines.Engine
     verifier: Callable[[str, str], bool] | None = None
     state: Any = None  # trainer.interventions.state.DenseState
+    problems: Sequence[str] = ()  # each completion's problem text, unrendered (the PRM renders its own)
+    study_dir: str = ""  # where relative model folders (credit.prm_model) are found
 
     @classmethod
     def of(cls, rewards: torch.Tensor, completion_mask: torch.Tensor, *, group_size: int, eps: float,

@@ -28,6 +28,26 @@ def policy_loss(logp: torch.Tensor, credit: torch.Tensor, completion_mask: torch
     return -(credit * logp * completion_mask).sum() / n_completions
 
 
+def clipped_loss(logp: torch.Tensor, old_logp: torch.Tensor, credit: torch.Tensor, mask: torch.Tensor,
+                 clip: float | tuple[float, float], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, −Σ_h min(ρ·c, clip(ρ, 1 − ε_low, 1 + ε_high)·c) / n with
+    ρ = exp(log π − log π_old) (paper 1 extract §3.10: ε = 0.2; paper 2 extract §4.6: the code
+    recipe's clip-higher, ε_low = 0.2, ε_high = 0.28). ``clip``: ε, or (ε_low, ε_high); 0 on a side
+    leaves that side unclipped. Also returns where the clip binds (its gradient is 0 there):
+    c > 0 and ρ > 1 + ε_high, or c < 0 and ρ < 1 − ε_low. At ρ = 1 the gradient is policy_loss's."""
+    lo, hi = clip if isinstance(clip, tuple) else (clip, clip)
+    ratio = torch.exp(logp - old_logp)
+    surr = ratio * credit
+    binds = torch.zeros_like(mask, dtype=torch.bool)
+    if hi > 0:  # the upper side only matters for positive credit: min(ρc, (1+ε_high)c)
+        surr = torch.where(credit > 0, torch.minimum(surr, ratio.clamp(max=1 + hi) * credit), surr)
+        binds = binds | ((credit > 0) & (ratio > 1 + hi))
+    if lo > 0:  # the lower side only matters for negative credit: min(ρc, (1−ε_low)c)
+        surr = torch.where(credit < 0, torch.minimum(surr, ratio.clamp(min=1 - lo) * credit), surr)
+        binds = binds | ((credit < 0) & (ratio < 1 - lo))
+    return -(surr * mask).sum() / n, binds & (mask > 0)
+
+
 def make_optimizer(policy: Policy) -> torch.optim.Optimizer:
     """Adam, β = (0.9, 0.999), ε = 1e-8, no weight decay (a positive weight_decay uses AdamW)."""
     c = policy.cfg.update

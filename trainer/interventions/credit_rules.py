@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from trainer.core.credit import Credit, CreditContext, outcome_credit
+from trainer.interventions.baselines import prm_baseline_credit, prm_reward_credit, rloo_credit
 from trainer.interventions.critic import critic_baseline_credit, critic_td_credit
 from trainer.interventions.equal_iteration import equal_iteration_credit, implicit_credit, shuffled_credit
 from trainer.interventions.monte_carlo import monte_carlo_credit
@@ -27,6 +28,9 @@ CREDIT_RULES: dict[str, Callable[[CreditContext], Credit]] = {
     "critic_baseline": critic_baseline_credit,  # R − V̂(b_{s−1}), §3.7
     "vineppo": vineppo_credit,  # V(b_s) − V(b_{s−1}), V(b_0) leave-one-out mean, §3.10
     "continuation_reuse": continuation_reuse_credit,  # MC reward + continuation sequences, §3.10
+    "rloo": rloo_credit,  # R_i − mean_{j≠i} R_j, no SD (REINFORCE-LOO, App. E)
+    "prm_reward": prm_reward_credit,  # frozen PRM's normalized step scores as reward-to-go (App. E)
+    "prm_baseline": prm_baseline_credit,  # R − V_PRM(last finished step), state-only baseline (App. E)
 }
 
 

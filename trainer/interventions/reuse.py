@@ -13,8 +13,9 @@ and the multi-step clipped update they need. docs/interventions.md, "Reuse varia
   cut, and whose prefix tokens get nothing ("shared prefixes trained once, in the rollout").
 * **The clipped update** (``ppo_epochs`` × ``ppo_minibatches`` steps, ratio clip ``ppo_clip``):
   log-probs of the generating policy computed once, before the first step; each step minimizes
-  −Σ_h min(ρ·c, clip(ρ, 1 − ε, 1 + ε)·c) / n over one minibatch of n sequences (ρ = π/π_old, c the
-  token credit), the sum over tokens and the division by sequences as in ``credit.policy_loss``.
+  −Σ_h min(ρ·c, clip(ρ, 1 − ε_low, 1 + ε_high)·c) / n over one minibatch of n sequences (ρ = π/π_old,
+  c the token credit; ``update.clipped_loss``), the sum over tokens and the division by sequences as
+  in ``update.policy_loss``.
   VinePPO-style with four steps per batch is ``ppo_epochs = 2, ppo_minibatches = 2, ppo_clip = 0.2``.
 
 Continuation tokens count toward B once, as ``tokens_continuation`` (they are generated for the
@@ -34,7 +35,7 @@ import torch
 from trainer.config import TrainerConfig, derive_seed
 from trainer.core.credit import Credit, CreditContext
 from trainer.core.policy import synchronize, token_logprobs
-from trainer.core.update import policy_loss
+from trainer.core.update import clipped_loss, policy_loss  # noqa: F401  (clipped_loss: reuse's public name)
 from trainer.interventions.monte_carlo import mc_credit, monte_carlo_values
 from trainer.interventions.segments import boundary_values, segment_credit
 
@@ -143,21 +144,6 @@ def uses_reuse_update(cfg: TrainerConfig) -> bool:
     return steps_per_iteration(cfg) > 1 or cfg.credit.rule == "continuation_reuse"
 
 
-def clipped_loss(logp: torch.Tensor, old_logp: torch.Tensor, credit: torch.Tensor, mask: torch.Tensor,
-                 clip: float, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """−Σ_h min(ρ·c, clip(ρ, 1 − ε, 1 + ε)·c) / n, ρ = exp(log π − log π_old) (PPO's surrogate;
-    ε = 0: no clipping, −Σ ρ·c / n). Also returns where the clip binds (its gradient is 0 there):
-    c > 0 and ρ > 1 + ε, or c < 0 and ρ < 1 − ε. At ρ = 1 the gradient is policy_loss's."""
-    ratio = torch.exp(logp - old_logp)
-    surr = ratio * credit
-    if clip > 0:
-        surr = torch.minimum(surr, ratio.clamp(1 - clip, 1 + clip) * credit)
-        binds = ((credit > 0) & (ratio > 1 + clip)) | ((credit < 0) & (ratio < 1 - clip))
-    else:
-        binds = torch.zeros_like(mask, dtype=torch.bool)
-    return -(surr * mask).sum() / n, binds & (mask > 0)
-
-
 def minibatch_order(n: int, epochs: int, minibatches: int, seed: int, iteration: int) -> list[np.ndarray]:
     """Sequence indices of each step: per epoch a permutation (seed derive_seed(run seed, iteration,
     "ppo/<epoch>")) cut into ``minibatches`` near-equal parts; no permutation with one minibatch."""
@@ -220,7 +206,7 @@ def reuse_update(policy, optimizer: torch.optim.Optimizer, roll, credit: Credit,
                 if old is None:
                     loss = policy_loss(logp, b.credit[r], b.completion_mask[r], n_completions=n)
                 else:
-                    loss, bind = clipped_loss(logp, old[bi][r], b.credit[r], b.completion_mask[r], cfg.update.ppo_clip, n)
+                    loss, bind = clipped_loss(logp, old[bi][r], b.credit[r], b.completion_mask[r], cfg.update.clip_range, n)
                     binds += int(bind.sum())
                     credited += int(((b.credit[r] != 0) & (b.completion_mask[r] > 0)).sum())
                 loss.backward()
