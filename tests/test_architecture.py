@@ -44,6 +44,7 @@ LAYERS = {
         ("errors", ["trainer.__init__", "trainer.errors", "trainer.keys"]),
         ("data", ["trainer.data"]),
         ("rewards", ["trainer.rewards"]),
+        ("sections", ["trainer.sections"]),
         ("settings", ["trainer.config"]),
         ("core", ["trainer.core"]),
         ("interventions", ["trainer.interventions"]),
