@@ -38,6 +38,8 @@ from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
 from .margin import margin_bounds, noninferiority_margin
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
+from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
+from .readings.designs import design_readings
 from .runlog import StudyRuns, load_study
 from .verify import verify_study
 
@@ -300,29 +302,41 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
             curves = rel.kept
             exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
-        crossed = c.tier == "primary" and plan.statistics.crossed_bootstrap and metric not in DERIVED_METRICS
-        if c.tier == "primary" and plan.statistics.crossed_bootstrap and metric in DERIVED_METRICS:
-            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for metric {metric} "
-                         "(a per-seed ratio or flag has no per-problem values)")
+        wanted = c.tier == "primary" and plan.statistics.crossed_bootstrap
+        crossed = wanted and metric not in DERIVED_METRICS and c.design == "paired"
+        if wanted and not crossed:
+            why = ("a per-seed ratio or flag has no per-problem values" if metric in DERIVED_METRICS
+                   else f"the crossed bootstrap resamples one seed-paired difference, not a {c.design} contrast")
+            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap ({why})")
+        seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
+        label = comparison_label(c)
         try:
-            pr = rd.paired_readings(curves, c.treatment, c.control, point, problem_acc=pa if crossed else None,
-                                    allow_unpaired=adm.allow_missing_seeds)
+            dr = design_readings(curves[curves["seed"].isin(seeds)], c.design, c.arm_pairs(), point,
+                                 problem_acc=pa if crossed else None, allow_unpaired=adm.allow_missing_seeds)
         except rd.ReadingError as e:
-            raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
-        if len(pr.exclusions):
-            exclusions.append(pr.exclusions.assign(eval_set=eval_set, verifier=verifier))
-        d = pr.table["difference"].to_numpy()
-        if len(d) < 2:
-            raise PreregError(f"contrast {c.id}: {len(d)} paired seed(s); at least 2 are needed")
-        mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr.treatment_matrix is not None else None
-        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "family": (f.name if (f := plan.family_of(c.id)) else ""),
-               "treatment": c.treatment, "control": c.control, "at": str(rp), "metric": metric, "verifier": verifier,
+            raise PreregError(f"contrast {c.id} ({label}): {e}") from None
+        if len(dr.exclusions):
+            exclusions.append(dr.exclusions.assign(eval_set=eval_set, verifier=verifier))
+        if min(len(v) for v in dr.values) < 2:
+            what = "per group" if c.design == "welch" else "unit(s)"
+            raise PreregError(f"contrast {c.id} ({label}): {min(len(v) for v in dr.values)} {what} "
+                              f"on seeds {_seed_list(seeds)}; at least 2 are needed")
+        pr = dr.paired
+        mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr and pr.treatment_matrix is not None else None
+        arms = c.arm_pairs()
+        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "design": c.design, "comparison": label,
+               "family": (f.name if (f := plan.family_of(c.id)) else ""),
+               "treatment": " + ".join(t for t, _ in arms), "control": " + ".join(k for _, k in arms),
+               "at": str(rp), "metric": metric, "verifier": verifier,
                "eval_set": eval_set, "reference": reference if metric == "relative_accuracy" else "",
-               "alternative": c.alternative, "prediction": c.prediction}
-        row.update(contrast_statistics(d, c, plan, matrices=mats, n_resamples=nres))
+               "alternative": c.alternative, "prediction": c.prediction,
+               "seeds": _seed_list(sorted(set(dr.units["seed"])))}
+        if c.design == "welch":
+            row.update(welch_statistics(*dr.values, c, plan))
+        else:
+            row.update(contrast_statistics(dr.values[0], c, plan, matrices=mats, n_resamples=nres))
         rows.append(row)
-        ps = pr.table[["seed", "treatment", "control", "difference", "at"]].rename(
-            columns={"treatment": "treatment_value", "control": "control_value", "at": "read_at"})
+        ps = dr.units.drop(columns="group")[["seed", "treatment_value", "control_value", "difference", "read_at", "unit"]]
         ps.insert(0, "contrast", c.id)
         per_seed.append(ps)
 
