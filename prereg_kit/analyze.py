@@ -10,12 +10,17 @@ Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
    evaluation on other problems than the plan's is a violation, named run by run, before any
    reading is made; then apply the plan's admission rules (completed runs, minimum iteration,
    drifted evaluations), every run or evaluation left out listed with its reason;
-3. per contrast: per-seed paired differences at its reading point (tokens k·B, time T*, the
+3. per contrast: per-unit differences (see below) at its reading point (tokens k·B, time T*, the
    control's time, updates), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
    bootstrap, the crossed seed-by-problem bootstrap for primary contrasts;
 4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
    TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
-5. each hypothesis read as its plan said; per-configuration compute at B.
+5. each hypothesis read as its plan said; per-configuration compute at B; the manipulation
+   checks (``prereg_kit.checks``), each a pass or a fail.
+
+A contrast's unit follows its ``design``: a seed's paired difference, a seed's difference of two
+differences, a (pair, seed) difference pooled over pairs, or two unpaired groups (Welch;
+``prereg_kit.readings.designs``, ``prereg_kit.contrast_designs``); ``seeds`` restricts it to a subset.
 
 Multi-reward metrics (paper 2 §4.7): ``relative_accuracy`` (accuracy over the ``[evaluation]
 reference`` configuration's, same seed, at the same k·B) and ``collapse`` (pass@4 below the run's
@@ -38,6 +43,7 @@ from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
 from .margin import margin_bounds, noninferiority_margin
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
+from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
 from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
 from .readings.designs import design_readings
 from .runlog import StudyRuns, load_study
@@ -65,6 +71,8 @@ class Analysis:
     exclusions: pd.DataFrame
     curves: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    checks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_COLUMNS))
+    check_seeds: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_SEED_COLUMNS))
 
 
 # ---------------------------------------------------------------------------------------- stats
@@ -356,11 +364,14 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             notes.append(f"configuration table: no collapse rate ({e})")
     ex = pd.concat(exclusions, ignore_index=True) if exclusions else pd.DataFrame()
     ex = _tidy_exclusions(ex)
+    main_runs = st.meta.loc[st.meta["stage"] == "main", ["configuration", "seed"]]
+    checks, check_seeds = read_checks(plan, st.iterations.merge(main_runs, on=["configuration", "seed"]))
     return Analysis(
         plan=plan, plan_path=plan_path, plan_hash=pf.content_sha256, exploratory=exploratory,
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
-        configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes)
+        configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
+        checks=checks, check_seeds=check_seeds)
 
 
 def _run_of(path: str) -> tuple[str, int]:
