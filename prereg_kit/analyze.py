@@ -312,10 +312,12 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
         wanted = c.tier == "primary" and plan.statistics.crossed_bootstrap
         crossed = wanted and metric not in DERIVED_METRICS and c.design == "paired"
-        if wanted and not crossed:
-            why = ("a per-seed ratio or flag has no per-problem values" if metric in DERIVED_METRICS
-                   else f"the crossed bootstrap resamples one seed-paired difference, not a {c.design} contrast")
-            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap ({why})")
+        if wanted and metric in DERIVED_METRICS:
+            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for metric {metric} "
+                         "(a per-seed ratio or flag has no per-problem values)")
+        elif wanted and not crossed:
+            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for a {c.design} contrast "
+                         "(it resamples the seeds and problems of one seed-paired pair)")
         seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
         label = comparison_label(c)
         try:

@@ -24,6 +24,7 @@ from .lock import lock_plan, parse_time
 from .seal import seal_runs
 from .plan import Plan, PLAN_FILE, load_plan
 from .report import write_report
+from .runlog.schema import ITERATION_COLUMNS
 from .synth import generate_study
 
 MARKER = ".prereg-dry-run"
@@ -71,8 +72,6 @@ def check_columns(plan: Plan) -> dict[str, dict[str, float]]:
     run-log schema does not define: every configuration at 0.5, the checked configuration moved
     the way the check expects (0.1 past its threshold, or onto its target with the reference
     0.2 away), so that a dry run shows what a working manipulation reports."""
-    from .runlog.schema import ITERATION_COLUMNS
-
     schema = {col.name for col in ITERATION_COLUMNS}
     cols: dict[str, dict[str, float]] = {}
     for k in plan.checks:

@@ -66,22 +66,26 @@ def metric_label(row) -> str:
 
 def contrast_table(df: pd.DataFrame) -> str:
     """Markdown table of every contrast, in the paper's Table 3–4 layout. A ``metric`` column
-    (:func:`metric_label`) is added when some contrast reads another metric than accuracy."""
+    (:func:`metric_label`) is added when some contrast reads another metric than accuracy, and a
+    ``design`` column when some contrast is not seed-paired (a Welch row's n is ``n₁ + n₂``)."""
     show_metric = "metric" in df.columns and any(metric_label(r) != "accuracy" for _, r in df.iterrows())
-    head = ("| contrast | tier | design | configuration pair | " + ("metric | " if show_metric else "")
+    show_design = "design" in df.columns and any((d or "paired") != "paired" for d in df["design"])
+    head = ("| contrast | tier | " + ("design | " if show_design else "") + "configuration pair | "
+            + ("metric | " if show_metric else "")
             + "read at | n | Δ [95% CI] | crossed bootstrap 95% CI | test | lower / higher seeds | verdict |")
-    lines = [head, "|" + "---|" * (11 + show_metric)]
+    lines = [head, "|" + "---|" * (10 + show_design + show_metric)]
     for _, r in df.iterrows():
         dagger = " †" if r["tier"] == "exploratory" else ""
         crossed = ("—" if pd.isna(r.get("crossed_ci_low")) else
                    f"[{_signed(r['crossed_ci_low'])}, {_signed(r['crossed_ci_high'])}]")
         metric = f"{metric_label(r)} | " if show_metric else ""
         design = r.get("design", "paired") or "paired"
+        shown = f"{design} | " if show_design else ""
         pair = r.get("comparison") or f"{r['treatment']} − {r['control']}"
         n = f"{int(r['n_treatment'])} + {int(r['n_control'])}" if design == "welch" else f"{r['n']}"
         seeds = "—" if pd.isna(r["n_lower"]) else f"{r['n_lower']} / {r['n_higher']}"
         lines.append(
-            f"| {r['contrast']}{dagger} | {r['tier']} | {design} | {pair} | {metric}{r['at']} | {n} "
+            f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{r['at']} | {n} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
             f"| {printed_test(r)} | {seeds} | **{r['verdict']}** |")
     return "\n".join(lines)
