@@ -10,12 +10,17 @@ Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
    evaluation on other problems than the plan's is a violation, named run by run, before any
    reading is made; then apply the plan's admission rules (completed runs, minimum iteration,
    drifted evaluations), every run or evaluation left out listed with its reason;
-3. per contrast: per-seed paired differences at its reading point (tokens k·B, time T*, the
+3. per contrast: per-unit differences (see below) at its reading point (tokens k·B, time T*, the
    control's time, updates), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
    bootstrap, the crossed seed-by-problem bootstrap for primary contrasts;
 4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
    TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
-5. each hypothesis read as its plan said; per-configuration compute at B.
+5. each hypothesis read as its plan said; per-configuration compute at B; the manipulation
+   checks (``prereg_kit.checks``), each a pass or a fail.
+
+A contrast's unit follows its ``design``: a seed's paired difference, a seed's difference of two
+differences, a (pair, seed) difference pooled over pairs, or two unpaired groups (Welch;
+``prereg_kit.readings.designs``, ``prereg_kit.contrast_designs``); ``seeds`` restricts it to a subset.
 
 Multi-reward metrics (paper 2 §4.7): ``relative_accuracy`` (accuracy over the ``[evaluation]
 reference`` configuration's, same seed, at the same k·B) and ``collapse`` (pass@4 below the run's
@@ -38,6 +43,9 @@ from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
 from .margin import margin_bounds, noninferiority_margin
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
+from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
+from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
+from .readings.designs import design_readings
 from .runlog import StudyRuns, load_study
 from .verify import verify_study
 
@@ -63,6 +71,8 @@ class Analysis:
     exclusions: pd.DataFrame
     curves: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    checks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_COLUMNS))
+    check_seeds: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_SEED_COLUMNS))
 
 
 # ---------------------------------------------------------------------------------------- stats
@@ -300,29 +310,43 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
             curves = rel.kept
             exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
-        crossed = c.tier == "primary" and plan.statistics.crossed_bootstrap and metric not in DERIVED_METRICS
-        if c.tier == "primary" and plan.statistics.crossed_bootstrap and metric in DERIVED_METRICS:
+        wanted = c.tier == "primary" and plan.statistics.crossed_bootstrap
+        crossed = wanted and metric not in DERIVED_METRICS and c.design == "paired"
+        if wanted and metric in DERIVED_METRICS:
             notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for metric {metric} "
                          "(a per-seed ratio or flag has no per-problem values)")
+        elif wanted and not crossed:
+            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for a {c.design} contrast "
+                         "(it resamples the seeds and problems of one seed-paired pair)")
+        seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
+        label = comparison_label(c)
         try:
-            pr = rd.paired_readings(curves, c.treatment, c.control, point, problem_acc=pa if crossed else None,
-                                    allow_unpaired=adm.allow_missing_seeds)
+            dr = design_readings(curves[curves["seed"].isin(seeds)], c.design, c.arm_pairs(), point,
+                                 problem_acc=pa if crossed else None, allow_unpaired=adm.allow_missing_seeds)
         except rd.ReadingError as e:
-            raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
-        if len(pr.exclusions):
-            exclusions.append(pr.exclusions.assign(eval_set=eval_set, verifier=verifier))
-        d = pr.table["difference"].to_numpy()
-        if len(d) < 2:
-            raise PreregError(f"contrast {c.id}: {len(d)} paired seed(s); at least 2 are needed")
-        mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr.treatment_matrix is not None else None
-        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "family": (f.name if (f := plan.family_of(c.id)) else ""),
-               "treatment": c.treatment, "control": c.control, "at": str(rp), "metric": metric, "verifier": verifier,
+            raise PreregError(f"contrast {c.id} ({label}): {e}") from None
+        if len(dr.exclusions):
+            exclusions.append(dr.exclusions.assign(eval_set=eval_set, verifier=verifier))
+        if min(len(v) for v in dr.values) < 2:
+            what = "per group" if c.design == "welch" else "unit(s)"
+            raise PreregError(f"contrast {c.id} ({label}): {min(len(v) for v in dr.values)} {what} "
+                              f"on seeds {_seed_list(seeds)}; at least 2 are needed")
+        pr = dr.paired
+        mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr and pr.treatment_matrix is not None else None
+        arms = c.arm_pairs()
+        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "design": c.design, "comparison": label,
+               "family": (f.name if (f := plan.family_of(c.id)) else ""),
+               "treatment": " + ".join(t for t, _ in arms), "control": " + ".join(k for _, k in arms),
+               "at": str(rp), "metric": metric, "verifier": verifier,
                "eval_set": eval_set, "reference": reference if metric == "relative_accuracy" else "",
-               "alternative": c.alternative, "prediction": c.prediction}
-        row.update(contrast_statistics(d, c, plan, matrices=mats, n_resamples=nres))
+               "alternative": c.alternative, "prediction": c.prediction,
+               "seeds": _seed_list(sorted(set(dr.units["seed"])))}
+        if c.design == "welch":
+            row.update(welch_statistics(*dr.values, c, plan))
+        else:
+            row.update(contrast_statistics(dr.values[0], c, plan, matrices=mats, n_resamples=nres))
         rows.append(row)
-        ps = pr.table[["seed", "treatment", "control", "difference", "at"]].rename(
-            columns={"treatment": "treatment_value", "control": "control_value", "at": "read_at"})
+        ps = dr.units.drop(columns="group")[["seed", "treatment_value", "control_value", "difference", "read_at", "unit"]]
         ps.insert(0, "contrast", c.id)
         per_seed.append(ps)
 
@@ -342,11 +366,14 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             notes.append(f"configuration table: no collapse rate ({e})")
     ex = pd.concat(exclusions, ignore_index=True) if exclusions else pd.DataFrame()
     ex = _tidy_exclusions(ex)
+    main_runs = st.meta.loc[st.meta["stage"] == "main", ["configuration", "seed"]]
+    checks, check_seeds = read_checks(plan, st.iterations.merge(main_runs, on=["configuration", "seed"]))
     return Analysis(
         plan=plan, plan_path=plan_path, plan_hash=pf.content_sha256, exploratory=exploratory,
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
-        configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes)
+        configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
+        checks=checks, check_seeds=check_seeds)
 
 
 def _run_of(path: str) -> tuple[str, int]:

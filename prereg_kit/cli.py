@@ -277,7 +277,7 @@ def _print_contrasts(a) -> None:
     for col in ("contrast", "tier", "pair", "at", "n", "Δ [95% CI]", "tested p (Holm if primary)", "TOST p", "verdict"):
         t.add_column(col)
     for r in a.contrasts.itertuples():
-        t.add_row(r.contrast, r.tier, f"{r.treatment} − {r.control}", r.at, str(r.n),
+        t.add_row(r.contrast, r.tier, getattr(r, "comparison", f"{r.treatment} − {r.control}"), r.at, str(r.n),
                   f"{r.mean:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
                   format_p(r.p_holm if r.tier == "primary" else r.tested_p), format_p(r.tost_p), r.verdict)
     out_console.print(t)

@@ -24,6 +24,7 @@ from .lock import lock_plan, parse_time
 from .seal import seal_runs
 from .plan import Plan, PLAN_FILE, load_plan
 from .report import write_report
+from .runlog.schema import ITERATION_COLUMNS
 from .synth import generate_study
 
 MARKER = ".prereg-dry-run"
@@ -32,35 +33,64 @@ MARKER = ".prereg-dry-run"
 def configuration_effects(plan: Plan, effects: dict[str, float]) -> dict[str, float]:
     """True accuracy effect at B of each configuration, from effects given per contrast.
 
-    The comparator is 0; a contrast ``C = Δ`` sets treatment = control + Δ. Effects propagate
-    through chains of contrasts; configurations no contrast reaches get 0. Contradictory
-    effects are an error.
+    The comparator is 0; a contrast ``C = Δ`` sets treatment = control + Δ (every pair of a
+    pooled contrast; the two arms of a Welch contrast). Effects propagate through chains of
+    contrasts; configurations no contrast reaches get 0. Contradictory effects are an error, and
+    so is an effect on a difference of two differences (give its pairs' effects instead).
     """
     ids = {c.id: c for c in plan.contrasts}
-    for cid in effects:
+    edges: list[tuple[str, str, str, float]] = []
+    for cid, delta in effects.items():
         if cid not in ids:
             raise PreregError(f"--effect {cid}: no such contrast (have: {', '.join(ids)})")
+        c = ids[cid]
+        if len(c.arm_pairs()) > 1 and c.design != "pooled":
+            raise PreregError(f"--effect {cid}: a {c.design} contrast compares two differences; give effects "
+                              "on contrasts of its single pairs instead")
+        edges += [(cid, t, k, delta) for t, k in c.arm_pairs()]
     known = {plan.study.comparator: 0.0}
-    pending = dict(effects)
+    pending = list(edges)
     while pending:
         progressed = False
-        for cid, delta in list(pending.items()):
-            c = ids[cid]
-            if c.control in known or c.treatment in known:
-                if c.control in known:
-                    val, name = known[c.control] + delta, c.treatment
-                else:
-                    val, name = known[c.treatment] - delta, c.control
+        for edge in list(pending):
+            cid, t, k, delta = edge
+            if k in known or t in known:
+                val, name = (known[k] + delta, t) if k in known else (known[t] - delta, k)
                 if name in known and abs(known[name] - val) > 1e-12:
                     raise PreregError(f"--effect {cid}={delta:g} contradicts the other effects ({name} would be both "
                                       f"{known[name]:+g} and {val:+g})")
                 known[name] = val
-                del pending[cid]
+                pending.remove(edge)
                 progressed = True
         if not progressed:  # contrasts not connected to the comparator: anchor at 0
-            c = ids[next(iter(pending))]
-            known[c.control] = 0.0
+            known[pending[0][2]] = 0.0
     return {name: known.get(name, 0.0) for name in plan.configurations}
+
+
+def check_columns(plan: Plan) -> dict[str, dict[str, float]]:
+    """Synthetic per-iteration columns for the plan's manipulation checks that read a column the
+    run-log schema does not define: every configuration at 0.5, the checked configuration moved
+    the way the check expects (0.1 past its threshold, or onto its target with the reference
+    0.2 away), so that a dry run shows what a working manipulation reports."""
+    schema = {col.name for col in ITERATION_COLUMNS}
+    cols: dict[str, dict[str, float]] = {}
+    for k in plan.checks:
+        for col in (k.metric, k.baseline):
+            if col is not None and col not in schema:
+                cols.setdefault(col, {})
+        if k.metric in schema:
+            continue
+        if k.expect == "closer_to_target":
+            cols[k.metric][k.configuration] = k.target
+            far = k.target - 0.2 if k.target >= 0.5 else k.target + 0.2
+            if k.baseline and k.baseline not in schema:
+                cols[k.baseline][k.configuration] = far
+            elif k.control:
+                cols[k.metric][k.control] = far
+        else:
+            base = 0.5 if (k.control or k.baseline) else 0.0
+            cols[k.metric][k.configuration] = base + k.threshold + (0.1 if k.expect == "greater" else -0.1)
+    return {c: {n: min(1.0, max(0.0, v)) for n, v in m.items()} for c, m in cols.items()}
 
 
 @dataclass
@@ -94,7 +124,7 @@ def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
         samples=plan.evaluation.samples, extend_to={c: plan.train_to(c) for c in plan.configurations},
         greedy=plan.evaluation.greedy or plan.evaluation.metric == "greedy_accuracy",
         time_per_token=tpt, updates_per_token=upt, rng=rng, started_at=now + timedelta(microseconds=1),
-        spacing=timedelta(microseconds=1))
+        spacing=timedelta(microseconds=1), iteration_columns=check_columns(plan))
     seal_runs(folder)  # as a trainer seals its runs: the analysis checks every file against its seal
 
 

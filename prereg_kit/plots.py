@@ -68,8 +68,10 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
                     color=color, ms=6, capsize=3, lw=1.8, zorder=3)
     ax.set_yticks(range(n))
     metrics = contrasts["metric"].fillna("accuracy") if "metric" in contrasts else pd.Series(["accuracy"] * n)
-    ax.set_yticklabels([f"{r.contrast}: {r.treatment} − {r.control} @ {r.at}" + ("" if m == "accuracy" else f" [{m}]")
-                        for r, m in zip(contrasts.itertuples(), metrics)][::-1])
+    pairs = (contrasts["comparison"] if "comparison" in contrasts
+             else contrasts["treatment"].astype(str) + " − " + contrasts["control"].astype(str))
+    ax.set_yticklabels([f"{r.contrast}: {pair} @ {r.at}" + ("" if m == "accuracy" else f" [{m}]")
+                        for r, m, pair in zip(contrasts.itertuples(), metrics, pairs)][::-1])
     what = "accuracy" if set(metrics) == {"accuracy"} else "the metric in [ ] (else accuracy)"
     ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point)\nmean and 95% CI; dots: seeds")
     ax.set_title(textwrap.fill(title, 70))

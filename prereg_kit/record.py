@@ -36,7 +36,7 @@ def _signed(x: float) -> str:
 
 def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
     """One reported row from one row of ``Analysis.contrasts`` (a dict)."""
-    label = f"{c['treatment']} − {c['control']}"
+    label = c.get("comparison") or f"{c['treatment']} − {c['control']}"
     if c.get("metric") not in (None, "", "accuracy"):
         label += f" ({c['metric']})"
     row: dict[str, Any] = {"id": c["contrast"], "contrast": c["contrast"], "label": label, "at": str(c["at"]),

@@ -66,21 +66,57 @@ def metric_label(row) -> str:
 
 def contrast_table(df: pd.DataFrame) -> str:
     """Markdown table of every contrast, in the paper's Table 3–4 layout. A ``metric`` column
-    (:func:`metric_label`) is added when some contrast reads another metric than accuracy."""
+    (:func:`metric_label`) is added when some contrast reads another metric than accuracy, and a
+    ``design`` column when some contrast is not seed-paired (a Welch row's n is ``n₁ + n₂``)."""
     show_metric = "metric" in df.columns and any(metric_label(r) != "accuracy" for _, r in df.iterrows())
-    head = ("| contrast | tier | configuration pair | " + ("metric | " if show_metric else "")
+    show_design = "design" in df.columns and any((d or "paired") != "paired" for d in df["design"])
+    head = ("| contrast | tier | " + ("design | " if show_design else "") + "configuration pair | "
+            + ("metric | " if show_metric else "")
             + "read at | n | Δ [95% CI] | crossed bootstrap 95% CI | test | lower / higher seeds | verdict |")
-    lines = [head, "|" + "---|" * (10 + show_metric)]
+    lines = [head, "|" + "---|" * (10 + show_design + show_metric)]
     for _, r in df.iterrows():
         dagger = " †" if r["tier"] == "exploratory" else ""
         crossed = ("—" if pd.isna(r.get("crossed_ci_low")) else
                    f"[{_signed(r['crossed_ci_low'])}, {_signed(r['crossed_ci_high'])}]")
         metric = f"{metric_label(r)} | " if show_metric else ""
+        design = r.get("design", "paired") or "paired"
+        shown = f"{design} | " if show_design else ""
+        pair = r.get("comparison") or f"{r['treatment']} − {r['control']}"
+        n = f"{int(r['n_treatment'])} + {int(r['n_control'])}" if design == "welch" else f"{r['n']}"
+        seeds = "—" if pd.isna(r["n_lower"]) else f"{r['n_lower']} / {r['n_higher']}"
         lines.append(
-            f"| {r['contrast']}{dagger} | {r['tier']} | {r['treatment']} − {r['control']} | {metric}{r['at']} | {r['n']} "
+            f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{r['at']} | {n} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
-            f"| {printed_test(r)} | {r['n_lower']} / {r['n_higher']} | **{r['verdict']}** |")
+            f"| {printed_test(r)} | {seeds} | **{r['verdict']}** |")
     return "\n".join(lines)
+
+
+def check_table(df: pd.DataFrame) -> str:
+    """Markdown table of the manipulation checks: what was read, the per-seed mean of the tested
+    quantity with its one-sided bound, p, and PASS / FAIL."""
+    lines = ["| check | configuration | metric (reference) | expect | at | n | mean [one-sided 95% bound] | p | result |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        bound = r.ci_low if r.expect != "less" else r.ci_high
+        target = f" {r.target:g}" if r.expect == "closer_to_target" else f" than {r.threshold:g}"
+        lines.append(f"| {r.check} | {r.configuration} | {r.metric} ({r.reference}) | {r.expect}{target} | {r.at} | {r.n} "
+                     f"| {_signed(r.mean)} [{_signed(bound)}] | {format_p(r.p)} | **{r.verdict.upper()}** |")
+    return "\n".join(lines)
+
+
+def verdict_summary(a: Analysis) -> list[str]:
+    """One line per contrast tier with its verdicts, and the checks that failed (named)."""
+    out = []
+    for tier in ("primary", "secondary", "exploratory"):
+        rows = a.contrasts[a.contrasts["tier"] == tier]
+        if len(rows):
+            out.append(f"- {tier}: " + "; ".join(f"{r.contrast} **{r.verdict}**" for r in rows.itertuples()))
+    if len(a.checks):
+        failed = a.checks.loc[~a.checks["passed"].astype(bool), "check"].tolist()
+        out.append(f"- manipulation checks: {len(a.checks) - len(failed)} of {len(a.checks)} passed"
+                   + (f"; **FAILED: {', '.join(failed)}** (the contrasts these checks support may not test "
+                      "the intended manipulation)" if failed else ""))
+    return out
 
 
 def _jsonable(x: Any) -> Any:
@@ -89,7 +125,9 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, (np.floating, float)):
-        return None if math.isnan(x) else float(x)
+        return None if not math.isfinite(x) else float(x)  # a one-sided bound's open end is null
+    if x is pd.NA:
+        return None
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (np.bool_,)):
@@ -113,6 +151,9 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     a.per_seed.to_csv(out_dir / "per_seed.csv", index=False)
     a.configurations.to_csv(out_dir / "configurations.csv", index=False)
     written += [out_dir / "contrasts.csv", out_dir / "per_seed.csv", out_dir / "configurations.csv"]
+    if len(a.checks):
+        a.checks.to_csv(out_dir / "checks.csv", index=False)
+        written.append(out_dir / "checks.csv")
 
     results = {
         "format": "prereg-results/1",
@@ -127,20 +168,23 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
         "hypotheses": _records(a.hypotheses),
         "configurations": _records(a.configurations),
         "exclusions": _records(a.exclusions),
+        "checks": _records(a.checks),
+        "check_seeds": _records(a.check_seeds),
         "notes": a.notes,
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
 
     margin = float(a.contrasts["margin_high"].max()) if len(a.contrasts) else plan.statistics.margin
+    paired = [c for c in plan.contrasts if c.design == "paired"]  # a curve of T − C over time needs one seed-paired pair
     figs = [
         plots.forest_plot(a.contrasts, a.per_seed, out_dir / "forest.png",
                           title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin),
         plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,
                               title=f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}"),
         plots.difference_over_time(
-            a.curves, [(c.id, c.treatment, c.control) for c in plan.contrasts if c.tier == "primary"] or
-            [(c.id, c.treatment, c.control) for c in plan.contrasts[:1]],
+            a.curves, [(c.id, c.treatment, c.control) for c in paired if c.tier == "primary"] or
+            [(c.id, c.treatment, c.control) for c in paired[:1]],
             out_dir / "difference_vs_hours.png", margin=margin,
             title=f"{plan.study.id}: primary differences over training time"),
     ]
@@ -157,6 +201,7 @@ def render_markdown(a: Analysis) -> str:
     if a.exploratory:
         out += ["> **EXPLORATORY.** The preregistration checks failed (see below); every result in this "
                 "report is exploratory and carries no confirmatory weight.", ""]
+    out += ["## Verdicts", ""] + verdict_summary(a) + [""]
     out += ["## Preregistration", "", f"- plan: `{a.plan_path}` (content {a.plan_hash[:23]}…)"]
     out += [f"- {line}" for line in a.lock_lines]
     out += ["", "## Exclusions and admission", ""]
@@ -169,10 +214,18 @@ def render_markdown(a: Analysis) -> str:
     out += ["", "## Contrasts", "",
             "Δ is treatment − control in the contrast's metric (accuracy and rates are fractions, 0.01 = one point; "
             "relative_accuracy is a multiple of the reference's accuracy on the same seed; collapse is the "
-            "difference of collapse rates, a 0/1 flag per seed), paired by seed; 95% paired-t "
+            "difference of collapse rates, a 0/1 flag per seed), paired by seed unless the design says otherwise "
+            "(difference_of_differences: (T − C) − (T' − C') per seed; pooled: one unit per (pair, seed); "
+            "welch: unpaired groups, Welch's t, n = both groups); 95% t "
             "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
             "", contrast_table(a.contrasts), "", "![forest plot](forest.png)", ""]
+    if len(a.checks):
+        out += ["## Manipulation checks", "",
+                "Each check averages a per-iteration run-log column over the iterations up to its reading point, "
+                "per seed, and passes when a one-sided t over seeds shows the expected direction at "
+                f"α = {plan.statistics.alpha:g} (values per seed in `results.json`, `check_seeds`).", "",
+                check_table(a.checks), ""]
     out += ["## Hypotheses", ""]
     for h in a.hypotheses.itertuples():
         out += [f"**{h.id}.** {h.statement} *Prediction:* {h.prediction}", "",
@@ -199,6 +252,7 @@ def render_markdown(a: Analysis) -> str:
     out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
     if a.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]
-    out += ["Files: `contrasts.csv` (one row per contrast), `per_seed.csv` (the paired values behind every "
-            "row), `configurations.csv`, `results.json`.", ""]
+    out += ["Files: `contrasts.csv` (one row per contrast), `per_seed.csv` (the values behind every row, one "
+            "per unit: seed, or (pair, seed) when pooled; `unit` names the pair or Welch group), "
+            "`configurations.csv`, " + ("`checks.csv`, " if len(a.checks) else "") + "`results.json`.", ""]
     return "\n".join(out)

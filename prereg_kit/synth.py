@@ -168,6 +168,7 @@ def generate_study(
     keep_jsonl: bool = False,
     started_at: datetime | None = None,
     spacing: timedelta = timedelta(minutes=1),
+    iteration_columns: Mapping[str, Mapping[str, float]] | None = None,
 ) -> SynthStudy:
     """Write a synthetic study to ``<study_dir>/runs/<configuration>/seed-<n>/`` and return the truth.
 
@@ -181,6 +182,9 @@ def generate_study(
     ``drift_seeds``, default all). All randomness comes from ``rng``; the same ``rng`` gives
     the same logs. Runs are written through :class:`~prereg_kit.runlog.RunLogWriter` and
     compacted to Parquet (JSON lines kept when ``keep_jsonl``). ``started_at``: the first run's start time (runs start ``spacing`` apart, a minute by default).
+    ``iteration_columns``: column -> {configuration: mean}: further per-iteration columns (such as
+    a filter's predicted success, read by manipulation checks), mean ± 0.05 noise clipped to [0, 1],
+    0.5 for configurations not named; drawn from a stream of their own, so the other logs stay the same.
     """
     configs = list(configurations)
     seeds = [int(s) for s in seeds]
@@ -234,6 +238,10 @@ def generate_study(
             acc1 = base_accuracy + gain + configurations[c]
             iters, cum_tok, cum_sec = _simulate_iterations(
                 crng, last_target, 1.0 / upt[c], tpt[c], cshare[c], dshare[c], base_accuracy, acc1)
+            if iteration_columns:
+                xrng = _stream(entropy, 7, s, _cfg_key(c))
+                for col, means in iteration_columns.items():
+                    iters[col] = np.clip(means.get(c, 0.5) + xrng.normal(0, 0.05, len(iters)), 0, 1)
             # Evaluation e follows the first iteration whose cumulative tokens reach e * every.
             pos = np.searchsorted(cum_tok, np.arange(1, ne) * every, side="left")
             ev_iter = np.concatenate([[0], pos + 1]).astype(np.int64)

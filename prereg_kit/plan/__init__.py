@@ -20,13 +20,13 @@ from __future__ import annotations
 from .fields import (check_name, COLLAPSE_K, DERIVED_METRICS, INT_MAX, INT_MIN, MAX_DEPTH, MAX_MULTIPLE,
     MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, METRICS_HELP, Multiple, Name, NAME_RULE, parse_multiple,
     parse_reading_point, parse_tokens, PLAN_FILE, PointKind, ReadingPoint, Seeds, Tokens)
-from .schema import (Admission, Budget, Configuration, Contrast, cross_check, EvalSet, Evaluation, Family,
+from .schema import (Admission, Budget, Check, Configuration, Contrast, cross_check, EvalSet, Evaluation, Family,
     Hypothesis, Margin, merge_tables, Plan, StageSpec, Statistics, Study)
 from .load import (document_problems, load_plan, MAX_MESSAGE, parse_toml, PlanFile, read_toml,
     resolve_plan_path, validate_plan)
 
 __all__ = [
-    "Admission", "Budget", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
+    "Admission", "Budget", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
     "DERIVED_METRICS", "document_problems", "EvalSet", "Evaluation", "Family", "Hypothesis", "INT_MAX",
     "INT_MIN", "load_plan", "Margin", "MAX_DEPTH", "MAX_MESSAGE", "MAX_MULTIPLE", "MAX_NAME",
     "MAX_PLAN_BYTES", "MAX_SEEDS", "merge_tables", "METRICS_HELP", "Multiple", "Name", "NAME_RULE", "parse_multiple",

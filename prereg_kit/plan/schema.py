@@ -9,6 +9,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from ..margin import plan_margin
 from ..stages import Stage
 
+from .designs import check_problems as _check_problems, design_problems as _design_problems, \
+    seed_subset_problems as _seed_subset_problems
 from .fields import (_check_seeds, COLLAPSE_K, _cut, DERIVED_METRICS, _FRACTION, INT_MAX, _METRIC,
     METRICS_HELP, Multiple, Name, parse_multiple, parse_reading_point, parse_tokens, ReadingPoint, Seeds,
     _short, Tokens)
@@ -171,11 +173,33 @@ class Configuration(_Model):
 Margin = float | list[float]
 
 
+Design = Literal["paired", "difference_of_differences", "pooled", "welch"]
+
+
 class Contrast(_Model):
+    """One ``[[contrasts]]`` entry. ``design`` says what the unit of analysis is (docs/statistics.md):
+
+    - ``paired`` (default): per seed, treatment − control (dense-rewards paper §2.3, L2337);
+    - ``difference_of_differences``: per seed, (treatment − control) − (minus_treatment −
+      minus_control), e.g. S3's interaction and S17's lead difference;
+    - ``pooled``: the (pair, seed) differences of every pair in ``pairs``, pooled into one paired t
+      ("(model size, seed) pairs pooled", L2337);
+    - ``welch``: treatment's values against control's, unpaired (Welch's t); with ``minus_*`` the
+      two unpaired groups are the per-seed differences treatment − control and minus_treatment −
+      minus_control (S21's primary, L3881-3882).
+
+    ``seeds``: the contrast reads only these seeds (S11's n = 6 primary, L3255-3258).
+    """
+
     id: Name
-    treatment: str
-    control: str
+    treatment: str = ""
+    control: str = ""
     tier: Literal["primary", "secondary", "exploratory"]
+    design: Design = "paired"
+    minus_treatment: str = ""
+    minus_control: str = ""
+    pairs: list[list[str]] = []
+    seeds: Seeds | None = None
     kind: Literal["superiority", "equivalence", "non-inferiority"] = "superiority"
     at: str = "B"
     margin: Margin | None = None
@@ -201,6 +225,61 @@ class Contrast(_Model):
     @classmethod
     def _metric(cls, v: str | None) -> str | None:
         return v if v is None else Evaluation._metric(v)
+
+    _seeds_ok = field_validator("seeds")(classmethod(lambda cls, v: v if v is None else _check_seeds(v)))
+
+    @property
+    def reading_point(self) -> ReadingPoint:
+        return parse_reading_point(self.at)
+
+    def arm_pairs(self) -> list[tuple[str, str]]:
+        """The (treatment, control) pairs the contrast reads: one, two (difference of
+        differences, or Welch on two differences) or every pooled pair."""
+        if self.design == "pooled":
+            return [(p[0], p[1]) for p in self.pairs if len(p) == 2]
+        out = [(self.treatment, self.control)]
+        if self.minus_treatment or self.minus_control:
+            out.append((self.minus_treatment, self.minus_control))
+        return out
+
+    def configuration_names(self) -> list[str]:
+        """Every configuration the contrast names, in order, once each."""
+        return list(dict.fromkeys(n for pair in self.arm_pairs() for n in pair))
+
+
+class Check(_Model):
+    """A manipulation check (``[[checks]]``): did the intervention do what it was meant to do?
+
+    Per seed, ``value`` is the mean of the per-iteration run-log column ``metric`` over the
+    iterations up to ``at`` (generated tokens) of ``configuration``; ``reference`` is the same
+    mean of ``control`` (same seed) or of the column ``baseline`` of the same run. The per-seed
+    quantity ``d`` is ``value − reference`` (``value`` alone without a reference) for ``greater`` /
+    ``less`` and ``|reference − target| − |value − target|`` for ``closer_to_target``; the check
+    passes when a one-sided t over seeds shows ``mean(d) > threshold`` (``greater``,
+    ``closer_to_target``) or ``mean(d) < threshold`` (``less``) at the plan's α (dense-rewards
+    paper: the filter moved its prompts' predicted success toward its target).
+    """
+
+    id: Name
+    configuration: str
+    metric: Name
+    expect: Literal["greater", "less", "closer_to_target"]
+    control: str | None = None
+    baseline: Name | None = None
+    target: float | None = None
+    threshold: float = 0.0
+    at: str = "B"
+    seeds: Seeds | None = None
+    description: str = ""
+
+    _seeds_ok = field_validator("seeds")(classmethod(lambda cls, v: v if v is None else _check_seeds(v)))
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: str) -> str:
+        if parse_reading_point(v).kind != "tokens":
+            raise ValueError(f"a check averages iterations up to a token reading point (\"B\" or \"kB\"), not {v!r}")
+        return v
 
     @property
     def reading_point(self) -> ReadingPoint:
@@ -256,6 +335,7 @@ class Plan(_Model):
     budget: Budget
     evaluation: Evaluation
     contrasts: list[Contrast] = Field(min_length=1)
+    checks: list[Check] = []
     families: list[Family] = []
     statistics: Statistics = Statistics()
     admission: Admission = Admission()
@@ -301,6 +381,19 @@ class Plan(_Model):
         if self.budget.tokens is not None and all(c.budget is None for c in self.configurations.values()):
             return float(self.budget.tokens)
         return {n: (self.budget_of(n).axis, float(self.budget_of(n).value)) for n in self.configurations}
+
+    def configuration_seeds(self, configuration: str) -> list[int]:
+        """The main-stage seeds a configuration runs: its own ``seeds`` where the configuration
+        table has them, else the study's (or the main stage's)."""
+        return self.seeds_for("main", configuration)
+
+    def contrast_seeds(self, c: Contrast) -> list[int]:
+        """The seeds a contrast reads: its ``seeds`` (else every seed) among the seeds that all
+        its configurations run; for ``welch`` the seeds either arm runs."""
+        names = c.configuration_names()
+        sets = [set(self.configuration_seeds(n)) for n in names if n in self.configurations]
+        common = (set().union(*sets) if c.design == "welch" else set.intersection(*sets)) if sets else set()
+        return sorted(common if c.seeds is None else common & set(c.seeds))
 
     def configurations_for(self, stage: str = "main") -> list[str]:
         s = self.stage(stage)
@@ -402,11 +495,9 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         n_before = len(errs)
         if first_contrast[c.id] != ci:
             errs.append((where + ("id",), f"duplicate contrast id {c.id!r}"))
-        for key in ("treatment", "control"):
-            if getattr(c, key) not in configs:
-                errs.append((where + (key,), f"unknown configuration {_short(getattr(c, key))} (have: {have})"))
-        if c.treatment == c.control:
-            errs.append((where + ("control",), "treatment and control are the same configuration"))
+        errs += _design_problems(c, where, configs, have)
+        if c.seeds is not None and len(errs) == n_before:
+            errs += _seed_subset_problems(plan, c, where)
         if c.eval_set is not None and c.eval_set not in first_set:
             errs.append((where + ("eval_set",), f"unknown evaluation set {_short(c.eval_set)}"))
         if c.tier == "primary" and c.id not in memberships:
@@ -427,10 +518,15 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         if metric == "relative_accuracy" and ev.reference in configs and rp.kind == "tokens" \
                 and run_length(ev.reference) < rp.multiple:
             errs.append((where + ("at",), f"read at {rp} but the reference {ev.reference!r} trains only to {run_length(ev.reference):g}B"))
+        if c.design == "welch" and not c.minus_treatment and rp.kind != "tokens":
+            errs.append((where + ("at",), f"a welch contrast of two configurations is read at a token reading point "
+                                          f"(\"B\" or \"kB\"), not {c.at!r}: {rp.kind} readings pair runs by seed"))
         if rp.kind == "tokens" and len(errs) == n_before:  # no other problem with this contrast
-            for key in ("treatment", "control"):
-                if getattr(c, key) in configs and run_length(getattr(c, key)) < rp.multiple:
-                    errs.append((where + ("at",), f"read at {rp} but {getattr(c, key)!r} trains only to {run_length(getattr(c, key)):g}B"))
+            for name in c.configuration_names():
+                if name in configs and run_length(name) < rp.multiple:
+                    errs.append((where + ("at",), f"read at {rp} but {name!r} trains only to {run_length(name):g}B"))
+
+    errs += _check_problems(plan, configs, have, first_contrast, run_length)
 
     first_hypothesis = first_seen([h.id for h in plan.hypotheses])
     for hi, h in enumerate(plan.hypotheses):
@@ -451,5 +547,6 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
     if "main" not in stage_names:
         errs.append((("stages",), "the stages must include 'main'"))
     return errs
+
 
 

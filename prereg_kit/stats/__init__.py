@@ -14,6 +14,7 @@ from .passk import pass_at_k
 from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
 from .summary import ReportedCheck, SummaryCheck, from_summary
 from .verdict import Verdict, verdict
+from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
 
 __all__ = [
     "CrossedBootstrap",
@@ -38,4 +39,10 @@ __all__ = [
     "seeds_needed",
     "tost_paired",
     "verdict",
+    "WelchNonInferiority",
+    "WelchT",
+    "WelchTost",
+    "noninferiority_welch",
+    "tost_welch",
+    "welch_t",
 ]
