@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -11,7 +11,7 @@ from ..stages import Stage
 
 from .fields import (_check_seeds, COLLAPSE_K, _cut, DERIVED_METRICS, _FRACTION, INT_MAX, _METRIC,
     METRICS_HELP, Multiple, Name, parse_multiple, parse_reading_point, parse_tokens, ReadingPoint, Seeds,
-    _short, Tokens)
+    _short, SPAN_POINTS, TARGET_POINTS, Tokens)
 
 
 # --------------------------------------------------------------------------- schema
@@ -75,6 +75,20 @@ class EvalSet(_Model):
     n_problems: int | None = Field(default=None, gt=0)
     levels: list[int] = []
     description: str = ""
+    # A further test set scored only at the start and at B (dense-rewards paper §C.5, S33/S34's
+    # MATH-500 and GSM8K): the trainer skips it at the evaluations in between.
+    at: list[Literal["start", "B"]] | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError('list the evaluations that score this set once each: ["start", "B"], ["B"] or ["start"]')
+        return v
+
+    @property
+    def every_evaluation(self) -> bool:
+        return self.at is None
 
 
 class Evaluation(_Model):
@@ -122,7 +136,16 @@ class Contrast(_Model):
     metric: str | None = None
     verifier: Literal["default", "strict", "math_verify"] | None = None
     eval_set: str | None = None
+    # Accuracy on the problems of these MATH levels only (the eval rows' ``level``); [] = all.
+    levels: list[Annotated[int, Field(ge=1, le=INT_MAX)]] = []
     description: str = ""
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate levels in {v}")
+        return v
 
     @field_validator("at")
     @classmethod
@@ -263,6 +286,7 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
     for c in plan.contrasts:
         by_id.setdefault(c.id, c)
     set_names = [s.name for s in plan.evaluation.sets]
+    sets_by_name = {s.name: s for s in reversed(plan.evaluation.sets)}
     main_stage = plan.stage("main")
     lengths: dict[str, float] = {}
 
@@ -298,6 +322,10 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         errs.append((("evaluation", "metric"), "metric relative_accuracy needs [evaluation] reference (the primary-only configuration)"))
     if ev.metric == "collapse" and ev.samples < COLLAPSE_K:
         errs.append((("evaluation", "metric"), f"metric collapse compares pass@{COLLAPSE_K}: it needs samples >= {COLLAPSE_K} (have {ev.samples})"))
+    if ev.primary in sets_by_name and not sets_by_name[ev.primary].every_evaluation:
+        i = set_names.index(ev.primary)
+        errs.append((("evaluation", "sets", i, "at"), f"set {ev.primary!r} is the primary set: it is scored at every "
+                     "evaluation (curves, spans and time readings need them); drop 'at' or name another primary_set"))
 
     memberships: dict[str, list[str]] = {}
     first_family = first_seen([f.name for f in plan.families])
@@ -339,12 +367,13 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
             if c.metric == "collapse" and ev.samples < COLLAPSE_K:
                 errs.append((where + ("metric",), f"metric collapse compares pass@{COLLAPSE_K}: it needs [evaluation] samples >= {COLLAPSE_K} (have {ev.samples})"))
         metric = c.metric or ev.metric
+        errs += _reading_checks(c, where, rp, metric, sets_by_name.get(c.eval_set or ev.primary))
         if metric in DERIVED_METRICS and rp.kind != "tokens":
             errs.append((where + ("at",), f"metric {metric} is read at token reading points only (\"B\" or \"kB\"), not {c.at!r}"))
         if metric == "relative_accuracy" and ev.reference in configs and rp.kind == "tokens" \
                 and run_length(ev.reference) < rp.multiple:
             errs.append((where + ("at",), f"read at {rp} but the reference {ev.reference!r} trains only to {run_length(ev.reference):g}B"))
-        if rp.kind == "tokens" and len(errs) == n_before:  # no other problem with this contrast
+        if rp.kind in ("tokens",) + SPAN_POINTS + TARGET_POINTS and len(errs) == n_before:  # no other problem here
             for key in ("treatment", "control"):
                 if getattr(c, key) in configs and run_length(getattr(c, key)) < rp.multiple:
                     errs.append((where + ("at",), f"read at {rp} but {getattr(c, key)!r} trains only to {run_length(getattr(c, key)):g}B"))
@@ -370,3 +399,30 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
     return errs
 
 
+
+
+def _reading_checks(c: Contrast, where: tuple, rp: ReadingPoint, metric: str, es: EvalSet | None) -> list[tuple[tuple, str]]:
+    """What a contrast's reading point, levels and set allow together (spans, to-target, sets
+    scored only at the start and at B, per-level accuracy)."""
+    errs: list[tuple[tuple, str]] = []
+    if rp.kind in TARGET_POINTS:
+        # Table 11 is exploratory: a share with a bootstrap interval, no test p to Holm-adjust
+        if c.tier == "primary":
+            errs.append((where + ("tier",), f"a {rp.kind} reading has a bootstrap interval but no test p: it cannot be primary"))
+        if c.kind != "superiority":
+            errs.append((where + ("kind",), f"a {rp.kind} reading is a share of the budget read against 1 (no saving); "
+                         f"it takes no kind {c.kind!r}"))
+        if metric not in ("accuracy", "greedy_accuracy") and not metric.startswith("pass@"):
+            errs.append((where + ("metric",), f"a {rp.kind} reading crosses an accuracy target, not metric {metric}"))
+    if es is not None and not es.every_evaluation:
+        if rp.kind != "tokens" or rp.multiple != 1 or "B" not in (es.at or []):
+            errs.append((where + ("at",), f"set {es.name!r} is scored only at {' and '.join(es.at or [])}: "
+                         f"read it at \"B\", not {c.at!r}"))
+        elif metric == "collapse" and "start" not in (es.at or []):
+            errs.append((where + ("metric",), f"metric collapse compares with the start; set {es.name!r} is not scored there"))
+    if c.levels and es is not None and es.levels and not set(c.levels) <= set(es.levels):
+        errs.append((where + ("levels",), f"levels {sorted(set(c.levels) - set(es.levels))} are not in set "
+                     f"{es.name!r} (levels {es.levels})"))
+    if c.levels and metric in DERIVED_METRICS + ("log_length",):
+        errs.append((where + ("levels",), f"levels select the problems of an accuracy reading; metric {metric} takes none"))
+    return errs

@@ -166,6 +166,10 @@ def read_point(curves: pd.DataFrame, treatment: str, control: str, point: Readin
     """Readings of both configurations at ``point`` (dispatch on ``point.kind``)."""
     if point.kind == "tokens":
         return read_at_tokens(curves[curves["configuration"].isin([treatment, control])], point.tokens)
+    from .spans import read_span, SPAN_KINDS  # noqa: PLC0415 (spans builds on this module's helpers)
+
+    if point.kind in SPAN_KINDS:
+        return read_span(curves[curves["configuration"].isin([treatment, control])], point.kind, point.tokens)
     fn = {"time": read_at_time, "control_time": read_at_control_time, "updates": read_at_updates}.get(point.kind)
     if fn is None:
         raise ReadingError(f"unknown reading point kind {point.kind!r}")
@@ -249,9 +253,13 @@ class PairedReadings:
 def _matrix(pa_wide: pd.DataFrame, config: str, rows: pd.DataFrame, arm: str) -> np.ndarray:
     out = []
     for _, r in rows.iterrows():
-        lo = pa_wide.loc[(config, int(r["seed"]), int(r[f"{arm}_eval_lo"]))].to_numpy(dtype="float64")
-        hi = pa_wide.loc[(config, int(r["seed"]), int(r[f"{arm}_eval_hi"]))].to_numpy(dtype="float64")
-        w = float(r[f"{arm}_weight"])
+        seed, e_lo, e_hi, w = int(r["seed"]), int(r[f"{arm}_eval_lo"]), int(r[f"{arm}_eval_hi"]), float(r[f"{arm}_weight"])
+        if np.isnan(w):  # a span: the mean of every evaluation from lo to hi
+            run = pa_wide.loc[(config, seed)]
+            out.append(run.loc[(run.index >= e_lo) & (run.index <= e_hi)].to_numpy(dtype="float64").mean(axis=0))
+            continue
+        lo = pa_wide.loc[(config, seed, e_lo)].to_numpy(dtype="float64")
+        hi = pa_wide.loc[(config, seed, e_hi)].to_numpy(dtype="float64")
         out.append((1 - w) * lo + w * hi)
     return np.vstack(out) if out else np.empty((0, pa_wide.shape[1]))
 
