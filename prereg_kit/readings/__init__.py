@@ -44,7 +44,8 @@ from ..plan import COLLAPSE_K, ReadingPoint
 from .base import (AdmissionResult, DRIFT_THRESHOLD, EXCLUSION_COLUMNS, exclusions_table, PairingError,
     ReadingError, RUN, VERIFIERS)
 from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves, select_levels
-from .spans import (first_crossing, read_span, share_to_target, span_positions, SPAN_KINDS, target_curves,
+from .points import read_span, span_positions, SPAN_KINDS
+from .spans import (first_crossing, share_to_target, target_curves,
     TARGET_KINDS, target_statistics, to_target)
 from .dynamics import DYNAMICS, training_dynamics
 from .points import (check_pairing, paired_readings, PairedReadings, read_at_control_time, read_at_time,

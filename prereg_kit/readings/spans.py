@@ -1,5 +1,6 @@
-"""Readings over a span of evaluations (first half, second half, all evaluations) and the tokens
-or training time a configuration needs to reach a target accuracy (dense-rewards paper, Table 11).
+"""The tokens or training time a configuration needs to reach a target accuracy (dense-rewards
+paper, Table 11), and the rule of the span readings (first half, second half, all evaluations;
+``span_positions`` and ``read_span`` live in :mod:`.points`, beside the other reading points).
 
 Evaluations run every B/16 (§2.3; extract §3.4); evaluation 0 is the model before any update.
 
@@ -33,53 +34,9 @@ import pandas as pd
 from ..plan import ReadingPoint
 
 from .base import ReadingError
-from .points import _first_at_or_after, _frame, _runs
+from .points import _first_at_or_after, _runs
 
-SPAN_KINDS = ("first_half", "second_half", "all_evals")
 TARGET_KINDS = ("to_target", "time_to_target")
-
-
-def span_positions(tokens: np.ndarray, kind: str, budget: float) -> tuple[int, int] | None:
-    """First and last position (inclusive) of the span ``kind`` on a run's evaluation tokens
-    (sorted, position 0 = the start), or None when the run has no evaluation closing the span."""
-    run = pd.DataFrame({"tokens": tokens})
-    half, end = _first_at_or_after(run, budget / 2), _first_at_or_after(run, budget)
-    if kind == "first_half":
-        return None if half is None or half < 1 else (1, half)
-    if kind == "second_half":
-        return None if end is None or half is None or end <= half else (half + 1, end)
-    if kind == "all_evals":
-        return None if end is None or end < 1 else (1, end)
-    raise ReadingError(f"unknown span {kind!r} (one of {', '.join(SPAN_KINDS)})")
-
-
-def read_span(curves: pd.DataFrame, kind: str, budget: float) -> pd.DataFrame:
-    """Each run's mean accuracy over the evaluations of span ``kind`` up to ``budget`` tokens.
-
-    One row per run (:data:`~prereg_kit.readings.READ_COLUMNS`): ``eval_lo``/``eval_hi`` are the
-    span's first and last evaluation indices, ``weight`` is NaN (a mean over every evaluation
-    from lo to hi, not a two-point bracket), ``tokens``/``train_seconds``/``updates`` those of the
-    last evaluation; ``reached`` is False, with a note, when the run has no evaluation closing
-    the span or the span holds none.
-    """
-    rows = []
-    for key, run in _runs(curves).items():
-        tok = run["tokens"].to_numpy(dtype="float64")
-        pos = span_positions(tok, kind, budget)
-        if pos is None:
-            last = float(tok[-1]) if len(tok) else 0.0
-            rows.append(dict(configuration=key[0], seed=key[1], reached=False, at=budget, eval_lo=pd.NA, eval_hi=pd.NA,
-                             weight=np.nan, tokens=np.nan, train_seconds=np.nan, updates=np.nan, accuracy=np.nan,
-                             note=f"no evaluation in the {kind.replace('_', ' ')} of {budget:,.0f} tokens "
-                                  f"(last evaluation at {last:,.0f}, {len(tok)} evaluations)"))
-            continue
-        lo, hi = pos
-        span, b = run.iloc[lo:hi + 1], run.iloc[hi]
-        rows.append(dict(configuration=key[0], seed=key[1], reached=True, at=budget, eval_lo=int(run["eval_index"].iloc[lo]),
-                         eval_hi=int(b["eval_index"]), weight=np.nan, tokens=float(b["tokens"]),
-                         train_seconds=float(b["train_seconds"]), updates=float(b["updates"]),
-                         accuracy=float(span["accuracy"].mean()), note=""))
-    return _frame(rows)
 
 
 # --------------------------------------------------------------------------------------------
