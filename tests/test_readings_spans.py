@@ -280,3 +280,33 @@ def test_the_primary_set_is_scored_at_every_evaluation():
     assert "is the primary set" in _errors(_plan(sets=sets))
     ok = _plan(sets=sets).replace("[evaluation]", '[evaluation]\nprimary_set = "test"')
     assert _validate(ok).evaluation.primary == "test"
+
+
+# ------------------------------------------------------------------------------------ dynamics, report, record
+
+
+def test_training_dynamics_stop_at_B_and_read_old_logs_as_na():
+    from prereg_kit.readings import training_dynamics
+    from prereg_kit.report import dynamics_table
+
+    its = pd.DataFrame({"configuration": ["a"] * 4 + ["b"] * 2, "seed": [0, 0, 1, 1, 0, 0],
+                        "cum_tokens": [50, 100, 60, 120, 100, 200], "mixed_share": [0.2, 0.4, 0.6, 0.8, 0.5, 0.9],
+                        "all_wrong_share": [0.8, 0.6, 0.4, 0.2, np.nan, np.nan]})
+    reads = pd.DataFrame({"configuration": ["a", "a", "b"], "seed": [0, 1, 0], "tokens": [100.0, 60.0, 100.0]})
+    dyn = training_dynamics(its, reads).set_index("configuration")
+    assert dyn.loc["a", "mixed_share"] == pytest.approx((0.3 + 0.6) / 2)  # seed 1 stops at its reading (60)
+    assert dyn.loc["b", "mixed_share"] == pytest.approx(0.5) and np.isnan(dyn.loc["b", "all_wrong_share"])
+    assert np.isnan(dyn.loc["a", "all_correct_share"])  # a column no log carries
+    table = "\n".join(dynamics_table(dyn.reset_index()))
+    assert "| a | 2 | n/a | 45.0% | 55.0% | n/a |" in table and "| b | 1 | n/a | 50.0% | n/a | n/a |" in table
+    assert dynamics_table(training_dynamics(its, reads.iloc[:0])) == []
+
+
+def test_a_to_target_row_is_recorded_as_a_share():
+    from prereg_kit.record import record_row
+
+    row = dict(contrast="X", treatment="t", control="c", at="to_target", n=6, mean=0.78, ci_low=0.71, ci_high=np.inf,
+               tier="exploratory", kind="superiority", target=0.446, t=np.nan, metric="accuracy")
+    r = record_row(row, source="s")
+    assert (r["mean"], r["ci_low"], r["ci_high"], r["ci_kind"]) == ("0.7800", "0.7100", "n.r.", "none")
+    assert "0.4460" in r["note"]
