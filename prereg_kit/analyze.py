@@ -11,7 +11,8 @@ Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
    reading is made; then apply the plan's admission rules (completed runs, minimum iteration,
    drifted evaluations), every run or evaluation left out listed with its reason;
 3. per contrast: per-seed paired differences at its reading point (tokens k·B, time T*, the
-   control's time, updates), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
+   control's time, updates, the mean over a span of evaluations; a to-target reading is instead
+   one share of B with a paired seed bootstrap, Table 11), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
    bootstrap, the crossed seed-by-problem bootstrap for primary contrasts;
 4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
    TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
@@ -153,7 +154,7 @@ def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
         return metric, "greedy"
     if metric.endswith("_rate") or metric == "log_length":
         return metric, "default"
-    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
+    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse, log_length)")
 
 
 def _check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[list[str], dict, list[str]]:
