@@ -26,7 +26,10 @@ def _plan() -> str:
         'sets = [{ name = "test", n_problems = 40 }, { name = "extra", n_problems = 30, at = ["start", "B"] }]')
     extra = "".join(f'[[contrasts]]\nid = "{cid}"\ntreatment = "B"\ncontrol = "A"\n{line}\ntier = "{tier}"\n\n'
                     for cid, line, tier in CONTRASTS)
-    return text.replace("[[families]]", extra + "[[families]]")
+    text = text.replace("[budget]", '[configurations.pilot]\ndescription = "a pilot-only arm"\n\n[budget]')
+    # a configuration outside the main stage: the dry run writes only the main stage's runs
+    return text.replace("[[families]]", extra + "[[families]]") + '\n[[stages]]\nname = "main"\nconfigurations = ["A", "B"]\n'
+
 
 
 @pytest.fixture(scope="module", params=[0.05, -0.05], ids=["gain", "loss"])
@@ -40,6 +43,7 @@ def test_every_new_kind_is_read_and_reported(dry):
     effect, r = dry
     c = r.analysis.contrasts.set_index("contrast")
     assert set(c.index) >= {cid for cid, _, _ in CONTRASTS}
+    assert set(r.analysis.configurations["configuration"]) == {"A", "B"}
     assert c.loc["FH", "at"] == "first_half" and c.loc["EX", "eval_set"] == "extra" and c.loc["L5", "levels"] == "5"
     ps = r.analysis.per_seed
     for cid in ("FH", "SH", "ALL", "LL", "L5", "EX"):  # paired-t on the per-seed differences (scipy reference)
