@@ -11,7 +11,8 @@ Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
    reading is made; then apply the plan's admission rules (completed runs, minimum iteration,
    drifted evaluations), every run or evaluation left out listed with its reason;
 3. per contrast: per-unit differences (see below) at its reading point (tokens k·B, time T*, the
-   control's time, updates), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
+   control's time, updates, the mean over a span of evaluations; a to-target reading is instead
+   one share of B with a paired seed bootstrap, Table 11), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
    bootstrap, the crossed seed-by-problem bootstrap for primary contrasts;
 4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
    TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
@@ -73,6 +74,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     checks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_COLUMNS))
     check_seeds: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_SEED_COLUMNS))
+    dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)  # training dynamics to B per configuration
 
 
 # ---------------------------------------------------------------------------------------- stats
@@ -117,6 +119,10 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
         df.loc[rows, "p_holm"] = stats.holm(df.loc[rows, "tested_p"].to_numpy())
     verdicts, reasons = [], []
     for _, r in df.iterrows():
+        if isinstance(r.get("target_verdict"), str):  # a to-target share is read against 1 (no saving)
+            verdicts.append(r["target_verdict"])
+            reasons.append(r["target_reason"])
+            continue
         fam = plan.family_of(r["contrast"])
         alpha = fam.alpha if fam is not None else plan.statistics.alpha
         p = r["p_holm"] if r["tier"] == "primary" and not np.isnan(r["p_holm"]) else r["tested_p"]
@@ -156,9 +162,9 @@ def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
         return metric, verifier
     if metric == "greedy_accuracy":
         return metric, "greedy"
-    if metric.endswith("_rate"):
+    if metric.endswith("_rate") or metric == "log_length":
         return metric, "default"
-    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
+    raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse, log_length)")
 
 
 def _check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[list[str], dict, list[str]]:
@@ -220,12 +226,15 @@ def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress
     return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes)
 
 
-def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str) -> tuple[rd.AdmissionResult, pd.DataFrame]:
-    """Curves of ``metric`` on ``eval_set`` kept by the plan's admission rules, and the drift flags."""
+def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
+              levels: tuple[int, ...] = ()) -> tuple[rd.AdmissionResult, pd.DataFrame]:
+    """Curves of ``metric`` on ``eval_set`` (its problems of ``levels``; all when empty) kept by
+    the plan's admission rules, and the drift flags."""
     adm = v.plan_file.plan.admission
     try:
-        curves = rd.accuracy_curve(v.evals, eval_set=eval_set, verifier=verifier, metric=metric)
-        flags = rd.drift_flags(v.evals, eval_set=eval_set, threshold=adm.drift_threshold)
+        evals = rd.select_levels(v.evals, eval_set, levels)
+        curves = rd.accuracy_curve(evals, eval_set=eval_set, verifier=verifier, metric=metric)
+        flags = rd.drift_flags(evals, eval_set=eval_set, threshold=adm.drift_threshold)
         a = rd.apply_admission(curves, iterations=v.runs.iterations, min_iteration=adm.min_iterations,
                                meta=v.runs.meta, statuses=("complete",) if adm.require_complete else None,
                                flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
@@ -276,38 +285,59 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     cache: dict[tuple[str, str, str], tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = {}
     exclusions = [design_ex]
 
-    def curves_for(eval_set: str, verifier: str, metric: str = "accuracy"):
+    def curves_for(eval_set: str, verifier: str, metric: str = "accuracy", levels: tuple[int, ...] = ()):
         if metric == "greedy_accuracy":
             metric = "accuracy"  # the greedy verifier already reads greedy correctness
-        if (eval_set, verifier, metric) not in cache:
-            a, flags = _admitted(v, eval_set, verifier, metric)
+        if (eval_set, verifier, metric, levels) not in cache:
+            a, flags = _admitted(v, eval_set, verifier, metric, levels)
             try:
-                pa = (None if metric in DERIVED_METRICS
-                      else rd.problem_accuracy(keep, eval_set=eval_set, verifier=verifier, metric=metric))
+                pa = (None if metric in DERIVED_METRICS else rd.problem_accuracy(
+                    rd.select_levels(keep, eval_set, levels), eval_set=eval_set, verifier=verifier, metric=metric))
             except rd.ReadingError as e:
                 raise PreregError(f"{study_dir}: {e}") from None
             n_drift = int(flags["drifted"].sum())
-            if n_drift and metric == "accuracy":
+            if n_drift and metric == "accuracy" and not levels:
                 notes.append(f"{eval_set}: {n_drift} evaluation(s) drifted (default − strict > {adm.drift_threshold:g}); "
                              + ("excluded" if adm.drifted == "exclude" else "flagged, kept"))
             ex = a.exclusions.assign(eval_set=eval_set, verifier=verifier)
             exclusions.append(ex)
-            cache[(eval_set, verifier, metric)] = (a.kept, pa, flags)
-        return cache[(eval_set, verifier, metric)]
+            cache[(eval_set, verifier, metric, levels)] = (a.kept, pa, flags)
+        return cache[(eval_set, verifier, metric, levels)]
 
     rows, per_seed = [], []
     reference = plan.evaluation.reference
     for c in _progress(plan.contrasts, progress, "contrasts"):
         metric, verifier = _metric_verifier(plan, c)
         eval_set = c.eval_set or plan.evaluation.primary
-        curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric)
+        curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric,
+                                   tuple(c.levels))
         rp = c.reading_point
         point = rp.at_budget(B)
+        seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
+        curves = curves[curves["seed"].isin(seeds)]
+        label = comparison_label(c)
+        arms = c.arm_pairs()
+        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "design": c.design, "comparison": label,
+               "family": (f.name if (f := plan.family_of(c.id)) else ""),
+               "treatment": " + ".join(t for t, _ in arms), "control": " + ".join(k for _, k in arms),
+               "at": str(rp), "metric": metric, "verifier": verifier,
+               "eval_set": eval_set, "reference": reference if metric == "relative_accuracy" else "",
+               "alternative": c.alternative, "prediction": c.prediction,
+               "levels": ",".join(map(str, c.levels))}
+        if rp.kind in rd.TARGET_KINDS:  # Table 11: a share of the budget with a paired seed bootstrap
+            try:
+                trow, ps = rd.target_statistics(curves, c.treatment, c.control, point, n_resamples=nres,
+                                                confidence=plan.statistics.confidence, seed=plan.statistics.seed)
+            except rd.ReadingError as e:
+                raise PreregError(f"contrast {c.id} ({label}): {e}") from None
+            rows.append({**row, "seeds": _seed_list(seeds), **trow})
+            per_seed.append(ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)])
+            continue
         if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
             try:
                 rel = rd.relative_accuracy_curves(curves, reference, point.scaled, allow_missing=adm.allow_missing_seeds)
             except rd.ReadingError as e:
-                raise PreregError(f"contrast {c.id} ({c.treatment} − {c.control}): {e}") from None
+                raise PreregError(f"contrast {c.id} ({label}): {e}") from None
             curves = rel.kept
             exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
         wanted = c.tier == "primary" and plan.statistics.crossed_bootstrap
@@ -318,11 +348,9 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         elif wanted and not crossed:
             notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for a {c.design} contrast "
                          "(it resamples the seeds and problems of one seed-paired pair)")
-        seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
-        label = comparison_label(c)
         try:
-            dr = design_readings(curves[curves["seed"].isin(seeds)], c.design, c.arm_pairs(), point,
-                                 problem_acc=pa if crossed else None, allow_unpaired=adm.allow_missing_seeds)
+            dr = design_readings(curves, c.design, arms, point, problem_acc=pa if crossed else None,
+                                 allow_unpaired=adm.allow_missing_seeds)
         except rd.ReadingError as e:
             raise PreregError(f"contrast {c.id} ({label}): {e}") from None
         if len(dr.exclusions):
@@ -333,14 +361,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                               f"on seeds {_seed_list(seeds)}; at least 2 are needed")
         pr = dr.paired
         mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr and pr.treatment_matrix is not None else None
-        arms = c.arm_pairs()
-        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "design": c.design, "comparison": label,
-               "family": (f.name if (f := plan.family_of(c.id)) else ""),
-               "treatment": " + ".join(t for t, _ in arms), "control": " + ".join(k for _, k in arms),
-               "at": str(rp), "metric": metric, "verifier": verifier,
-               "eval_set": eval_set, "reference": reference if metric == "relative_accuracy" else "",
-               "alternative": c.alternative, "prediction": c.prediction,
-               "seeds": _seed_list(sorted(set(dr.units["seed"])))}
+        row["seeds"] = _seed_list(sorted(set(dr.units["seed"])))
         if c.design == "welch":
             row.update(welch_statistics(*dr.values, c, plan))
         else:
@@ -373,7 +394,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
-        checks=checks, check_seeds=check_seeds)
+        checks=checks, check_seeds=check_seeds,
+        dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 
 
 def _run_of(path: str) -> tuple[str, int]:

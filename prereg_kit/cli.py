@@ -271,15 +271,17 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
 def _print_contrasts(a) -> None:
     from rich.table import Table
 
-    from .report import format_p
+    from .report import _share, format_p, is_target
 
     t = Table(title=f"{a.plan.study.id}: contrasts" + (" (EXPLORATORY)" if a.exploratory else ""))
     for col in ("contrast", "tier", "pair", "at", "n", "Δ [95% CI]", "tested p (Holm if primary)", "TOST p", "verdict"):
         t.add_column(col)
-    for r in a.contrasts.itertuples():
-        t.add_row(r.contrast, r.tier, getattr(r, "comparison", f"{r.treatment} − {r.control}"), r.at, str(r.n),
-                  f"{r.mean:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
-                  format_p(r.p_holm if r.tier == "primary" else r.tested_p), format_p(r.tost_p), r.verdict)
+    for _, r in a.contrasts.iterrows():
+        # a to-target reading is a share of the budget (n.r. = not reached), not a difference
+        est = (f"share {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}]" if is_target(r)
+               else f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]")
+        t.add_row(r["contrast"], r["tier"], r.get("comparison", f"{r['treatment']} − {r['control']}"), r["at"], str(r["n"]), est,
+                  format_p(r["p_holm"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]), r["verdict"])
     out_console.print(t)
 
 

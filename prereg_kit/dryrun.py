@@ -117,11 +117,16 @@ def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
     tpt = {c: 1e-4 * (time_ratio or {}).get(c, 1.0) for c in plan.configurations}
     upt = {c: 64 / B * (update_ratio or {}).get(c, 1.0) for c in plan.configurations}
     generate_study(
-        folder, study=plan.study.id, plan_hash=plan_file.content_sha256, configurations=effects,
+        folder, study=plan.study.id, plan_hash=plan_file.content_sha256,
+        configurations={c: effects[c] for c in plan.configurations_for("main")},  # the runs analyze expects
         seeds=plan.seeds_for("main"), budget_tokens=plan.budget.tokens,
         eval_every=plan.budget.eval_interval_tokens(),
-        eval_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets},
-        samples=plan.evaluation.samples, extend_to={c: plan.train_to(c) for c in plan.configurations},
+        eval_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets if s.every_evaluation},
+        budget_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets if not s.every_evaluation},
+        set_levels={s.name: s.levels for s in plan.evaluation.sets if s.levels},
+        # a log_length contrast's true effect is the configuration's effect on the log scale
+        length_effects=effects if any((c.metric or plan.evaluation.metric) == "log_length" for c in plan.contrasts) else None,
+        samples=plan.evaluation.samples, extend_to={c: plan.train_to(c) for c in plan.configurations_for("main")},
         greedy=plan.evaluation.greedy or plan.evaluation.metric == "greedy_accuracy",
         time_per_token=tpt, updates_per_token=upt, rng=rng, started_at=now + timedelta(microseconds=1),
         spacing=timedelta(microseconds=1), iteration_columns=check_columns(plan))

@@ -42,6 +42,11 @@ def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
     row: dict[str, Any] = {"id": c["contrast"], "contrast": c["contrast"], "label": label, "at": str(c["at"]),
                            "n": int(c["n"]), "mean": _signed(c["mean"]), "ci_low": _signed(c["ci_low"]),
                            "ci_high": _signed(c["ci_high"]), "tier": c["tier"], "test": c["kind"], "source": source}
+    if isinstance(c.get("target"), float) and math.isfinite(c["target"]):  # Table 11: a share, no paired t
+        share = lambda x: "n.r." if math.isinf(x) else f"{x:.4f}"  # noqa: E731
+        row.update(mean=share(c["mean"]), ci_low=share(c["ci_low"]), ci_high=share(c["ci_high"]), ci_kind="none",
+                   note=f"share of the budget to reach {c['target']:.4f} (the control's mean accuracy), seed-bootstrap interval")
+        return row
     if bool(c.get("zero_sd")) or not math.isfinite(float(c.get("t", math.nan))):
         row["ci_kind"] = "none"
         row["note"] = "every seed's difference is the same (identical runs): no t statistic"

@@ -37,9 +37,21 @@ def _signed(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:+.3f}"
 
 
+def is_target(row) -> bool:
+    """A to-target row (Table 11): a share of the budget, read against 1, not a difference."""
+    t = row.get("target")
+    return t is not None and not pd.isna(t)
+
+
+def _share(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else "n.r." if math.isinf(x) else f"{x:.2f}"
+
+
 def printed_test(row: pd.Series) -> str:
     """The 'test' column: what the paper prints beside each contrast."""
     parts = []
+    if is_target(row):
+        return f"resamples without a saving: {row['boot_p']:.1%}"
     if row["kind"] == "superiority":
         label = "Holm p" if row["tier"] == "primary" and not row.get("exploratory_label", False) else "p"
         parts.append(f"{label} = {format_p(row['p_holm'] if label == 'Holm p' else row['p'])}")
@@ -61,6 +73,11 @@ def metric_label(row) -> str:
     metric = str(row.get("metric", "accuracy") or "accuracy")
     ref = row.get("reference", "")
     label = f"{metric} (÷ {ref})" if metric == "relative_accuracy" and isinstance(ref, str) and ref else metric
+    levels = row.get("levels", "")
+    if isinstance(levels, str) and levels:
+        label += f", level {levels}"
+    if is_target(row):
+        label = f"share to reach {row['target']:.3f} ({label})"
     return label + (", strict" if row.get("verifier") == "strict" else "")
 
 
@@ -84,6 +101,11 @@ def contrast_table(df: pd.DataFrame) -> str:
         pair = r.get("comparison") or f"{r['treatment']} − {r['control']}"
         n = f"{int(r['n_treatment'])} + {int(r['n_control'])}" if design == "welch" else f"{r['n']}"
         seeds = "—" if pd.isna(r["n_lower"]) else f"{r['n_lower']} / {r['n_higher']}"
+        if is_target(r):  # a share of the budget (1 = no saving; n.r. = not reached), no paired-t
+            lines.append(f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{r['at']} "
+                         f"| {r['n']} | {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}] | — "
+                         f"| {printed_test(r)} | {seeds} | **{r['verdict']}** |")
+            continue
         lines.append(
             f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{r['at']} | {n} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
@@ -137,8 +159,18 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+TARGET_SHARES = ("mean", "ci_low", "ci_high")  # a to-target row's share of B; inf = the target not reached
+
+
 def _records(df: pd.DataFrame) -> list[dict]:
-    return [_jsonable(r) for r in df.to_dict(orient="records")]
+    """Rows as JSON objects: an infinite share of a to-target row is "n.r." (not reached); any
+    other non-finite number (a one-sided bound's open end) is null."""
+    out = []
+    for r in df.to_dict(orient="records"):
+        target = is_target(r)
+        out.append({k: "n.r." if target and k in TARGET_SHARES and isinstance(v, (float, np.floating)) and math.isinf(v)
+                    else _jsonable(v) for k, v in r.items()})
+    return out
 
 
 def write_report(a: Analysis, out_dir: Path) -> list[Path]:
@@ -178,7 +210,8 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     margin = float(a.contrasts["margin_high"].max()) if len(a.contrasts) else plan.statistics.margin
     paired = [c for c in plan.contrasts if c.design == "paired"]  # a curve of T − C over time needs one seed-paired pair
     figs = [
-        plots.forest_plot(a.contrasts, a.per_seed, out_dir / "forest.png",
+        plots.forest_plot(a.contrasts[[not is_target(r) for _, r in a.contrasts.iterrows()]], a.per_seed,
+                          out_dir / "forest.png",
                           title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin),
         plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,
                               title=f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}"),
@@ -192,6 +225,23 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     (out_dir / "report.md").write_text(render_markdown(a))
     written.append(out_dir / "report.md")
     return written
+
+
+def dynamics_table(dyn: pd.DataFrame) -> list[str]:
+    """Training dynamics to B per configuration (mean over runs of each run's mean over its
+    iterations): reward, mixed / all-wrong / all-correct groups (paper L4025-4028), length and
+    truncation; a share the run logs do not carry reads n/a."""
+    if dyn is None or not len(dyn):
+        return []
+    pct = lambda x: "n/a" if pd.isna(x) else f"{x:.1%}"  # noqa: E731
+    out = ["", "### Training dynamics to B", "",
+           "| configuration | seeds | mean reward | mixed groups | all-wrong groups | all-correct groups | "
+           "mean length (tokens) | truncated |", "|---|---|---|---|---|---|---|---|"]
+    for _, r in dyn.iterrows():
+        out.append(f"| {r['configuration']} | {r['n_seeds']} | {'n/a' if pd.isna(r['reward_mean']) else f'{r.reward_mean:.3f}'} "
+                   f"| {pct(r['mixed_share'])} | {pct(r['all_wrong_share'])} | {pct(r['all_correct_share'])} "
+                   f"| {'n/a' if pd.isna(r['length_mean']) else f'{r.length_mean:.0f}'} | {pct(r['truncation_rate'])} |")
+    return out
 
 
 def render_markdown(a: Analysis) -> str:
@@ -249,6 +299,7 @@ def render_markdown(a: Analysis) -> str:
                       f"{int(r['n_collapsed'])} / {r['n_seeds']} ({r['collapse_rate']:.0%}) | ")
         out.append(f"| {r['configuration']} | {r['n_seeds']} | {r['accuracy_at_B']:.3f} | {extra}{r['tokens_at_B'] / 1e6:.3f} | "
                    f"{r['updates_at_B']:.0f} | {r['hours_at_B']:.3f} | {r['continuation_share']:.0%} | {r['stage_shares']} |")
+    out += dynamics_table(a.dynamics)
     out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
     if a.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]

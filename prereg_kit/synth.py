@@ -32,7 +32,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterable, Mapping, TypeVar
+from typing import Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -132,7 +132,19 @@ def _simulate_iterations(rng, target_tokens, tokens_per_it, sec_per_token, cont_
         "length_mean": np.clip(rng.normal(300, 20, n_it), 1, None),
         "truncation_rate": np.clip(rng.normal(0.1, 0.02, n_it), 0, 1),
     })
+    # the groups without signal split the rest in the ratio of all-wrong (1-r)^8 to all-correct r^8
+    # (no further draws, so the other columns stay what they were for the same rng)
+    wrong, right = (1 - reward) ** 8, reward**8
+    rest = (1 - df["mixed_share"].to_numpy()) / np.maximum(wrong + right, 1e-300)
+    df["all_wrong_share"], df["all_correct_share"] = np.clip(rest * wrong, 0, 1), np.clip(rest * right, 0, 1)
     return df, cum, np.cumsum(secs)
+
+
+def problem_levels(difficulty: np.ndarray, levels: Sequence[int] = (1, 2, 3, 4, 5)) -> np.ndarray:
+    """A level per problem: the easiest share 1/len(levels) of the set gets the first level, and
+    so on (harder problems, higher MATH levels)."""
+    rank = np.argsort(np.argsort(difficulty, kind="stable"), kind="stable")
+    return np.asarray(levels, dtype=np.int64)[(rank * len(levels)) // max(1, len(difficulty))]
 
 
 def generate_study(
@@ -146,6 +158,8 @@ def generate_study(
     eval_every: int | None = None,
     eval_sets: Mapping[str, int] = {"math200": 200},
     budget_sets: Mapping[str, int] | None = None,
+    set_levels: Mapping[str, Sequence[int]] | None = None,
+    length_effects: Mapping[str, float] | None = None,
     samples: int = 8,
     stage: str = "main",
     time_per_token: float | Mapping[str, float] = 1e-4,
@@ -181,7 +195,11 @@ def generate_study(
     configuration. ``drift``: configuration -> drop of the boxed rate reached at B (for
     ``drift_seeds``, default all). All randomness comes from ``rng``; the same ``rng`` gives
     the same logs. Runs are written through :class:`~prereg_kit.runlog.RunLogWriter` and
-    compacted to Parquet (JSON lines kept when ``keep_jsonl``). ``started_at``: the first run's start time (runs start ``spacing`` apart, a minute by default).
+    compacted to Parquet (JSON lines kept when ``keep_jsonl``).
+    Eval rows carry each problem's ``level`` (:func:`problem_levels`, from ``set_levels`` or 1-5)
+    and ``log_length``: ln 300 + a problem offset N(0, 0.3) + ``length_effects[c]`` (log scale,
+    reached at B like the accuracy effect) + run noise N(0, 0.05) + evaluation noise N(0, 0.02),
+    drawn from streams of their own (the other columns do not change with them). ``started_at``: the first run's start time (runs start ``spacing`` apart, a minute by default).
     ``iteration_columns``: column -> {configuration: mean}: further per-iteration columns (such as
     a filter's predicted success, read by manipulation checks), mean ± 0.05 noise clipped to [0, 1],
     0.5 for configurations not named; drawn from a stream of their own, so the other logs stay the same.
@@ -209,6 +227,9 @@ def generate_study(
     all_sets = list(eval_sets.items()) + [(k, v) for k, v in budget_sets.items() if k not in eval_sets]
     prng = _stream(entropy, 0)
     diffs = {name: prng.normal(0, problem_sd, n) for name, n in all_sets}
+    levels = {name: problem_levels(diffs[name], (set_levels or {}).get(name) or (1, 2, 3, 4, 5)) for name, _ in all_sets}
+    lrng = _stream(entropy, 4)
+    len_offset = {name: lrng.normal(0, 0.3, n) for name, n in all_sets}
     primary = next(iter(eval_sets))
     f_grid = np.linspace(0, max(ext.values()) * 1.1 + 0.1, 801)
     shifts = {}
@@ -233,6 +254,8 @@ def generate_study(
         for c in configs:
             crng = _stream(entropy, 3, s, _cfg_key(c))
             v_cs = crng.normal(0, run_sd)
+            lr = _stream(entropy, 5, s, _cfg_key(c))
+            len_run = lr.normal(0, 0.05)
             ne = n_evals[c]
             last_target = (ne - 1) * every
             acc1 = base_accuracy + gain + configurations[c]
@@ -275,6 +298,10 @@ def generate_study(
                     "correct_strict": (hit & box).sum(axis=2).ravel(),
                     "boxed": box.sum(axis=2).ravel(),
                     **({"greedy_correct": (G < p).ravel()} if greedy else {}),
+                    "level": np.tile(levels[name], n_e),
+                    "log_length": (np.log(300.0) + len_offset[name][None, :] + len_run
+                                   + (length_effects or {}).get(c, 0.0) * _shape(f[idx], curve_rate)[:, None]
+                                   + lr.normal(0, 0.02, (n_e, n_p))).ravel().clip(0),
                 }))
                 truth.append(pd.DataFrame({
                     "configuration": c, "seed": s, "eval_index": idx, "eval_set": name,

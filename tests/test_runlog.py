@@ -309,3 +309,24 @@ def test_resume_refuses_other_weights_than_the_run_started_from(tmp_path):
     RunLogWriter(old, meta(seed=1), fsync=False).log_iteration(it_row(0))
     w = RunLogWriter(old, hashed(b, seed=1), resume=True, at_iteration=1, fsync=False)
     assert w.meta.model_extra["model_sha256"] == b
+
+
+def test_new_optional_columns_read_in_old_logs_and_are_range_checked():
+    from prereg_kit.runlog.schema import EVAL_COLUMNS, ITERATION_COLUMNS, RunLogError, validate_frame
+
+    it = pd.DataFrame({"iteration": [0], "tokens_rollout": [5], "tokens_continuation": [0], "tokens_discarded": [0],
+                       "seconds_selection": [0.0], "seconds_generation": [1.0], "seconds_credit": [0.0],
+                       "seconds_update": [1.0], "seconds_weight_sync": [0.0], "updates": [1], "mixed_share": [0.5]})
+    old = validate_frame(it, ITERATION_COLUMNS, where="iterations.jsonl")  # a log from before the shares
+    assert old["all_wrong_share"].isna().all() and old["all_correct_share"].isna().all()
+    for col, bad in (("all_wrong_share", 1.5), ("all_correct_share", -0.1), ("all_wrong_share", "half")):
+        with pytest.raises(RunLogError, match=f"line 1: field '{col}'"):
+            validate_frame(it.assign(**{col: [bad]}), ITERATION_COLUMNS, where="iterations.jsonl")
+    ev = pd.DataFrame({"eval_index": [0], "iteration": [0], "eval_set": ["m"], "problem_id": ["p"], "eval_seed": [1],
+                       "tokens": [0], "train_seconds": [0.0], "updates": [0], "samples": [2], "correct": [1],
+                       "correct_strict": [1], "boxed": [2]})
+    old = validate_frame(ev, EVAL_COLUMNS, where="evals.jsonl")
+    assert old["level"].isna().all() and old["log_length"].isna().all()
+    for col, bad in (("level", 0), ("level", 2.5), ("level", "5"), ("log_length", -1.0), ("log_length", float("inf"))):
+        with pytest.raises(RunLogError, match=f"field '{col}'"):
+            validate_frame(ev.assign(**{col: [bad]}), EVAL_COLUMNS, where="evals.jsonl")

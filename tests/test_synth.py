@@ -118,3 +118,29 @@ def test_deterministic_and_rng_sensitive(tmp_path):
     pd.testing.assert_frame_equal(x.evals, y.evals)
     pd.testing.assert_frame_equal(x.iterations, y.iterations)
     assert not x.evals["correct"].equals(z.evals["correct"])
+
+
+def test_levels_log_lengths_and_group_shares(synth, tmp_path):
+    from prereg_kit.synth import problem_levels
+
+    info, st = synth
+    ev = st.evals
+    assert ev["level"].notna().all() and set(ev["level"].unique()) == {1, 2, 3, 4, 5}
+    # harder problems get higher levels: every level-5 problem is harder than every level-1 problem
+    d = np.array([3.0, -1.0, 0.5, 2.0, -2.0])
+    assert problem_levels(d).tolist() == [5, 2, 3, 4, 1] and problem_levels(d, [4, 5]).tolist() == [5, 4, 4, 5, 4]
+    one = ev[(ev["configuration"] == "control") & (ev["seed"] == 0) & (ev["eval_set"] == "math200")]
+    assert one.groupby("problem_id")["level"].nunique().eq(1).all()  # a problem keeps its level
+    assert ev["log_length"].between(np.log(300) - 2, np.log(300) + 2).all()
+    it = st.iterations
+    total = it["mixed_share"] + it["all_wrong_share"] + it["all_correct_share"]
+    assert np.allclose(total, 1) and it["all_wrong_share"].between(0, 1).all()
+    # a log-length effect shows at B; the accuracy columns are the same with or without it
+    kw = dict(configurations={"a": 0.0, "b": 0.0}, seeds=range(6), budget_tokens=B, rng=3)
+    r0, r1 = tmp_path / "r0", tmp_path / "r1"
+    generate_study(r0, **kw)
+    generate_study(r1, length_effects={"b": -0.2}, **kw)
+    e0, e1 = load_study(r0, progress=False).evals, load_study(r1, progress=False).evals
+    assert e0["correct"].equals(e1["correct"])
+    at_b = e1[e1["eval_index"] == 16].groupby("configuration")["log_length"].mean()
+    assert at_b["b"] - at_b["a"] == pytest.approx(-0.2, abs=0.06)

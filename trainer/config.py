@@ -238,6 +238,7 @@ class EvalSetSpec(_Strict):
     source: str = ""
     n_problems: int | None = None
     levels: list[int] = []
+    at: list[Literal["start", "B"]] | None = None  # None: every evaluation; else only the start and/or B
 
 
 class RunSpec(_Strict):

@@ -72,7 +72,7 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
     plan = pf.plan
     study = pf.path.parent
     ev = plan.evaluation
-    sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels) for s in ev.sets]
+    sets = [EvalSetSpec(name=s.name, source=s.source, n_problems=s.n_problems, levels=s.levels, at=s.at) for s in ev.sets]
     jobs = []
     cfgs: dict[str, object] = {}
     for run in runs:

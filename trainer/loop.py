@@ -188,7 +188,10 @@ def group_stats(rewards: torch.Tensor, roll, group_size: int) -> dict:
     """Reward and group statistics of the iteration's rollouts (run-log optional columns)."""
     g = rewards.view(-1, group_size)
     mixed = ((g.max(1).values > 0) & (g.min(1).values < 1)).float().mean()
+    # beside the mixed share, the groups with no signal: all wrong, all correct (paper L4025-4028)
+    wrong, right = (g.max(1).values <= 0).float().mean(), (g.min(1).values >= 1).float().mean()
     return {"reward_mean": float(rewards.mean()), "mixed_share": float(mixed),
+            "all_wrong_share": float(wrong), "all_correct_share": float(right),
             "length_mean": float(roll.lengths.float().mean()), "truncation_rate": float(roll.truncated.float().mean())}
 
 

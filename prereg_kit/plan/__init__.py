@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from .fields import (check_name, COLLAPSE_K, DERIVED_METRICS, INT_MAX, INT_MIN, MAX_DEPTH, MAX_MULTIPLE,
     MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, METRICS_HELP, Multiple, Name, NAME_RULE, parse_multiple,
-    parse_reading_point, parse_tokens, PLAN_FILE, PointKind, ReadingPoint, Seeds, Tokens)
-from .schema import (Admission, Budget, Check, Configuration, Contrast, cross_check, EvalSet, Evaluation, Family,
+    parse_reading_point, parse_tokens, PLAN_FILE, PointKind, ReadingPoint, Seeds, SPAN_POINTS, TARGET_POINTS, Tokens)
+from .schema import (Admission, Budget, Check, Configuration, Contrast, EvalSet, Evaluation, Family,
     Hypothesis, Margin, merge_tables, Plan, StageSpec, Statistics, Study)
+from .crosscheck import cross_check
 from .load import (document_problems, load_plan, MAX_MESSAGE, parse_toml, PlanFile, read_toml,
     resolve_plan_path, validate_plan)
 
@@ -31,6 +32,6 @@ __all__ = [
     "INT_MIN", "load_plan", "Margin", "MAX_DEPTH", "MAX_MESSAGE", "MAX_MULTIPLE", "MAX_NAME",
     "MAX_PLAN_BYTES", "MAX_SEEDS", "merge_tables", "METRICS_HELP", "Multiple", "Name", "NAME_RULE", "parse_multiple",
     "parse_reading_point", "parse_tokens", "parse_toml", "Plan", "PLAN_FILE", "PlanFile", "PointKind",
-    "read_toml", "ReadingPoint", "resolve_plan_path", "Seeds", "StageSpec", "Statistics", "Study",
-    "Tokens", "validate_plan",
+    "read_toml", "ReadingPoint", "resolve_plan_path", "Seeds", "SPAN_POINTS", "StageSpec", "Statistics", "Study",
+    "TARGET_POINTS", "Tokens", "validate_plan",
 ]

@@ -22,7 +22,12 @@ MAX_SEEDS = 10_000  # seeds per study or stage
 MAX_NAME = 80  # characters in a configuration name, id or set name
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit
 MAX_MULTIPLE = 1e6  # a run length or reading point k·B; far beyond any study
-PointKind = Literal["tokens", "time", "control_time", "updates"]
+PointKind = Literal["tokens", "time", "control_time", "updates", "first_half", "second_half", "all_evals",
+                    "to_target", "time_to_target"]
+# Reading points over a span of evaluations, and the tokens/time to reach the control's accuracy
+# (dense-rewards paper L3356, L4034-4036, §C.6.8 Table 11; prereg_kit.readings.spans).
+SPAN_POINTS = ("first_half", "second_half", "all_evals")
+TARGET_POINTS = ("to_target", "time_to_target")
 
 # --------------------------------------------------------------------------- quantities
 
@@ -30,8 +35,8 @@ _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
 _TOKENS = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([KkMmGg]?)\s*$")
 _MULTIPLE = re.compile(r"^\s*([0-9]*\.?[0-9]*)\s*[*·]?\s*B\s*$")
 _FRACTION = re.compile(r"^\s*B\s*/\s*([0-9]{1,19})\s*$")
-_METRIC = re.compile(r"^(accuracy|greedy_accuracy|pass@[1-9][0-9]*|[a-z][a-z0-9_]*_rate|relative_accuracy|collapse)$")
-METRICS_HELP = "accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy or collapse"
+_METRIC = re.compile(r"^(accuracy|greedy_accuracy|pass@[1-9][0-9]*|[a-z][a-z0-9_]*_rate|relative_accuracy|collapse|log_length)$")
+METRICS_HELP = "accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse or log_length"
 # Metrics derived from a run's accuracy curve and read only at token reading points (B, k·B):
 # relative_accuracy (÷ the [evaluation] reference's accuracy, same seed) and collapse (pass@4
 # below the run's own evaluation 0). Multi-reward paper §4.7 (P2:L101-103, L113).
@@ -173,6 +178,8 @@ class ReadingPoint:
     def __str__(self) -> str:
         if self.kind == "tokens":
             return "B" if self.multiple == 1 else f"{self.multiple:g}B"
+        if self.kind in SPAN_POINTS + TARGET_POINTS:
+            return self.kind if self.multiple == 1 else f"{self.kind}:{self.multiple:g}B"
         return self.kind.replace("_", "-")
 
     def at_budget(self, budget: float) -> "ReadingPoint":
@@ -198,7 +205,10 @@ class ReadingPoint:
     def describe(self) -> str:
         b = "B" if self.multiple == 1 else f"{self.multiple:g}B"
         return {"tokens": f"tokens at {b}", "time": f"time T* at {b}", "control_time": f"control's time to {b}",
-                "updates": f"updates at {b}"}[self.kind]
+                "updates": f"updates at {b}", "first_half": f"mean over the first half of {b}",
+                "second_half": f"mean over the second half of {b}", "all_evals": f"mean over every evaluation to {b}",
+                "to_target": f"tokens to the control's accuracy at {b}",
+                "time_to_target": f"training time to the control's accuracy at {b}"}[self.kind]
 
 
 def parse_reading_point(value: str) -> ReadingPoint:
@@ -209,11 +219,16 @@ def parse_reading_point(value: str) -> ReadingPoint:
         return ReadingPoint(v)  # type: ignore[arg-type]
     if v in ("control-time", "control_time"):
         return ReadingPoint("control_time")
+    kind, sep, mult = v.partition(":")
     try:
+        if kind in SPAN_POINTS + TARGET_POINTS:  # "first_half", "to_target:2B"
+            return ReadingPoint(kind, parse_multiple(mult) if sep else 1.0)  # type: ignore[arg-type]
         return ReadingPoint("tokens", parse_multiple(v))
     except ValueError:
         raise ValueError(
-            f"expected a reading point: \"B\", \"2B\" (k·B), \"time\", \"control-time\" or \"updates\"; got {_short(value)}"
+            f"expected a reading point: \"B\", \"2B\" (k·B), \"time\", \"control-time\", \"updates\", "
+            f"\"first_half\", \"second_half\", \"all_evals\", \"to_target\" or \"time_to_target\" "
+            f"(the last five optionally \":kB\"); got {_short(value)}"
         ) from None
 
 

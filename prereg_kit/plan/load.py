@@ -18,7 +18,8 @@ from ..errors import PlanError
 from ..tomlpos import key_lines, line_of
 
 from .fields import INT_MAX, INT_MIN, MAX_DEPTH, MAX_PLAN_BYTES, PLAN_FILE, _short
-from .schema import cross_check, Plan
+from .crosscheck import cross_check
+from .schema import Plan
 
 
 # --------------------------------------------------------------------------- loading

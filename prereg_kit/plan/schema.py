@@ -1,4 +1,5 @@
-"""The plan's tables as models (pydantic; unknown keys are errors) and the checks across them."""
+"""The plan's tables as models (pydantic; unknown keys are errors); the rules across tables are in
+``crosscheck``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from ..margin import plan_margin
 from ..stages import Stage
 
-from .designs import check_problems as _check_problems, design_problems as _design_problems, \
-    seed_subset_problems as _seed_subset_problems
-from .fields import (_check_seeds, COLLAPSE_K, _cut, DERIVED_METRICS, _FRACTION, INT_MAX, _METRIC,
+from .fields import (_check_seeds, _FRACTION, INT_MAX, _METRIC,
     METRICS_HELP, Multiple, Name, parse_multiple, parse_reading_point, parse_tokens, ReadingPoint, Seeds,
     _short, Tokens)
 
@@ -121,6 +120,20 @@ class EvalSet(_Model):
     n_problems: int | None = Field(default=None, gt=0)
     levels: list[int] = []
     description: str = ""
+    # A further test set scored only at the start and at B (dense-rewards paper §C.5, S33/S34's
+    # MATH-500 and GSM8K): the trainer skips it at the evaluations in between.
+    at: list[Literal["start", "B"]] | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError('list the evaluations that score this set once each: ["start", "B"], ["B"] or ["start"]')
+        return v
+
+    @property
+    def every_evaluation(self) -> bool:
+        return self.at is None
 
 
 class Evaluation(_Model):
@@ -208,7 +221,16 @@ class Contrast(_Model):
     metric: str | None = None
     verifier: Literal["default", "strict", "math_verify"] | None = None
     eval_set: str | None = None
+    # Accuracy on the problems of these MATH levels only (the eval rows' ``level``); [] = all.
+    levels: list[Annotated[int, Field(ge=1, le=INT_MAX)]] = []
     description: str = ""
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate levels in {v}")
+        return v
 
     @field_validator("at")
     @classmethod
@@ -420,133 +442,3 @@ def merge_tables(base: dict, over: dict) -> dict:
     for k, v in over.items():
         out[k] = merge_tables(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
-
-
-# --------------------------------------------------------------------------- cross-checks
-
-
-def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
-    """Rules between keys that the schema alone cannot express: (key path, message) pairs.
-
-    Linear in the size of the plan: lookups go through dicts built once (a 1 MiB plan can hold
-    thousands of contrasts).
-    """
-    errs: list[tuple[tuple, str]] = []
-    configs = set(plan.configurations)
-    have = _cut(", ".join(sorted(configs)), 200)
-    contrast_ids = [c.id for c in plan.contrasts]
-    by_id: dict[str, Contrast] = {}
-    for c in plan.contrasts:
-        by_id.setdefault(c.id, c)
-    set_names = [s.name for s in plan.evaluation.sets]
-    main_stage = plan.stage("main")
-    lengths: dict[str, float] = {}
-
-    def run_length(name: str) -> float:
-        if name not in lengths:
-            lengths[name] = plan._run_length(name, main_stage)
-        return lengths[name]
-
-    def first_seen(names: list[str]) -> dict[str, int]:
-        first: dict[str, int] = {}
-        for i, n in enumerate(names):
-            first.setdefault(n, i)
-        return first
-
-    folded: dict[str, str] = {}
-    for name in plan.configurations:
-        other = folded.setdefault(name.casefold(), name)
-        if other != name:
-            errs.append((("configurations", name), f"configuration {name!r} differs from {other!r} only in case: "
-                                                   "their run folders would be one on a case-insensitive file system"))
-    if plan.study.comparator not in configs:
-        errs.append((("study", "comparator"), f"unknown configuration {_short(plan.study.comparator)} (have: {have})"))
-    first_set = first_seen(set_names)
-    for i, name in enumerate(set_names):
-        if first_set[name] != i:
-            errs.append((("evaluation", "sets", i, "name"), f"duplicate evaluation set {name!r}"))
-    if plan.evaluation.primary_set is not None and plan.evaluation.primary_set not in first_set:
-        errs.append((("evaluation", "primary_set"), f"unknown evaluation set {_short(plan.evaluation.primary_set)}"))
-    ev = plan.evaluation
-    if ev.reference is not None and ev.reference not in configs:
-        errs.append((("evaluation", "reference"), f"unknown configuration {_short(ev.reference)} (have: {have})"))
-    if ev.metric == "relative_accuracy" and ev.reference is None:
-        errs.append((("evaluation", "metric"), "metric relative_accuracy needs [evaluation] reference (the primary-only configuration)"))
-    if ev.metric == "collapse" and ev.samples < COLLAPSE_K:
-        errs.append((("evaluation", "metric"), f"metric collapse compares pass@{COLLAPSE_K}: it needs samples >= {COLLAPSE_K} (have {ev.samples})"))
-
-    memberships: dict[str, list[str]] = {}
-    first_family = first_seen([f.name for f in plan.families])
-    for fi, fam in enumerate(plan.families):
-        if first_family[fam.name] != fi:
-            errs.append((("families", fi, "name"), f"duplicate family name {fam.name!r}"))
-        if not fam.members:
-            errs.append((("families", fi, "members"), f"family {fam.name!r} is empty"))
-        for m in fam.members:
-            memberships.setdefault(m, []).append(fam.name)
-            if m not in by_id:
-                errs.append((("families", fi, "members"), f"unknown contrast {_short(m)} in family {fam.name!r}"))
-            elif by_id[m].tier != "primary":
-                errs.append((("families", fi, "members"), f"contrast {m!r} is {by_id[m].tier}: only primary contrasts are Holm-adjusted"))
-
-    first_contrast = first_seen(contrast_ids)
-    for ci, c in enumerate(plan.contrasts):
-        where = ("contrasts", ci)
-        n_before = len(errs)
-        if first_contrast[c.id] != ci:
-            errs.append((where + ("id",), f"duplicate contrast id {c.id!r}"))
-        errs += _design_problems(c, where, configs, have)
-        if c.seeds is not None and len(errs) == n_before:
-            errs += _seed_subset_problems(plan, c, where)
-        if c.eval_set is not None and c.eval_set not in first_set:
-            errs.append((where + ("eval_set",), f"unknown evaluation set {_short(c.eval_set)}"))
-        if c.tier == "primary" and c.id not in memberships:
-            errs.append((where + ("tier",), f"primary contrast {c.id!r} is in no Holm family (add it to [[families]])"))
-        if len(memberships.get(c.id, [])) > 1:
-            errs.append((where + ("id",), f"contrast {c.id!r} is in several families: {', '.join(memberships[c.id])}"))
-        if c.kind != "superiority" and c.alternative != "two-sided":
-            errs.append((where + ("alternative",), f"a {c.kind} contrast takes no 'alternative' (its test is fixed)"))
-        rp = c.reading_point
-        if c.metric is not None:
-            if c.metric == "relative_accuracy" and ev.reference is None:
-                errs.append((where + ("metric",), "metric relative_accuracy needs [evaluation] reference (the primary-only configuration)"))
-            if c.metric == "collapse" and ev.samples < COLLAPSE_K:
-                errs.append((where + ("metric",), f"metric collapse compares pass@{COLLAPSE_K}: it needs [evaluation] samples >= {COLLAPSE_K} (have {ev.samples})"))
-        metric = c.metric or ev.metric
-        if metric in DERIVED_METRICS and rp.kind != "tokens":
-            errs.append((where + ("at",), f"metric {metric} is read at token reading points only (\"B\" or \"kB\"), not {c.at!r}"))
-        if metric == "relative_accuracy" and ev.reference in configs and rp.kind == "tokens" \
-                and run_length(ev.reference) < rp.multiple:
-            errs.append((where + ("at",), f"read at {rp} but the reference {ev.reference!r} trains only to {run_length(ev.reference):g}B"))
-        if c.design == "welch" and not c.minus_treatment and rp.kind != "tokens":
-            errs.append((where + ("at",), f"a welch contrast of two configurations is read at a token reading point "
-                                          f"(\"B\" or \"kB\"), not {c.at!r}: {rp.kind} readings pair runs by seed"))
-        if rp.kind == "tokens" and len(errs) == n_before:  # no other problem with this contrast
-            for name in c.configuration_names():
-                if name in configs and run_length(name) < rp.multiple:
-                    errs.append((where + ("at",), f"read at {rp} but {name!r} trains only to {run_length(name):g}B"))
-
-    errs += _check_problems(plan, configs, have, first_contrast, run_length)
-
-    first_hypothesis = first_seen([h.id for h in plan.hypotheses])
-    for hi, h in enumerate(plan.hypotheses):
-        if first_hypothesis[h.id] != hi:
-            errs.append((("hypotheses", hi, "id"), f"duplicate hypothesis id {h.id!r}"))
-        for cid in h.contrasts:
-            if cid not in by_id:
-                errs.append((("hypotheses", hi, "contrasts"), f"unknown contrast {_short(cid)}"))
-
-    stage_names = [s.name for s in plan.stages]
-    first_stage = first_seen(stage_names)
-    for si, s in enumerate(plan.stages):
-        if first_stage[s.name] != si:
-            errs.append((("stages", si, "name"), f"duplicate stage {s.name!r}"))
-        for name in s.configurations or []:
-            if name not in configs:
-                errs.append((("stages", si, "configurations"), f"unknown configuration {_short(name)}"))
-    if "main" not in stage_names:
-        errs.append((("stages",), "the stages must include 'main'"))
-    return errs
-
-
-

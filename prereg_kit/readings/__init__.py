@@ -13,6 +13,13 @@ the dense-rewards paper (``seeds/000_…txt``) and its extraction (``seeds/extra
 - *At updates* (§2.3, Figure 2a): the treatment is read at B; the control is interpolated
   linearly in its update count at the treatment's update count.
 
+- *Spans* (L3356, L4034-4036; :mod:`.spans`): a run's mean accuracy over the evaluations of the
+  first half (B/16 … B/2), the second half (9B/16 … B) or all evaluations after the start to B.
+- *To target* (§C.6.8, Table 11): the treatment's mean curve's first crossing of the control's mean
+  accuracy at B, as a share of B (or of the control's training time), with a paired seed bootstrap.
+- *Log length* (S5's primary): the mean over completions of ln(completion tokens), from the eval
+  rows' ``log_length``; *per-level accuracy*: accuracy on the problems of some MATH levels.
+
 Multi-reward metrics (paper 2 §4.7, extract §4.7), read at token reading points only:
 
 - *Collapse* (P2:L113, "pass@4 below the base model"): per run and evaluation, 1 when the run's
@@ -36,7 +43,11 @@ from __future__ import annotations
 from ..plan import COLLAPSE_K, ReadingPoint
 from .base import (AdmissionResult, DRIFT_THRESHOLD, EXCLUSION_COLUMNS, exclusions_table, PairingError,
     ReadingError, RUN, VERIFIERS)
-from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves
+from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves, select_levels
+from .points import read_span, span_positions, SPAN_KINDS
+from .spans import (first_crossing, share_to_target, target_curves,
+    TARGET_KINDS, target_statistics, to_target)
+from .dynamics import DYNAMICS, training_dynamics
 from .points import (budget_target, Budgets, check_pairing, paired_readings, PairedReadings, read_at_control_time, read_at_time,
     read_at_tokens, read_at_updates, READ_COLUMNS, read_point)
 from .admission import (admit_min_iteration, admit_status, apply_admission, drift_flags, drifted_at,
@@ -48,5 +59,6 @@ __all__ = [
     "exclude_drifted_evaluations", "exclude_drifted_runs", "EXCLUSION_COLUMNS", "exclusions_table",
     "paired_readings", "PairedReadings", "PairingError", "problem_accuracy", "read_at_control_time",
     "read_at_time", "read_at_tokens", "read_at_updates", "READ_COLUMNS", "read_point", "ReadingError",
-    "ReadingPoint", "relative_accuracy_curves", "RUN", "VERIFIERS",
+    "ReadingPoint", "relative_accuracy_curves", "RUN", "VERIFIERS", "select_levels", "first_crossing", "read_span",
+    "share_to_target", "span_positions", "SPAN_KINDS", "target_curves", "TARGET_KINDS", "target_statistics", "to_target", "DYNAMICS", "training_dynamics",
 ]

@@ -50,9 +50,35 @@ def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -
         if col not in ev.columns or ev[col].isna().any():
             raise ReadingError(f"metric {metric}: column {col!r} not logged for set {eval_set!r} (a run without channel {channel!r} counts)")
         return ev[col].to_numpy(dtype="float64") / samples
+    if metric == "log_length":
+        # the mean over the problem's samples of ln(completion tokens): its mean over problems is
+        # the mean log completion length of the evaluation (S5's primary, extract §3 S5)
+        col = ev["log_length"] if "log_length" in ev.columns else pd.Series(np.nan, index=ev.index)
+        if col.isna().any():
+            raise ReadingError(f"metric log_length: column 'log_length' not logged for set {eval_set!r} "
+                               "(a run log without per-problem completion lengths)")
+        return col.to_numpy(dtype="float64")
     if metric in _DERIVED:
         raise ReadingError(_DERIVED[metric])
-    raise ReadingError(f"unknown metric {metric!r} (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse)")
+    raise ReadingError(f"unknown metric {metric!r} (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse, log_length)")
+
+
+def select_levels(evals: pd.DataFrame, eval_set: str, levels: list[int] | tuple[int, ...]) -> pd.DataFrame:
+    """The eval rows of ``eval_set`` whose problem is of one of ``levels`` (the MATH level the
+    trainer logs in ``level``), other sets' rows unchanged; ``levels`` empty: all rows.
+    Per-level accuracy on one test set (dense-rewards paper, S14's level-5 test problems)."""
+    if not levels:
+        return evals
+    mine = evals["eval_set"] == eval_set
+    lv = evals["level"] if "level" in evals.columns else pd.Series(pd.NA, index=evals.index)
+    if lv[mine].isna().any():
+        raise ReadingError(f"levels {list(levels)}: the run logs carry no problem level for set {eval_set!r} "
+                           "(eval rows without 'level')")
+    keep = mine & lv.isin(list(levels))
+    if not keep.any():
+        have = sorted(int(x) for x in lv[mine].dropna().unique())
+        raise ReadingError(f"levels {list(levels)}: set {eval_set!r} has no problem of these levels (levels logged: {have})")
+    return evals[~mine | keep]
 
 
 _DERIVED = {

@@ -109,7 +109,7 @@ def _welch_configurations(curves: pd.DataFrame, treatment: str, control: str, po
         raise PairingError(f"an unpaired (welch) contrast of two configurations is read at tokens, not {point.describe()}")
     groups, excl = [], []
     for name, g in ((treatment, "first"), (control, "second")):
-        r = read_at_tokens(curves[curves["configuration"] == name], point.tokens)
+        r = read_at_tokens(curves[curves["configuration"] == name], point.scaled)
         missing = r[~r["reached"]]
         if len(missing) and not allow_unpaired:
             m = missing.iloc[0]

@@ -1,4 +1,4 @@
-"""Reading points at matched compute (tokens, time T*, the control's time, updates) and the
+"""Reading points at matched compute (tokens, time T*, the control's time, updates, spans of evaluations) and the
 pairing of treatment and control by seed."""
 
 from __future__ import annotations
@@ -48,6 +48,15 @@ def budget_target(budget: Budgets, configuration: str) -> tuple[str, float]:
         col, value = budget[configuration]
         return col, float(value)
     return "tokens", float(budget)
+
+
+def one_token_budget(point: ReadingPoint) -> float:
+    """k·B in tokens for a reading that needs one budget for both arms (a span of evaluations, a
+    share of B to a target); configurations with budgets of their own cannot be read so."""
+    if isinstance(point.budget, Mapping):
+        raise ReadingError(f"a {point.kind.replace('_', ' ')} reading needs one token budget B for every configuration; "
+                           "this plan gives configurations budgets of their own")
+    return point.tokens
 
 
 def describe_target(budget: Budgets, configuration: str) -> str:
@@ -189,10 +198,60 @@ def read_at_updates(curves: pd.DataFrame, treatment: str, control: str, budget: 
     return _frame(rows)
 
 
+# Spans of evaluations (L3356 "mean lead over the first half of the budget", L4034-4036 "Averaged
+# over the second half of the budget … and over all sixteen evaluations"); see .spans for the rule.
+SPAN_KINDS = ("first_half", "second_half", "all_evals")
+
+
+def span_positions(tokens: np.ndarray, kind: str, budget: float) -> tuple[int, int] | None:
+    """First and last position (inclusive) of the span ``kind`` on a run's evaluation tokens
+    (sorted, position 0 = the start), or None when the run has no evaluation closing the span."""
+    run = pd.DataFrame({"tokens": tokens})
+    half, end = _first_at_or_after(run, budget / 2), _first_at_or_after(run, budget)
+    if kind == "first_half":
+        return None if half is None or half < 1 else (1, half)
+    if kind == "second_half":
+        return None if end is None or half is None or end <= half else (half + 1, end)
+    if kind == "all_evals":
+        return None if end is None or end < 1 else (1, end)
+    raise ReadingError(f"unknown span {kind!r} (one of {', '.join(SPAN_KINDS)})")
+
+
+def read_span(curves: pd.DataFrame, kind: str, budget: float) -> pd.DataFrame:
+    """Each run's mean accuracy over the evaluations of span ``kind`` up to ``budget`` tokens.
+
+    One row per run (:data:`~prereg_kit.readings.READ_COLUMNS`): ``eval_lo``/``eval_hi`` are the
+    span's first and last evaluation indices, ``weight`` is NaN (a mean over every evaluation
+    from lo to hi, not a two-point bracket), ``tokens``/``train_seconds``/``updates`` those of the
+    last evaluation; ``reached`` is False, with a note, when the run has no evaluation closing
+    the span or the span holds none.
+    """
+    rows = []
+    for key, run in _runs(curves).items():
+        tok = run["tokens"].to_numpy(dtype="float64")
+        pos = span_positions(tok, kind, budget)
+        if pos is None:
+            last = float(tok[-1]) if len(tok) else 0.0
+            rows.append(dict(configuration=key[0], seed=key[1], reached=False, at=budget, eval_lo=pd.NA, eval_hi=pd.NA,
+                             weight=np.nan, tokens=np.nan, train_seconds=np.nan, updates=np.nan, accuracy=np.nan,
+                             note=f"no evaluation in the {kind.replace('_', ' ')} of {budget:,.0f} tokens "
+                                  f"(last evaluation at {last:,.0f}, {len(tok)} evaluations)"))
+            continue
+        lo, hi = pos
+        span, b = run.iloc[lo:hi + 1], run.iloc[hi]
+        rows.append(dict(configuration=key[0], seed=key[1], reached=True, at=budget, eval_lo=int(run["eval_index"].iloc[lo]),
+                         eval_hi=int(b["eval_index"]), weight=np.nan, tokens=float(b["tokens"]),
+                         train_seconds=float(b["train_seconds"]), updates=float(b["updates"]),
+                         accuracy=float(span["accuracy"].mean()), note=""))
+    return _frame(rows)
+
+
 def read_point(curves: pd.DataFrame, treatment: str, control: str, point: ReadingPoint) -> pd.DataFrame:
     """Readings of both configurations at ``point`` (dispatch on ``point.kind``)."""
     if point.kind == "tokens":
         return read_at_tokens(curves[curves["configuration"].isin([treatment, control])], point.scaled)
+    if point.kind in SPAN_KINDS:
+        return read_span(curves[curves["configuration"].isin([treatment, control])], point.kind, one_token_budget(point))
     fn = {"time": read_at_time, "control_time": read_at_control_time, "updates": read_at_updates}.get(point.kind)
     if fn is None:
         raise ReadingError(f"unknown reading point kind {point.kind!r}")
@@ -276,9 +335,13 @@ class PairedReadings:
 def _matrix(pa_wide: pd.DataFrame, config: str, rows: pd.DataFrame, arm: str) -> np.ndarray:
     out = []
     for _, r in rows.iterrows():
-        lo = pa_wide.loc[(config, int(r["seed"]), int(r[f"{arm}_eval_lo"]))].to_numpy(dtype="float64")
-        hi = pa_wide.loc[(config, int(r["seed"]), int(r[f"{arm}_eval_hi"]))].to_numpy(dtype="float64")
-        w = float(r[f"{arm}_weight"])
+        seed, e_lo, e_hi, w = int(r["seed"]), int(r[f"{arm}_eval_lo"]), int(r[f"{arm}_eval_hi"]), float(r[f"{arm}_weight"])
+        if np.isnan(w):  # a span: the mean of every evaluation from lo to hi
+            run = pa_wide.loc[(config, seed)]
+            out.append(run.loc[(run.index >= e_lo) & (run.index <= e_hi)].to_numpy(dtype="float64").mean(axis=0))
+            continue
+        lo = pa_wide.loc[(config, seed, e_lo)].to_numpy(dtype="float64")
+        hi = pa_wide.loc[(config, seed, e_hi)].to_numpy(dtype="float64")
         out.append((1 - w) * lo + w * hi)
     return np.vstack(out) if out else np.empty((0, pa_wide.shape[1]))
 

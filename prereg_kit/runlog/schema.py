@@ -150,6 +150,8 @@ ITERATION_COLUMNS: tuple[Column, ...] = (
     Column("updates", "int", "cumulative optimizer updates after this iteration", min=0),
     Column("reward_mean", "float", "mean training reward of the kept rollouts", required=False),
     Column("mixed_share", "float", "share of groups with both correct and incorrect completions", required=False, min=0, max=1),
+    Column("all_wrong_share", "float", "share of groups whose completions are all incorrect (reward 0)", required=False, min=0, max=1),
+    Column("all_correct_share", "float", "share of groups whose completions are all correct (reward 1)", required=False, min=0, max=1),
     Column("length_mean", "float", "mean completion length in tokens", required=False, min=0),
     Column("truncation_rate", "float", "share of completions cut at the generation limit", required=False, min=0, max=1),
 )
@@ -168,6 +170,8 @@ EVAL_COLUMNS: tuple[Column, ...] = (
     Column("correct_strict", "int", "completions correct under the strict (boxed-only) verifier", min=0, max_col="samples"),
     Column("boxed", "int", "completions with a boxed answer", min=0, max_col="samples"),
     Column("greedy_correct", "bool", "greedy completion correct under the default verifier (null if not logged)", required=False),
+    Column("level", "int", "the problem's MATH level (null when the set has none)", required=False, min=1),
+    Column("log_length", "float", "mean over the samples of ln(completion tokens), a completion of 0 tokens counted as 1", required=False, min=0),
 )
 
 SCHEMAS: dict[str, tuple[Column, ...]] = {ITERATIONS: ITERATION_COLUMNS, EVALS: EVAL_COLUMNS}

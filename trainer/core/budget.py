@@ -58,6 +58,7 @@ class Counters:
     updates: int = 0
     excluded_seconds: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in EXCLUDED})
     done: bool = False
+    budget_evaluated: bool = False  # the evaluation at or after B has run (sets scored only at the start and B)
 
     @property
     def total_tokens(self) -> int:

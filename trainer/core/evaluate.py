@@ -40,6 +40,18 @@ from trainer.rewards.spec import CODE_DEFAULT_CHANNEL, build_channels
 class EvalSet:
     name: str
     problems: tuple[Problem, ...]
+    at: tuple[str, ...] | None = None  # None: every evaluation; else "start" and/or "B" only
+
+
+def scored_now(at, eval_index: int, at_budget: bool) -> bool:
+    """Whether a set is scored at this evaluation: every evaluation, or only at the start
+    (evaluation 0) and/or at the first evaluation at or after B (the further test sets of S33/S34)."""
+    return at is None or (eval_index == 0 and "start" in at) or (at_budget and "B" in at)
+
+
+def log_length(lengths: Sequence[int]) -> float:
+    """Mean over the samples of ln(completion tokens), 0 tokens counted as 1 (S5's log length)."""
+    return float(np.mean(np.log(np.maximum(np.asarray(lengths, dtype="float64"), 1.0))))
 
 
 def load_eval_sets(spec: RunSpec, synthetic_eval: Path | None) -> list[EvalSet]:
@@ -54,7 +66,7 @@ def load_eval_sets(spec: RunSpec, synthetic_eval: Path | None) -> list[EvalSet]:
         if wrong:  # a math set in a code run (or the reverse) has nothing the judge could score
             raise ConfigError(f"evaluation set {s.name!r}: problem {wrong[0]!r} is {'math' if code else 'code'}; "
                               f"task = {spec.config.task.name!r} evaluates {'code' if code else 'math'} problems only")
-        out.append(EvalSet(s.name, probs))
+        out.append(EvalSet(s.name, probs, tuple(s.at) if s.at is not None else None))
     return out
 
 
@@ -89,7 +101,10 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
     n = spec.eval_samples
     aux = eval_channels(cfg)  # multi-reward: ch_<name> and ch_correct_<name> counts
     rows: list[dict] = []
+    at_budget = not counters.budget_evaluated and counters.total_tokens >= spec.budget_tokens
     for es in sets:
+        if not scored_now(es.at, counters.eval_index, at_budget):
+            continue
         seed = derive_seed(spec.seed, counters.eval_index, f"eval:{es.name}")
         rendered = [policy.render(p.prompt) for p in es.problems]
         prompts = [r for r in rendered for _ in range(n)]
@@ -128,12 +143,17 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
                 "correct": sum(check("default", default, t, p.answer) for t in texts),
                 "correct_strict": sum(check("strict", strict, t, p.answer) for t in texts),
                 "boxed": sum(has_boxed(t) for t in texts),
+                "log_length": log_length(roll.lengths[i * n:(i + 1) * n].tolist()),
             }
+            if p.level is not None:
+                row["level"] = int(p.level)
             if greedy is not None:
                 row["greedy_correct"] = bool(default(greedy[i], p.answer))
             row.update(eval_channel_counts(aux, texts, roll.lengths[i * n:(i + 1) * n].tolist(), p,
                                            [check("default", default, t, p.answer) for t in texts]))
             rows.append(row)
+    if at_budget:
+        counters.budget_evaluated = True
     return rows
 
 
