@@ -288,7 +288,7 @@ def _print_contrasts(a) -> None:
         t.add_column(col)
     for r in a.contrasts.itertuples():
         t.add_row(r.contrast, r.tier, f"{r.treatment} − {r.control}", r.at, str(r.n),
-                  f"{r.mean:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
+                  f"{r.mean:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]" if r.status != "not read" else escape(r.verdict_reason),
                   format_p(r.p_holm if r.tier == "primary" else r.tested_p), format_p(r.tost_p), r.verdict)
     out_console.print(t)
 

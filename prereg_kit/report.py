@@ -76,6 +76,11 @@ def contrast_table(df: pd.DataFrame) -> str:
         crossed = ("—" if pd.isna(r.get("crossed_ci_low")) else
                    f"[{_signed(r['crossed_ci_low'])}, {_signed(r['crossed_ci_high'])}]")
         metric = f"{metric_label(r)} | " if show_metric else ""
+        if r.get("status") == "not read":  # the dry run could not give it: say why instead of numbers
+            why = str(r["verdict_reason"]).replace("|", "\\|")
+            lines.append(f"| {r['contrast']}{dagger} | {r['tier']} | {r['treatment']} − {r['control']} | {metric}{r['at']} "
+                         f"| — | not read: {why} | — | — | — | **not read** |")
+            continue
         lines.append(
             f"| {r['contrast']}{dagger} | {r['tier']} | {r['treatment']} − {r['control']} | {metric}{r['at']} | {r['n']} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
