@@ -164,4 +164,4 @@ def _cut(s: str) -> str:
 
 def _shown(path: tuple) -> str:
     """A key path as the plan writes it: odd keys quoted, long ones cut."""
-    return ".".join(p if _BARE.fullmatch(p) else _cut(json.dumps(p, ensure_ascii=False)) for p in map(str, path))
+    return ".".join(_cut(p if _BARE.fullmatch(p) else json.dumps(p, ensure_ascii=False)) for p in map(str, path))
