@@ -32,8 +32,10 @@ per-problem values, so their contrasts take no crossed bootstrap. The configurat
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -51,6 +53,8 @@ from .runlog import StudyRuns, load_study
 from .verify import verify_study
 
 _HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
+
+NOT_READ = "not read"  # status and verdict of a contrast the runs cannot give (analyze_study(not_read=True))
 
 PREDICTION_READING = {"gain": "gain", "deficit": "deficit", "equivalent": "equivalent", "non-inferior": "non-inferior"}
 
@@ -118,7 +122,12 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
         rows = df["contrast"].isin(fam.members)
         df.loc[rows, "p_holm"] = stats.holm(df.loc[rows, "tested_p"].to_numpy())
     verdicts, reasons = [], []
+    df["status"] = df["status"].fillna("read") if "status" in df else "read"
     for _, r in df.iterrows():
+        if r["status"] == NOT_READ:  # no p, no verdict: the reason is the row's reading
+            verdicts.append(NOT_READ)
+            reasons.append(r["reason"])
+            continue
         if isinstance(r.get("target_verdict"), str):  # a to-target share is read against 1 (no saving)
             verdicts.append(r["target_verdict"])
             reasons.append(r["target_reason"])
@@ -137,6 +146,7 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
         reasons.append(v.reason)
     df["verdict"] = verdicts
     df["verdict_reason"] = reasons
+    df = df.drop(columns="reason", errors="ignore")
     df["claim"] = "exploratory" if exploratory else df["tier"]
     want = df["prediction"].map(PREDICTION_READING)
     df["prediction_met"] = [None if pd.isna(w) else bool(w == v) for w, v in zip(want, df["verdict"])]
@@ -270,9 +280,12 @@ def study_curves(study_dir: str | Path, *, metric: str = "accuracy", eval_set: s
 
 
 def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resamples: int | None = None,
-                  progress: bool | None = None, tsa_ca: str | Path | None = None) -> Analysis:
+                  progress: bool | None = None, tsa_ca: str | Path | None = None, not_read: bool = False) -> Analysis:
     """Analyze ``study_dir`` (its ``plan.toml``, ``plan.lock`` and ``runs/``) as its plan says.
-    ``tsa_ca``: the TSA root to check the study's timestamp receipts against (``prereg verify``)."""
+    ``tsa_ca``: the TSA root to check the study's timestamp receipts against (``prereg verify``).
+    ``not_read``: a contrast the runs cannot give (a reading point never reached, a metric or
+    verifier not logged) becomes a row with status ``"not read"`` and the reason, and the others
+    are read (``prereg dry-run``); otherwise its error stops the analysis."""
     v = _verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca)
     plan_path, pf, st, keep, notes, design_ex = v.plan_path, v.plan_file, v.runs, v.evals, v.notes, v.design_exclusions
     lock_lines, lock_summary = v.lock_lines, v.lock_summary
@@ -307,70 +320,73 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     rows, per_seed = [], []
     reference = plan.evaluation.reference
     for c in _progress(plan.contrasts, progress, "contrasts"):
-        metric, verifier = _metric_verifier(plan, c)
-        eval_set = c.eval_set or plan.evaluation.primary
-        curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric,
-                                   tuple(c.levels))
-        rp = c.reading_point
-        point = rp.at_budget(B)
-        seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
-        curves = curves[curves["seed"].isin(seeds)]
-        label = comparison_label(c)
-        arms = c.arm_pairs()
-        row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "design": c.design, "comparison": label,
-               "family": (f.name if (f := plan.family_of(c.id)) else ""),
-               "treatment": " + ".join(t for t, _ in arms), "control": " + ".join(k for _, k in arms),
-               "at": str(rp), "metric": metric, "verifier": verifier,
-               "eval_set": eval_set, "reference": reference if metric == "relative_accuracy" else "",
-               "alternative": c.alternative, "prediction": c.prediction,
-               "levels": ",".join(map(str, c.levels))}
-        if rp.kind in rd.TARGET_KINDS:  # Table 11: a share of the budget with a paired seed bootstrap
+        with _unread_as_row(c, plan, rows, enabled=not_read):
+            metric, verifier = _metric_verifier(plan, c)
+            eval_set = c.eval_set or plan.evaluation.primary
+            curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric,
+                                       tuple(c.levels))
+            rp = c.reading_point
+            point = rp.at_budget(B)
+            seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
+            curves = curves[curves["seed"].isin(seeds)]
+            label = comparison_label(c)
+            arms = c.arm_pairs()
+            row = {"contrast": c.id, "tier": c.tier, "kind": c.kind, "design": c.design, "comparison": label,
+                   "family": (f.name if (f := plan.family_of(c.id)) else ""),
+                   "treatment": " + ".join(t for t, _ in arms), "control": " + ".join(k for _, k in arms),
+                   "at": str(rp), "metric": metric, "verifier": verifier,
+                   "eval_set": eval_set, "reference": reference if metric == "relative_accuracy" else "",
+                   "alternative": c.alternative, "prediction": c.prediction,
+                   "levels": ",".join(map(str, c.levels))}
+            if rp.kind in rd.TARGET_KINDS:  # Table 11: a share of the budget with a paired seed bootstrap
+                try:
+                    trow, ps = rd.target_statistics(curves, c.treatment, c.control, point, n_resamples=nres,
+                                                    confidence=plan.statistics.confidence, seed=plan.statistics.seed)
+                except rd.ReadingError as e:
+                    raise PreregError(f"contrast {c.id} ({label}): {e}") from None
+                rows.append({**row, "seeds": _seed_list(seeds), **trow})
+                per_seed.append(ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)])
+                continue
+            if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
+                try:
+                    rel = rd.relative_accuracy_curves(curves, reference, point.scaled, allow_missing=adm.allow_missing_seeds)
+                except rd.ReadingError as e:
+                    raise PreregError(f"contrast {c.id} ({label}): {e}") from None
+                curves = rel.kept
+                exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
+            wanted = c.tier == "primary" and plan.statistics.crossed_bootstrap
+            crossed = wanted and metric not in DERIVED_METRICS and c.design == "paired"
+            if wanted and metric in DERIVED_METRICS:
+                notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for metric {metric} "
+                             "(a per-seed ratio or flag has no per-problem values)")
+            elif wanted and not crossed:
+                notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for a {c.design} contrast "
+                             "(it resamples the seeds and problems of one seed-paired pair)")
             try:
-                trow, ps = rd.target_statistics(curves, c.treatment, c.control, point, n_resamples=nres,
-                                                confidence=plan.statistics.confidence, seed=plan.statistics.seed)
+                dr = design_readings(curves, c.design, arms, point, problem_acc=pa if crossed else None,
+                                     allow_unpaired=adm.allow_missing_seeds)
             except rd.ReadingError as e:
                 raise PreregError(f"contrast {c.id} ({label}): {e}") from None
-            rows.append({**row, "seeds": _seed_list(seeds), **trow})
-            per_seed.append(ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)])
-            continue
-        if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
-            try:
-                rel = rd.relative_accuracy_curves(curves, reference, point.scaled, allow_missing=adm.allow_missing_seeds)
-            except rd.ReadingError as e:
-                raise PreregError(f"contrast {c.id} ({label}): {e}") from None
-            curves = rel.kept
-            exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
-        wanted = c.tier == "primary" and plan.statistics.crossed_bootstrap
-        crossed = wanted and metric not in DERIVED_METRICS and c.design == "paired"
-        if wanted and metric in DERIVED_METRICS:
-            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for metric {metric} "
-                         "(a per-seed ratio or flag has no per-problem values)")
-        elif wanted and not crossed:
-            notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for a {c.design} contrast "
-                         "(it resamples the seeds and problems of one seed-paired pair)")
-        try:
-            dr = design_readings(curves, c.design, arms, point, problem_acc=pa if crossed else None,
-                                 allow_unpaired=adm.allow_missing_seeds)
-        except rd.ReadingError as e:
-            raise PreregError(f"contrast {c.id} ({label}): {e}") from None
-        if len(dr.exclusions):
-            exclusions.append(dr.exclusions.assign(eval_set=eval_set, verifier=verifier))
-        if min(len(v) for v in dr.values) < 2:
-            what = "per group" if c.design == "welch" else "unit(s)"
-            raise PreregError(f"contrast {c.id} ({label}): {min(len(v) for v in dr.values)} {what} "
-                              f"on seeds {_seed_list(seeds)}; at least 2 are needed")
-        pr = dr.paired
-        mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr and pr.treatment_matrix is not None else None
-        row["seeds"] = _seed_list(sorted(set(dr.units["seed"])))
-        if c.design == "welch":
-            row.update(welch_statistics(*dr.values, c, plan))
-        else:
-            row.update(contrast_statistics(dr.values[0], c, plan, matrices=mats, n_resamples=nres))
-        rows.append(row)
-        ps = dr.units.drop(columns="group")[["seed", "treatment_value", "control_value", "difference", "read_at", "unit"]]
-        ps.insert(0, "contrast", c.id)
-        per_seed.append(ps)
+            if len(dr.exclusions):
+                exclusions.append(dr.exclusions.assign(eval_set=eval_set, verifier=verifier))
+            if min(len(v) for v in dr.values) < 2:
+                what = "per group" if c.design == "welch" else "unit(s)"
+                raise PreregError(f"contrast {c.id} ({label}): {min(len(v) for v in dr.values)} {what} "
+                                  f"on seeds {_seed_list(seeds)}; at least 2 are needed")
+            pr = dr.paired
+            mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr and pr.treatment_matrix is not None else None
+            row["seeds"] = _seed_list(sorted(set(dr.units["seed"])))
+            if c.design == "welch":
+                row.update(welch_statistics(*dr.values, c, plan))
+            else:
+                row.update(contrast_statistics(dr.values[0], c, plan, matrices=mats, n_resamples=nres))
+            rows.append(row)
+            ps = dr.units.drop(columns="group")[["seed", "treatment_value", "control_value", "difference", "read_at", "unit"]]
+            ps.insert(0, "contrast", c.id)
+            per_seed.append(ps)
 
+    if not per_seed:  # no contrast was read
+        per_seed = [pd.DataFrame(columns=["contrast", "seed", "treatment_value", "control_value", "difference", "read_at"])]
     contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
     v0 = plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default"
     curves, _, _ = curves_for(plan.evaluation.primary, v0)
@@ -396,6 +412,25 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
         checks=checks, check_seeds=check_seeds,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
+
+
+@contextmanager
+def _unread_as_row(c: Contrast, plan: Plan, rows: list[dict], *, enabled: bool) -> Iterator[None]:
+    """Around the reading of one contrast: when ``enabled``, its error becomes a ``not read`` row."""
+    try:
+        yield
+    except PreregError as e:
+        if not enabled:
+            raise
+        lo, hi = margin_bounds(plan.margin_of(c))
+        arms = c.arm_pairs()
+        rows.append({"contrast": c.id, "tier": c.tier, "kind": c.kind, "design": c.design, "comparison": comparison_label(c),
+                     "family": (f.name if (f := plan.family_of(c.id)) else ""),
+                     "treatment": " + ".join(t for t, _ in arms), "control": " + ".join(k for _, k in arms),
+                     "at": c.at, "metric": c.metric or "", "verifier": c.verifier or "", "eval_set": c.eval_set or "",
+                     "alternative": c.alternative, "prediction": c.prediction, "n": 0, "n_lower": 0, "n_higher": 0,
+                     "tested_p": np.nan, "margin_low": lo, "margin_high": hi,
+                     "status": NOT_READ, "reason": " ".join(" ".join(e.lines).split())})
 
 
 def _run_of(path: str) -> tuple[str, int]:

@@ -141,8 +141,12 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
          timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Validate and lock a plan: write plan.lock beside it (a no-op if already locked unchanged)."""
     from .lock import lock_plan
+    from .recipecheck import gate
 
-    res = lock_plan(plan)
+    notes: list[str] = []  # "recipe not checked: ..." when the plan's trainer is not installed
+    res = lock_plan(plan, check=gate(notes))
+    for line in notes:
+        out.print(escape(line), soft_wrap=True)
     e = res.entry
     if res.status == "unchanged":
         out.print(escape(f"{res.path}: already locked at {e['time']}, plan unchanged: nothing to do"))
@@ -167,8 +171,12 @@ def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study fold
     """Record a dated, reasoned amendment of a locked plan (chained by hash)."""
     from .diff import describe
     from .lock import amend_plan
+    from .recipecheck import gate
 
-    res = amend_plan(plan, reason)
+    notes: list[str] = []
+    res = amend_plan(plan, reason, check=gate(notes))
+    for line in notes:
+        out.print(escape(line), soft_wrap=True)
     e = res.entry
     out.print(escape(f"amendment {e['index']} recorded at {e['time']} → {res.path}"))
     if e["comment_only"]:
@@ -200,10 +208,12 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     Every run folder must be one the plan names and every sealed file as it was sealed.
     Exit 0 clean, 1 violations, 2 unusable input.
     """
+    from .recipecheck import gate
     from .verify import verify_study
 
-    rep = verify_study(path, tsa_ca=tsa_ca)
-    for line in rep.info:  # plan values and paths are printed as text, never as rich markup
+    notes: list[str] = []
+    rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes))
+    for line in rep.info + notes:  # plan values and paths are printed as text, never as rich markup
         out.print(f"  {escape(line)}", soft_wrap=True)
     for line in rep.warnings:
         err.print(f"[yellow]warning:[/yellow] {escape(line)}", soft_wrap=True)
@@ -278,7 +288,8 @@ def _print_contrasts(a) -> None:
         t.add_column(col)
     for _, r in a.contrasts.iterrows():
         # a to-target reading is a share of the budget (n.r. = not reached), not a difference
-        est = (f"share {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}]" if is_target(r)
+        est = (escape(str(r["verdict_reason"])) if r.get("status") == "not read"
+               else f"share {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}]" if is_target(r)
                else f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]")
         t.add_row(r["contrast"], r["tier"], r.get("comparison", f"{r['treatment']} − {r['control']}"), r["at"], str(r["n"]), est,
                   format_p(r["p_holm"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]), r["verdict"])

@@ -158,7 +158,7 @@ def dry_run(plan_path: str | Path, effects: dict[str, float], *, out: str | Path
     _fresh_folder(folder)
     eff = configuration_effects(pf.plan, effects)
     _generate(pf, folder, eff, seed, **ratios)
-    analysis = analyze_study(folder, n_resamples=n_resamples, progress=progress)
+    analysis = analyze_study(folder, n_resamples=n_resamples, progress=progress, not_read=True)
     analysis.notes.insert(0, "SYNTHETIC DATA from `prereg dry-run` with true effects at B: "
                           + ", ".join(f"{k} {v:+.3f}" for k, v in eff.items()))
     write_report(analysis, folder / "report")
@@ -183,7 +183,7 @@ def simulate_power(pf, effects: dict[str, float], repeat: int, *, seed: int = 0,
         for i in _progress(list(range(repeat)), progress, "simulating studies"):
             folder = Path(tmp) / f"rep-{i}"
             _generate(pf, folder, effects, seed + 1 + i, **ratios)
-            a = analyze_study(folder, n_resamples=n_resamples, progress=False)
+            a = analyze_study(folder, n_resamples=n_resamples, progress=False, not_read=True)
             verdicts.append(a.contrasts[["contrast", "tier", "kind", "verdict"]].assign(rep=i))
             shutil.rmtree(folder)
     v = pd.concat(verdicts, ignore_index=True)

@@ -239,10 +239,17 @@ class LockResult:
     path: Path
 
 
-def lock_plan(plan_path: str | Path) -> LockResult:
+PlanFileCheck = Callable[[PlanFile], None]
+"""A further check of a validated plan before anything is written (``prereg lock`` passes the
+recipe check against the plan's trainer); it raises :class:`PreregError` to refuse."""
+
+
+def lock_plan(plan_path: str | Path, *, check: PlanFileCheck | None = None) -> LockResult:
     """Validate and lock a plan at the current time. Re-locking an unchanged plan is a no-op; a
-    changed one is refused (amend it instead)."""
+    changed one is refused (amend it instead). ``check`` runs on the validated plan first."""
     pf = load_plan(plan_path)
+    if check is not None:
+        check(pf)
     lp = lock_path(pf.path)
     with chain_guard(pf.path):
         if lp.exists():
@@ -259,11 +266,14 @@ def lock_plan(plan_path: str | Path) -> LockResult:
     return LockResult("locked", entry, lp)
 
 
-def amend_plan(plan_path: str | Path, reason: str) -> LockResult:
-    """Append a dated amendment (the current time) with its reason and the keys that changed (old → new)."""
+def amend_plan(plan_path: str | Path, reason: str, *, check: PlanFileCheck | None = None) -> LockResult:
+    """Append a dated amendment (the current time) with its reason and the keys that changed (old → new).
+    ``check`` runs on the validated plan first."""
     if not reason or not reason.strip():
         raise PreregError("an amendment needs a reason: --reason \"why the plan changed\"")
     pf = load_plan(plan_path)
+    if check is not None:
+        check(pf)
 
     def make(chain: Chain) -> list[dict[str, Any]]:
         last = chain.last

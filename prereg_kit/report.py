@@ -101,6 +101,11 @@ def contrast_table(df: pd.DataFrame) -> str:
         pair = r.get("comparison") or f"{r['treatment']} − {r['control']}"
         n = f"{int(r['n_treatment'])} + {int(r['n_control'])}" if design == "welch" else f"{r['n']}"
         seeds = "—" if pd.isna(r["n_lower"]) else f"{r['n_lower']} / {r['n_higher']}"
+        if r.get("status") == "not read":  # the dry run could not give it: say why instead of numbers
+            why = str(r["verdict_reason"]).replace("|", "\\|")
+            lines.append(f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{r['at']} "
+                         f"| — | not read: {why} | — | — | — | **not read** |")
+            continue
         if is_target(r):  # a share of the budget (1 = no saving; n.r. = not reached), no paired-t
             lines.append(f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{r['at']} "
                          f"| {r['n']} | {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}] | — "

@@ -5,7 +5,10 @@ The core names no trainer. A trainer plugs in through the entry-point group
 (returns True when no run failed) and ``elect(study_dir, *, configuration, seeds, tokens, steps,
 prompts, samples, n_jobs, log)`` (returns the election record: ``elected``, ``kl_rev``,
 ``kl_fwd``), and optionally ``check_configuration(plan, configuration)`` (the lines saying why it
-cannot run that configuration; empty when it can; ``prereg registry`` shows them). The built-in GRPO trainer registers itself as ``builtin`` (``pip install
+cannot run that configuration, each ``recipe: <key>: <message>``; empty when it can; ``prereg
+registry`` shows them, ``prereg lock`` refuses on them) and ``recipe_keys()`` (every valid dotted
+recipe key, from which ``prereg lock`` names the closest to an unknown one). The built-in GRPO
+trainer registers itself as ``builtin`` (``pip install
 'prereg-kit[train]'``); see ``docs/trainer.md``.
 """
 

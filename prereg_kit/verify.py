@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .audit import AuditReport, audit_runs
 from .design import unexpected_runs
 from .errors import PreregError
 from .lock import Chain, check_git_anchors, check_plan, read_chain
-from .plan import load_plan, resolve_plan_path, validate_plan
+from .plan import PlanFile, load_plan, resolve_plan_path, validate_plan
 from .runlog import ELECTION_FILE, election_sha256
 from .seal import SealCheck, check_seals
 from .timestamp import StudyTimestamps, check_study_timestamps
@@ -46,10 +47,13 @@ class VerifyReport:
         return 2 if self.problems else 1 if self.violations else 0
 
 
-def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None) -> VerifyReport:
+def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
+                 check: Callable[[PlanFile], None] | None = None) -> VerifyReport:
     """Check ``PLAN`` or ``STUDY_DIR``: chain intact, plan unchanged in meaning, anchors, seals, runs
     after the lock, no unplanned runs. ``tsa_ca``: the TSA root certificate to check the study's
-    timestamp receipts against (default: the certificates kept with them)."""
+    timestamp receipts against (default: the certificates kept with them). ``check``: a further
+    check of the plan as it validates (``prereg verify``: its recipe against its trainer); what it
+    raises is unusable input."""
     plan_path = resolve_plan_path(path)
     report = VerifyReport(plan_path)
     try:
@@ -72,7 +76,9 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None) -> Verif
         report.violations.extend(pc.lines(plan_path))
     study_id = chain.last["content"].get("study", {}).get("id")
     try:  # the locked content must still validate under this tool version, and an edited plan too
-        load_plan(plan_path)
+        pf = load_plan(plan_path)
+        if check is not None:
+            check(pf)
     except PreregError as e:
         report.problems.extend(e.lines)
     git_bad, git_warn = check_git_anchors(chain, plan_path)

@@ -32,7 +32,7 @@ LAYERS = {
         ("analysis", ["prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.analyze", "prereg_kit.synth"]),
         ("output", ["prereg_kit.plots", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe"]),
-        ("command", ["prereg_kit.runners", "prereg_kit.cli", "prereg_kit.__main__"]),
+        ("command", ["prereg_kit.runners", "prereg_kit.recipecheck", "prereg_kit.cli", "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],
     "figures": [

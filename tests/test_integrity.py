@@ -40,7 +40,7 @@ from prereg_kit.synth import generate_study
 from prereg_kit.verify import verify_study
 
 PLAN = plan_text(id="trust", comparator="ctl", treatment="trt", seeds='"0-3"', tokens=100_000, eval_every="B/4",
-                 configurations="[configurations.ctl]\n[configurations.trt]\noverrides = { lr = 2 }\n",
+                 configurations="[configurations.ctl]\n[configurations.trt]\noverrides = { learning_rate = 2e-6 }\n",
                  evaluation="samples = 4\n", n_problems=16)
 
 

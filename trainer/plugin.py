@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pydantic import BaseModel
+
 from prereg_kit.plan import Plan
-from trainer.config import ConfigError, config_of
+from trainer.config import FLAT_KEYS, SECTIONS, ConfigError, config_of
 from trainer.elect import elect as run_election
 from trainer.launch import run_study
 
@@ -38,12 +40,34 @@ class BuiltinRunner:
             return list(e.lines)
         return []
 
+    def recipe_keys(self) -> list[str]:
+        """Every valid recipe key, dotted (``credit.mc_k``, ``model.tiny.layers``), and the flat keys
+        of older plans (``mc_k``): what ``prereg lock`` suggests the closest of for an unknown key."""
+        return recipe_keys()
+
     def elect(self, study_dir: str | Path, *, configuration: str | None = None, seeds: Sequence[int] | None = None,
               tokens: str | None = None, steps: int | None = None, prompts: int = 64, samples: int = 4,
               n_jobs: int | None = None, log: Callable[[str], None] = print) -> dict:
         """Anchor election (multi-reward paper §4.5): writes ``election.json`` and returns its record."""
         return run_election(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps,
                             prompts=prompts, samples=samples, n_jobs=n_jobs, log=log)
+
+
+def recipe_keys() -> list[str]:
+    """The dotted names of every setting in ``trainer.config.SECTIONS`` (nested tables such as
+    ``model.tiny`` and ``rewards.sandbox`` give their keys too), then the flat keys (``FLAT_KEYS``)."""
+    out: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, f in model.model_fields.items():
+            out.append(prefix + name)
+            sub = f.annotation
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                walk(sub, f"{prefix}{name}.")
+
+    for section, model in SECTIONS.items():
+        walk(model, f"{section}.")
+    return out + [k for k in FLAT_KEYS if k not in out]
 
 
 RUNNER = BuiltinRunner()

@@ -32,6 +32,9 @@ class Study(_Model):
     source: str = ""
     model: str = ""
     tags: list[str] = []
+    # which trainer makes the runs: "builtin", another runner's entry-point name, or "external"
+    # (runs made elsewhere and imported); `prereg lock` checks the recipe against an installed one
+    trainer: str = Field(default="builtin", min_length=1, max_length=100)
 
     _seeds_ok = field_validator("seeds")(_check_seeds)
 

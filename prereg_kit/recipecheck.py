@@ -1,0 +1,167 @@
+"""The recipe check of ``prereg lock``, ``prereg amend`` and ``prereg verify``: every configuration
+of a plan must be settings its trainer knows.
+
+A plan names its trainer in ``[study] trainer`` (default ``"builtin"``; ``"external"`` for runs
+made elsewhere and imported: no check). When that trainer is installed (an entry point of group
+``prereg_kit.runners``, :mod:`prereg_kit.runners`), its ``check_configuration(plan, name)`` is
+asked about every configuration except those marked ``runnable = false``; each line it returns
+becomes ``plan.toml:LINE: configurations.X.overrides.credit.mc_kk: unknown key; did you mean
+'credit.mc_k'?`` (or ``recipe.<key>`` when the key is in the shared ``[recipe]``), the line being
+where the plan writes the key (flat, dotted or in a sub-table). A runner with ``recipe_keys()``
+(every valid dotted key) gives the closest valid name; the suggestion is made here, with difflib.
+
+The trainer is reached only through its entry point: the core never imports it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .errors import PlanError, PreregError
+from .plan import MAX_MESSAGE, Plan, PlanFile
+from .runners import installed_runners, load_runner
+from .tomlpos import key_lines, line_of
+
+EXTERNAL = "external"  # runs come from another trainer and are imported: nothing to check
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+_MAX_SUGGEST = 200  # characters of a key worth comparing with the valid names (a huge key has no near miss)
+_MAX_SHOWN = 60  # characters of a key echoed in a message
+
+
+@dataclass
+class RecipeCheck:
+    """What the check found: one line per problem (empty: every checked configuration is valid), and
+    a note when the recipe was not checked at all (empty when it was)."""
+
+    problems: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            raise PlanError(*self.problems)
+
+
+def check_recipes(pf: PlanFile) -> RecipeCheck:
+    """Check every runnable configuration of ``pf`` with the plan's trainer, if it is installed."""
+    name = getattr(pf.plan.study, "trainer", "builtin")
+    if name == EXTERNAL:
+        return RecipeCheck(note=f"recipe not checked: the plan's runs come from an external trainer (trainer = '{EXTERNAL}')")
+    if name not in installed_runners():
+        return RecipeCheck(note=f"recipe not checked: trainer {name!r} is not installed")
+    try:
+        runner = load_runner(name, command="lock")
+    except PreregError as e:
+        return RecipeCheck(note=f"recipe not checked: trainer {name!r} could not be loaded ({e.lines[0]})")
+    if getattr(runner, "check_configuration", None) is None:
+        return RecipeCheck(note=f"recipe not checked: trainer {name!r} does not say which recipes it can run")
+    keys = getattr(runner, "recipe_keys", None)
+    valid = sorted(set(keys())) if keys is not None else None
+    return RecipeCheck(problems=recipe_problems(pf, runner, valid))
+
+
+def gate(notes: list[str]):
+    """A ``check`` for :func:`prereg_kit.lock.lock_plan` and friends: refuses a plan with recipe
+    problems; a note that the recipe was not checked is appended to ``notes``."""
+
+    def check(pf: PlanFile) -> None:
+        res = check_recipes(pf)
+        if res.note:
+            notes.append(res.note)
+        res.raise_problems()
+
+    return check
+
+
+def recipe_problems(pf: PlanFile, runner: Any, valid: list[str] | None) -> list[str]:
+    """The runner's lines for every configuration not marked ``runnable = false``, each placed at
+    the line of the key it names; identical lines (a ``[recipe]`` key seen by several
+    configurations) are given once."""
+    plan, text = pf.plan, pf.raw.decode("utf-8")
+    lines = key_lines(text)
+    out: dict[str, int] = {}  # line -> its place in the file, for file order
+    for name, conf in plan.configurations.items():
+        if getattr(conf, "runnable", True) is False:
+            continue
+        for line in runner.check_configuration(plan, name):
+            placed, at = _place(str(line), plan, name, lines, valid, source=str(pf.path))
+            out.setdefault(placed, at or 0)
+    return sorted(out, key=out.__getitem__)
+
+
+def _place(line: str, plan: Plan, name: str, lines: dict[tuple, int], valid: list[str] | None,
+           *, source: str) -> tuple[str, int | None]:
+    """One runner line as ``FILE:LINE: where.key: message[; did you mean 'x'?]``, and the LINE."""
+    line = " ".join(line.split())
+    rest = line.removeprefix("recipe: ").removeprefix(f"configuration {name!r}: ").removeprefix("(recipe): ")
+    over = plan.configurations[name].overrides
+    key = _key_at_start(rest, [*_paths(over), *_paths(plan.recipe)])
+    if key is None:  # a rule across keys, or a default: the configuration's own line
+        path: tuple = ("configurations", name)
+        msg = rest
+    else:
+        msg = rest[len(".".join(key)):].removeprefix(":").strip()
+        path = (("configurations", name, "overrides") if _has(over, key) else ("recipe",)) + key
+    if msg.startswith("unknown key") and key is not None and "did you mean" not in msg:  # the runner's own suggestion stands
+        msg += _hint(".".join(key), valid)
+    if len(msg) > MAX_MESSAGE:
+        msg = msg[: MAX_MESSAGE - 1] + "…"
+    shown = _shown(path)
+    at = line_of(lines, path) or line_of(lines, ("configurations", name))
+    return (f"{source}:{at}: {shown}: {msg}" if at else f"{source}: {shown}: {msg}"), at
+
+
+def _paths(table: dict, prefix: tuple = ()) -> Iterable[tuple]:
+    """Every key path of a (nested) table, tables included."""
+    for k, v in table.items():
+        yield prefix + (str(k),)
+        if isinstance(v, dict):
+            yield from _paths(v, prefix + (str(k),))
+
+
+def _has(table: dict, path: tuple) -> bool:
+    node: Any = table
+    for k in path:
+        if not isinstance(node, dict) or k not in node:
+            return False
+        node = node[k]
+    return True
+
+
+def _key_at_start(text: str, paths: list[tuple]) -> tuple | None:
+    """The longest key path the runner's message starts with (``credit.mc_kk: unknown key``); keys
+    are matched against the plan's own, so a key holding ``": "`` is still found whole."""
+    best = None
+    for p in paths:
+        dotted = ".".join(p)
+        if text.startswith(dotted + ":") and (best is None or len(p) > len(best)):
+            best = p
+    return best
+
+
+def _hint(key: str, valid: list[str] | None) -> str:
+    """``; did you mean 'credit.mc_k'?``: the same key name in another section first (a flat alias
+    written in the wrong section), else the closest valid name, a flat alias named by its sectioned
+    place; a key that is not plain ASCII is shown escaped, since a look-alike letter is otherwise
+    invisible."""
+    escaped = "" if key.isascii() else f" (not plain ASCII: {_cut(json.dumps(key))})"
+    if not valid or len(key) > _MAX_SUGGEST:
+        return escaped
+    tail = key.rsplit(".", 1)[-1]
+    same = [v for v in valid if "." in v and v.rsplit(".", 1)[-1] == tail and v != key]
+    near = same or difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if near and "." not in near[0]:  # a flat alias: name its sectioned place, the words plans now use
+        near = [v for v in valid if v.rsplit(".", 1)[-1] == near[0] and "." in v][:1] or near
+    return escaped + (f"; did you mean {near[0]!r}?" if near else "")
+
+
+def _cut(s: str) -> str:
+    return s if len(s) <= _MAX_SHOWN else s[: _MAX_SHOWN - 1] + "…"
+
+
+def _shown(path: tuple) -> str:
+    """A key path as the plan writes it: odd keys quoted, long ones cut."""
+    return ".".join(_cut(p if _BARE.fullmatch(p) else json.dumps(p, ensure_ascii=False)) for p in map(str, path))
