@@ -279,35 +279,9 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
 
 
 def _print_contrasts(a) -> None:
-    from rich.table import Table
+    from .report import console_table
 
-    from .report import _share, format_p, is_target
-
-    t = Table(title=f"{a.plan.study.id}: contrasts" + (" (EXPLORATORY)" if a.exploratory else ""))
-    for col in ("contrast", "tier", "pair", "at", "n", "Δ [95% CI]", "tested p (Holm if primary)", "TOST p", "verdict"):
-        t.add_column(col)
-    for _, r in a.contrasts.iterrows():
-        # a to-target reading is a share of the budget (n.r. = not reached), not a difference
-        est = (escape(str(r["verdict_reason"])) if r.get("status") == "not read"
-               else f"share {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}]" if is_target(r)
-               else f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]")
-        t.add_row(r["contrast"], r["tier"], r.get("comparison", f"{r['treatment']} − {r['control']}"), r["at"], str(r["n"]), est,
-                  format_p(r["p_holm"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]), r["verdict"])
-    out_console.print(t)
-
-
-def _pairs(items: list[str], option: str, example: str) -> dict[str, float]:
-    """``["A=0.1", ...]`` → ``{"A": 0.1}``; a malformed item is a one-line error."""
-    out = {}
-    for item in items:
-        name, sep, val = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[name.strip()] = float(val)
-        except ValueError:
-            raise PreregError(f"{option} {item!r}: expected NAME=NUMBER, e.g. {example}") from None
-    return out
+    out_console.print(console_table(a))
 
 
 @app.command("dry-run")
@@ -324,11 +298,11 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
                 update_ratio: Annotated[list[str], typer.Option(
                     "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = []) -> None:
     """Simulate the plan on synthetic run logs with chosen effects; report what it would conclude."""
-    from .dryrun import dry_run
+    from .dryrun import dry_run, parse_pairs
 
-    res = dry_run(plan, _pairs(effect, "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
-                  n_resamples=resamples or None, time_ratio=_pairs(time_ratio, "--time-ratio", "mc_k4=0.3"),
-                  update_ratio=_pairs(update_ratio, "--update-ratio", "mc_k4=0.1"))
+    res = dry_run(plan, parse_pairs(effect, "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
+                  n_resamples=resamples or None, time_ratio=parse_pairs(time_ratio, "--time-ratio", "mc_k4=0.3"),
+                  update_ratio=parse_pairs(update_ratio, "--update-ratio", "mc_k4=0.1"))
     out_console.print("true effects at B: " + ", ".join(f"{k} {v:+.3f}" for k, v in res.effects.items()))
     _print_contrasts(res.analysis)
     if res.power is not None:

@@ -196,3 +196,17 @@ def simulate_power(pf, effects: dict[str, float], repeat: int, *, seed: int = 0,
     out.insert(3, "repeats", repeat)
     order = {c.id: i for i, c in enumerate(pf.plan.contrasts)}
     return out.sort_values("contrast", key=lambda s: s.map(order)).reset_index(drop=True)
+
+
+def parse_pairs(items: list[str], option: str, example: str) -> dict[str, float]:
+    """``["A=0.1", ...]`` → ``{"A": 0.1}``; a malformed item is a one-line error."""
+    out = {}
+    for item in items:
+        name, sep, val = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = float(val)
+        except ValueError:
+            raise PreregError(f"{option} {item!r}: expected NAME=NUMBER, e.g. {example}") from None
+    return out

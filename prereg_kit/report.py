@@ -312,3 +312,22 @@ def render_markdown(a: Analysis) -> str:
             "per unit: seed, or (pair, seed) when pooled; `unit` names the pair or Welch group), "
             "`configurations.csv`, " + ("`checks.csv`, " if len(a.checks) else "") + "`results.json`.", ""]
     return "\n".join(out)
+
+
+def console_table(a: "Analysis"):
+    """The contrasts as a rich table for the terminal (what ``prereg analyze`` and ``dry-run`` print)."""
+    from rich.markup import escape  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    t = Table(title=f"{a.plan.study.id}: contrasts" + (" (EXPLORATORY)" if a.exploratory else ""))
+    for col in ("contrast", "tier", "pair", "at", "n", "Δ [95% CI]", "tested p (Holm if primary)", "TOST p", "verdict"):
+        t.add_column(col)
+    for _, r in a.contrasts.iterrows():
+        # a to-target reading is a share of the budget (n.r. = not reached), not a difference
+        est = (escape(str(r["verdict_reason"])) if r.get("status") == "not read"
+               else f"share {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}]" if is_target(r)
+               else f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]")
+        t.add_row(r["contrast"], r["tier"], r.get("comparison", f"{r['treatment']} − {r['control']}"), r["at"], str(r["n"]), est,
+                  format_p(r["p_holm"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]), r["verdict"])
+    return t
+
