@@ -101,35 +101,57 @@ class DryRun:
     power: pd.DataFrame | None
 
 
+ITERATION_TOKENS = 16_384  # tokens of one simulated iteration under an iteration budget (8 × 8 × 256)
+
+
+def _groups(plan) -> dict[tuple, list[str]]:
+    """The main stage's configurations grouped by what a synthetic study is generated with: their
+    budget (axis, B, evaluation interval) and seeds. One group when the plan has one budget and one
+    seed list; a configuration with a budget or seeds of its own makes a group of its own."""
+    out: dict[tuple, list[str]] = {}
+    for c in plan.configurations_for("main"):
+        b = plan.budget_of(c)
+        every = b.eval_interval_tokens() if b.tokens is not None else b.eval_interval_iterations()
+        out.setdefault((b.axis, b.value, every, tuple(plan.seeds_for("main", c))), []).append(c)
+    return out
+
+
 def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
               time_ratio: dict[str, float] | None = None, update_ratio: dict[str, float] | None = None) -> None:
+    """Write the synthetic runs of every main-stage configuration × its seeds, each to its own B.
+
+    Configurations that share a budget and seeds are generated together (common random numbers
+    within a seed); a group of its own otherwise, with the same problems and seed effects (the
+    same ``rng``). Under an iteration budget every iteration generates ``ITERATION_TOKENS`` tokens
+    with one update, so B is exactly iteration N (``update_ratio`` does not apply there)."""
     plan = plan_file.plan
-    if plan.budgets() != plan.budget.tokens or any(c.seeds is not None for c in plan.configurations.values()):
-        # the synthetic study has one token budget and one seed list for every configuration
-        raise PreregError(f"{plan_file.path}: dry-run simulates one token budget B and one seed list for every "
-                          "configuration; this plan has an iteration budget or per-configuration budgets or seeds")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MARKER).write_text("synthetic study written by `prereg dry-run`; safe to delete\n")
     shutil.copyfile(plan_file.path, folder / PLAN_FILE)
     now = parse_time(lock_plan(folder / PLAN_FILE).entry["time"])
-    B = plan.budget.tokens
-    # relative costs: seconds per generated token and updates per token (64 updates to B = 1)
-    tpt = {c: 1e-4 * (time_ratio or {}).get(c, 1.0) for c in plan.configurations}
-    upt = {c: 64 / B * (update_ratio or {}).get(c, 1.0) for c in plan.configurations}
-    generate_study(
-        folder, study=plan.study.id, plan_hash=plan_file.content_sha256,
-        configurations={c: effects[c] for c in plan.configurations_for("main")},  # the runs analyze expects
-        seeds=plan.seeds_for("main"), budget_tokens=plan.budget.tokens,
-        eval_every=plan.budget.eval_interval_tokens(),
-        eval_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets if s.every_evaluation},
-        budget_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets if not s.every_evaluation},
-        set_levels={s.name: s.levels for s in plan.evaluation.sets if s.levels},
-        # a log_length contrast's true effect is the configuration's effect on the log scale
-        length_effects=effects if any((c.metric or plan.evaluation.metric) == "log_length" for c in plan.contrasts) else None,
-        samples=plan.evaluation.samples, extend_to={c: plan.train_to(c) for c in plan.configurations_for("main")},
-        greedy=plan.evaluation.greedy or plan.evaluation.metric == "greedy_accuracy",
-        time_per_token=tpt, updates_per_token=upt, rng=rng, started_at=now + timedelta(microseconds=1),
-        spacing=timedelta(microseconds=1), iteration_columns=check_columns(plan))
+    started = 0
+    log_length = any((c.metric or plan.evaluation.metric) == "log_length" for c in plan.contrasts)
+    for (axis, value, every, seeds), names in _groups(plan).items():
+        by_tokens = axis == "tokens"
+        B = int(value) if by_tokens else int(value) * ITERATION_TOKENS
+        # relative costs: seconds per generated token and updates per token (64 updates to B = 1)
+        tpt = {c: 1e-4 * (time_ratio or {}).get(c, 1.0) for c in names}
+        upt = {c: (64 / B * (update_ratio or {}).get(c, 1.0)) if by_tokens else 1 / ITERATION_TOKENS for c in names}
+        generate_study(
+            folder, study=plan.study.id, plan_hash=plan_file.content_sha256,
+            configurations={c: effects[c] for c in names}, seeds=list(seeds), budget_tokens=B,
+            eval_every=every if by_tokens else every * ITERATION_TOKENS,
+            eval_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets if s.every_evaluation},
+            budget_sets={s.name: s.n_problems or 200 for s in plan.evaluation.sets if not s.every_evaluation},
+            set_levels={s.name: s.levels for s in plan.evaluation.sets if s.levels},
+            # a log_length contrast's true effect is the configuration's effect on the log scale
+            length_effects=effects if log_length else None,
+            samples=plan.evaluation.samples, extend_to={c: plan.train_to(c) for c in names},
+            greedy=plan.evaluation.greedy or plan.evaluation.metric == "greedy_accuracy",
+            time_per_token=tpt, updates_per_token=upt, rng=rng,
+            started_at=now + timedelta(microseconds=1 + started), spacing=timedelta(microseconds=1),
+            iteration_columns=check_columns(plan), fixed_iteration_tokens=not by_tokens)
+        started += len(names) * len(seeds)
     seal_runs(folder)  # as a trainer seals its runs: the analysis checks every file against its seal
 
 

@@ -215,7 +215,8 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     margin = float(a.contrasts["margin_high"].max()) if len(a.contrasts) else plan.statistics.margin
     paired = [c for c in plan.contrasts if c.design == "paired"]  # a curve of T − C over time needs one seed-paired pair
     figs = [
-        plots.forest_plot(a.contrasts[[not is_target(r) for _, r in a.contrasts.iterrows()]], a.per_seed,
+        plots.forest_plot(a.contrasts[[not is_target(r) and r.get("status") != "not read" for _, r in a.contrasts.iterrows()]],
+                          a.per_seed,
                           out_dir / "forest.png",
                           title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin),
         plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,

@@ -100,13 +100,18 @@ def _cfg_key(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def _simulate_iterations(rng, target_tokens, tokens_per_it, sec_per_token, cont_share, disc_share, acc0, acc1):
-    """Iteration rows until cumulative tokens reach ``target_tokens`` (vectorized, in chunks)."""
+def _simulate_iterations(rng, target_tokens, tokens_per_it, sec_per_token, cont_share, disc_share, acc0, acc1,
+                         fixed_tokens: bool = False):
+    """Iteration rows until cumulative tokens reach ``target_tokens`` (vectorized, in chunks);
+    ``fixed_tokens``: every iteration generates exactly ``tokens_per_it`` (an iteration budget's
+    evaluations then fall on exact iteration counts)."""
     chunks = []
     total = 0
     while total < target_tokens:
         n = int(np.ceil((target_tokens - total) / tokens_per_it * 1.2)) + 4
         tok = np.maximum(1, np.round(tokens_per_it * rng.lognormal(-0.02, 0.2, n))).astype(np.int64)
+        if fixed_tokens:  # drawn all the same, so the later draws of the stream do not move
+            tok = np.full(n, max(1, int(round(tokens_per_it))), dtype=np.int64)
         chunks.append(tok)
         total += int(tok.sum())
     tok = np.concatenate(chunks)
@@ -183,6 +188,7 @@ def generate_study(
     started_at: datetime | None = None,
     spacing: timedelta = timedelta(minutes=1),
     iteration_columns: Mapping[str, Mapping[str, float]] | None = None,
+    fixed_iteration_tokens: bool = False,
 ) -> SynthStudy:
     """Write a synthetic study to ``<study_dir>/runs/<configuration>/seed-<n>/`` and return the truth.
 
@@ -203,6 +209,8 @@ def generate_study(
     ``iteration_columns``: column -> {configuration: mean}: further per-iteration columns (such as
     a filter's predicted success, read by manipulation checks), mean ± 0.05 noise clipped to [0, 1],
     0.5 for configurations not named; drawn from a stream of their own, so the other logs stay the same.
+    ``fixed_iteration_tokens``: every iteration generates exactly 1/``updates_per_token`` tokens, so
+    evaluations every k iterations' worth of tokens fall on exact iteration counts (iteration budgets).
     """
     configs = list(configurations)
     seeds = [int(s) for s in seeds]
@@ -260,7 +268,8 @@ def generate_study(
             last_target = (ne - 1) * every
             acc1 = base_accuracy + gain + configurations[c]
             iters, cum_tok, cum_sec = _simulate_iterations(
-                crng, last_target, 1.0 / upt[c], tpt[c], cshare[c], dshare[c], base_accuracy, acc1)
+                crng, last_target, 1.0 / upt[c], tpt[c], cshare[c], dshare[c], base_accuracy, acc1,
+                fixed_tokens=fixed_iteration_tokens)
             if iteration_columns:
                 xrng = _stream(entropy, 7, s, _cfg_key(c))
                 for col, means in iteration_columns.items():

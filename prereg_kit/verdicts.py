@@ -47,9 +47,20 @@ def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None
     return row
 
 
+# every statistic a read contrast has (``contrast_statistics``): a table of rows none of which
+# could be read still has these columns, empty
+STAT_COLUMNS = ("n", "mean", "sd", "se", "dz", "ci_low", "ci_high", "t", "df", "p", "zero_sd", "margin_low",
+                "margin_high", "tost_p", "tost_ci_low", "tost_ci_high", "ni_p", "ni_lower", "boot_ci_low",
+                "boot_ci_high", "boot_p", "boot_exhaustive", "n_lower", "n_higher", "crossed_mean",
+                "crossed_ci_low", "crossed_ci_high", "crossed_p", "tested_p")
+
+
 def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.DataFrame:
     """Holm within each family on ``tested_p``, then the verdict and the claim label."""
     df = df.copy()
+    for col in STAT_COLUMNS:
+        if col not in df:
+            df[col] = np.nan
     df["p_holm"] = np.nan
     for fam in plan.families:
         rows = df["contrast"].isin(fam.members)
