@@ -85,3 +85,36 @@ def test_every_registry_plan_dry_runs(study, tmp_path):
     rows = json.loads((tmp_path / "dr" / "report" / "results.json").read_text())["contrasts"]
     assert rows and all(r["status"] in ("read", "not read") for r in rows)
     assert all(r["verdict_reason"] for r in rows if r["status"] == "not read")
+
+
+def test_per_configuration_budgets_and_seeds_are_simulated(tmp_path):
+    """A configuration with its own B and seeds: its runs go to its own B on its own seeds, and a
+    contrast reads the seeds both arms run, each arm at its own B."""
+    text = (REGISTRY / "cpu-grpo" / "plan.toml").read_text().replace(
+        'description = "No-update control: the same generation, evaluation and token accounting, learning rate 0."',
+        'description = "No-update control on its own budget and seeds."\nbudget = "60K"\nseeds = "0-3"')
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    res = dry_run(path, {"C1": 0.04}, out=tmp_path / "dr", n_resamples=50, progress=False)
+    runs = {(p.parent.name, p.name) for p in (tmp_path / "dr" / "runs").glob("*/seed-*")}
+    assert {s for c, s in runs if c == "frozen"} == {f"seed-{i}" for i in range(4)}
+    assert {s for c, s in runs if c == "grpo"} == {f"seed-{i}" for i in range(6)}
+    c1 = res.analysis.contrasts.set_index("contrast").loc["C1"]
+    assert c1["n"] == 4 and c1["status"] == "read"
+    ps = res.analysis.per_seed[res.analysis.per_seed["contrast"] == "C1"]
+    assert sorted(ps["seed"]) == [0, 1, 2, 3]
+
+
+def test_an_iteration_budget_is_simulated_and_read_at_iteration_n(tmp_path):
+    text = (REGISTRY / "cpu-grpo" / "plan.toml").read_text()
+    text = text.replace('tokens = "30K"', 'iterations = 12').replace('eval_every = "B/8"', "eval_every = 3")
+    text = text.replace("seeds = { first = 0, last = 5 }", "seeds = { first = 0, last = 3 }")
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    res = dry_run(path, {"C1": 0.04}, out=tmp_path / "dr", n_resamples=50, progress=False)
+    c1 = res.analysis.contrasts.set_index("contrast").loc["C1"]
+    assert c1["status"] == "read" and c1["n"] == 4
+    ps = res.analysis.per_seed[res.analysis.per_seed["contrast"] == "C1"]
+    assert set(ps["read_at"]) <= {12, 12.0}  # the first evaluation at or after iteration 12
+    evals = res.analysis.curves
+    assert sorted(set(evals["iteration"]))[:5] == [0, 3, 6, 9, 12]
