@@ -55,6 +55,13 @@ def test_code_task_keeps_the_built_in_code_task_and_elected_anchor_becomes_the_f
     assert s.rewards.aggregation["rule"] == "tag"
 
 
+def test_a_process_reward_model_becomes_the_tiny_one(tmp_path):
+    cfg = _cfg(credit={"rule": "prm_baseline", "prm_model": "Qwen/Qwen2.5-Math-PRM-7B"})
+    s = substituted(cfg, prm_path=str(tmp_path / "prm"))
+    assert (s.credit.rule, s.credit.prm_model) == ("prm_baseline", str(tmp_path / "prm"))
+    assert substituted(_cfg()).credit.prm_model == ""  # no PRM asked for, none given
+
+
 def test_every_cpu_study_configuration_is_a_case_and_runnable():
     found = [(c.study, c.configuration) for c in cases(ROOT / "registry", ["cpu-grpo", "cpu-interventions"])]
     assert ("cpu-grpo", "frozen") in found and ("cpu-interventions", "mc_k4") in found

@@ -46,9 +46,10 @@ SUBSTITUTE: dict[str, Any] = {
 }
 
 
-def substituted(cfg: TrainerConfig, limit: int = SMOKE_LIMIT) -> TrainerConfig:
+def substituted(cfg: TrainerConfig, limit: int = SMOKE_LIMIT, prm_path: str = "tiny-prm") -> TrainerConfig:
     """``cfg`` with the tiny model, a built-in task, a capped completion limit and the other
-    substitutions of the module docstring; every rule the configuration chose is kept."""
+    substitutions of the module docstring (``prm_path``: the tiny process-reward model's folder);
+    every rule the configuration chose is kept."""
     changes: dict[str, Any] = {k: dict(v) for k, v in SUBSTITUTE.items()}
     if cfg.task.name != "code":
         changes["task"] = {"name": "synthetic", "train_file": "", "levels": [1, 2], "train_problems": 256}
@@ -63,13 +64,34 @@ def substituted(cfg: TrainerConfig, limit: int = SMOKE_LIMIT) -> TrainerConfig:
     if cfg.credit.mc_continuation_limit:
         credit["mc_continuation_limit"] = max(1, min(cfg.credit.mc_continuation_limit, new))
     if getattr(cfg.credit, "prm_model", ""):
-        credit["prm_model"] = "tiny"
+        credit["prm_model"] = prm_path
     if credit:
         changes["credit"] = credit
     if cfg.rewards.anchor == "elected":
         first = cfg.rewards.channels[0] if cfg.rewards.channels else ""
         changes["rewards"] = {"anchor": first if isinstance(first, str) else first.get("name", "")}
     return updated(cfg, changes)
+
+
+def tiny_prm(folder: str | Path, step_token: str) -> Path:
+    """A tiny process-reward model in the layout of Qwen2.5-Math-PRM (a token classifier with two
+    labels read at each step token), built from a config with the synthetic task's tokenizer."""
+    import torch  # noqa: PLC0415
+    from transformers import Qwen2Config, Qwen2ForTokenClassification  # noqa: PLC0415
+
+    from trainer.data.synthetic import build_tokenizer  # noqa: PLC0415
+
+    tok = build_tokenizer()
+    tok.add_tokens([step_token], special_tokens=True)
+    conf = Qwen2Config(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                       num_key_value_heads=2, intermediate_size=32, max_position_embeddings=512, num_labels=2,
+                       pad_token_id=tok.pad_token_id)
+    with torch.random.fork_rng(devices=[]):  # the same tiny PRM every time, the caller's generator untouched
+        torch.manual_seed(0)
+        model = Qwen2ForTokenClassification(conf)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return Path(folder)
 
 
 @dataclass
@@ -105,7 +127,8 @@ def not_runnable(case: SmokeCase) -> str:
 
 def smoke_spec(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> RunSpec:
     """The run spec of one smoke run: one iteration, evaluations at the start and the end only."""
-    cfg = substituted(config_of(case.plan.plan, case.configuration, where="recipe"), limit)
+    cfg = substituted(config_of(case.plan.plan, case.configuration, where="recipe"), limit,
+                      prm_path=str((out / ".cache" / "tiny-prm").resolve()))
     run_dir = out / case.study / case.configuration
     return RunSpec(study=case.plan.plan.study.id, configuration=case.configuration, seed=0, stage="smoke",
                    plan_hash=case.plan.content_sha256, study_dir=str(case.study_dir), run_dir=str(run_dir),
@@ -121,6 +144,8 @@ def run_case(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> tuple[bool
 
     spec = smoke_spec(case, out, limit)
     shutil.rmtree(spec.run_dir, ignore_errors=True)
+    if spec.config.credit.prm_model and not Path(spec.config.credit.prm_model, "config.json").exists():
+        tiny_prm(spec.config.credit.prm_model, spec.config.credit.prm_step_token)
     t0 = time.perf_counter()
     try:
         c = train(spec)
