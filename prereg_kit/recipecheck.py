@@ -105,8 +105,12 @@ def _place(line: str, plan: Plan, name: str, lines: dict[tuple, int], valid: lis
     else:
         msg = rest[len(".".join(key)):].removeprefix(":").strip()
         path = (("configurations", name, "overrides") if _has(over, key) else ("recipe",)) + key
-    if msg.startswith("unknown key") and key is not None and "did you mean" not in msg:  # the runner's own suggestion stands
-        msg += _hint(".".join(key), valid)
+    if msg.startswith("unknown key") and key is not None:
+        if "did you mean" not in msg:
+            msg += _hint(".".join(key), valid)
+        elif not ".".join(key).isascii():  # the runner's own suggestion stands; a look-alike letter is still shown
+            head, sep, tail = msg.partition("; did you mean")
+            msg = head + f" (not plain ASCII: {_cut(json.dumps('.'.join(key)))})" + sep + tail
     if len(msg) > MAX_MESSAGE:
         msg = msg[: MAX_MESSAGE - 1] + "…"
     shown = _shown(path)
