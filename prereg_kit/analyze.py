@@ -257,6 +257,12 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                                        tuple(c.levels))
             rp = c.reading_point
             point = rp.at_budget(B)
+            if c.minus_eval_set:  # the second difference on its own test set (S21's Welch form, L3881-3882)
+                second = curves_for(c.minus_eval_set, verifier, metric, tuple(c.levels))[0]
+                curves = pd.concat([curves[curves["configuration"].isin([c.treatment, c.control])],
+                                    second[second["configuration"].isin([c.minus_treatment, c.minus_control])]],
+                                   ignore_index=True)
+                eval_set = f"{eval_set} / {c.minus_eval_set}"
             seeds = plan.contrast_seeds(c)  # the contrast's seed subset among those all its arms run
             curves = curves[curves["seed"].isin(seeds)]
             label = comparison_label(c)

@@ -90,6 +90,15 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
             errs += _seed_subset_problems(plan, c, where)
         if c.eval_set is not None and c.eval_set not in first_set:
             errs.append((where + ("eval_set",), f"unknown evaluation set {_short(c.eval_set)}"))
+        if c.minus_eval_set is not None:
+            if c.minus_eval_set not in first_set:
+                errs.append((where + ("minus_eval_set",), f"unknown evaluation set {_short(c.minus_eval_set)}"))
+            elif c.design != "welch" or not c.minus_treatment:
+                errs.append((where + ("minus_eval_set",), "only a welch contrast of two differences reads its second "
+                                                           "difference on another set"))
+            elif {c.treatment, c.control} & {c.minus_treatment, c.minus_control}:
+                errs.append((where + ("minus_eval_set",), "a configuration read on two sets in one contrast: the two "
+                                                           "differences on different sets need four different configurations"))
         if c.tier == "primary" and c.id not in memberships:
             errs.append((where + ("tier",), f"primary contrast {c.id!r} is in no Holm family (add it to [[families]])"))
         if len(memberships.get(c.id, [])) > 1:

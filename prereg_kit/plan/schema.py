@@ -202,7 +202,8 @@ class Contrast(_Model):
       ("(model size, seed) pairs pooled", L2337);
     - ``welch``: treatment's values against control's, unpaired (Welch's t); with ``minus_*`` the
       two unpaired groups are the per-seed differences treatment − control and minus_treatment −
-      minus_control (S21's primary, L3881-3882).
+      minus_control (S21's primary, L3881-3882), the second read on ``minus_eval_set`` when the
+      two sides use different test sets ("different runs, pools, and test sets", L3881-3882).
 
     ``seeds``: the contrast reads only these seeds (S11's n = 6 primary, L3255-3258).
     """
@@ -214,6 +215,7 @@ class Contrast(_Model):
     design: Design = "paired"
     minus_treatment: str = ""
     minus_control: str = ""
+    minus_eval_set: str | None = None
     pairs: list[list[str]] = []
     seeds: Seeds | None = None
     kind: Literal["superiority", "equivalence", "non-inferiority"] = "superiority"
