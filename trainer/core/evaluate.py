@@ -101,7 +101,10 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
     n = spec.eval_samples
     aux = eval_channels(cfg)  # multi-reward: ch_<name> and ch_correct_<name> counts
     rows: list[dict] = []
-    at_budget = not counters.budget_evaluated and counters.total_tokens >= spec.budget_tokens
+    # the first evaluation at or after B, on the budget's axis (generated tokens or iterations)
+    reached = (counters.total_tokens >= spec.budget_tokens if spec.budget_tokens is not None
+               else counters.iteration >= (spec.budget_iterations or 0))
+    at_budget = not counters.budget_evaluated and reached
     for es in sets:
         if not scored_now(es.at, counters.eval_index, at_budget):
             continue
