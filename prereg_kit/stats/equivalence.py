@@ -59,6 +59,18 @@ class NonInferiority(Result):
     zero_sd: bool
 
 
+def two_one_sided(mean: float, se: float, df: float, low: float, high: float,
+                  alpha: float) -> tuple[float, float, float, float, float]:
+    """The two one-sided t-tests of a mean with standard error ``se`` on ``df`` degrees of freedom:
+    ``(p_lower, p_upper, p, ci_low, ci_high)`` with ``p_lower = P(T ≥ (mean − low)/se)`` (H0: μ ≤ low),
+    ``p_upper = P(T ≤ (mean − high)/se)`` (H0: μ ≥ high), ``p`` their maximum and the 1−2α
+    interval ``mean ± t_{1−α, df}·se`` (shared by the paired and the Welch TOST)."""
+    p_lower = float(sps.t.sf(safe_ratio(mean - low, se), df))
+    p_upper = float(sps.t.cdf(safe_ratio(mean - high, se), df))
+    half = float(sps.t.ppf(1.0 - alpha, df)) * se
+    return p_lower, p_upper, max(p_lower, p_upper), mean - half, mean + half
+
+
 def tost_from_stats(n: int, mean: float, sd: float, *, margin: Any, alpha: float = 0.05,
                     n_dropped: int = 0) -> Tost:
     """:func:`tost_paired` from ``n``, the mean and the SD of the differences."""
@@ -68,15 +80,10 @@ def tost_from_stats(n: int, mean: float, sd: float, *, margin: Any, alpha: float
         raise ValueError(f"need at least 2 pairs, got {n}")
     df = n - 1
     se = sd / math.sqrt(n)
-    t_lower = safe_ratio(mean - low, se)
-    t_upper = safe_ratio(mean - high, se)
-    p_lower = float(sps.t.sf(t_lower, df))   # H0: mean ≤ low
-    p_upper = float(sps.t.cdf(t_upper, df))  # H0: mean ≥ high
-    p = max(p_lower, p_upper)
-    half = float(sps.t.ppf(1.0 - alpha, df)) * se
+    p_lower, p_upper, p, ci_low, ci_high = two_one_sided(mean, se, df, low, high, alpha)
     return Tost(n=n, n_dropped=n_dropped, mean=mean, sd=sd, se=se, df=df, low=low, high=high,
-                t_lower=t_lower, t_upper=t_upper, p_lower=p_lower, p_upper=p_upper, p=p,
-                ci_low=mean - half, ci_high=mean + half, alpha=alpha, equivalent=bool(p < alpha),
+                t_lower=safe_ratio(mean - low, se), t_upper=safe_ratio(mean - high, se), p_lower=p_lower,
+                p_upper=p_upper, p=p, ci_low=ci_low, ci_high=ci_high, alpha=alpha, equivalent=bool(p < alpha),
                 zero_sd=bool(sd == 0))
 
 

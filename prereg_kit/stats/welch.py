@@ -20,6 +20,7 @@ from scipy import stats as sps
 
 from ._checks import Result, check_alpha, check_alternative, check_confidence, equivalence_bounds, positive_margin, safe_ratio
 from .paired import spread, t_interval, t_pvalue
+from .equivalence import two_one_sided
 
 
 @dataclass(slots=True, frozen=True)
@@ -123,12 +124,9 @@ def tost_welch(first: Any, second: Any, *, margin: Any, alpha: float = 0.05) -> 
     low, high = equivalence_bounds(margin)
     a, b = _groups(first, second)
     mean, se, df = _moments(a, b)
-    p_lower = float(sps.t.sf(safe_ratio(mean - low, se), df))
-    p_upper = float(sps.t.cdf(safe_ratio(mean - high, se), df))
-    p = max(p_lower, p_upper)
-    half = float(sps.t.ppf(1.0 - alpha, df)) * se
+    p_lower, p_upper, p, ci_low, ci_high = two_one_sided(mean, se, df, low, high, alpha)
     return WelchTost(mean=mean, se=se, df=df, low=low, high=high, p_lower=p_lower, p_upper=p_upper, p=p,
-                     ci_low=mean - half, ci_high=mean + half, alpha=alpha, equivalent=bool(p < alpha))
+                     ci_low=ci_low, ci_high=ci_high, alpha=alpha, equivalent=bool(p < alpha))
 
 
 def noninferiority_welch(first: Any, second: Any, *, margin: float, alpha: float = 0.05) -> WelchNonInferiority:
