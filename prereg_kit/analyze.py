@@ -47,6 +47,7 @@ from .margin import margin_bounds
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
 from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
+from .extrapolated import extrapolation_contrast
 from .readings.designs import design_readings
 from .runlog import StudyRuns, load_study
 from .verify import verify_study
@@ -78,6 +79,7 @@ class Analysis:
     checks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_COLUMNS))
     check_seeds: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_SEED_COLUMNS))
     dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)  # training dynamics to B per configuration
+    extrapolations: dict = field(default_factory=dict)  # contrast id → its extrapolated reading (figures)
 
 
 # ---------------------------------------------------------------------------------------- stats
@@ -247,7 +249,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             cache[(eval_set, verifier, metric, levels)] = (a.kept, pa, flags)
         return cache[(eval_set, verifier, metric, levels)]
 
-    rows, per_seed = [], []
+    rows, per_seed, extrapolations = [], [], {}
     reference = plan.evaluation.reference
     for c in _progress(plan.contrasts, progress, "contrasts"):
         with _unread_as_row(c, plan, rows, enabled=not_read):
@@ -282,6 +284,11 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                     raise PreregError(f"contrast {c.id} ({label}): {e}") from None
                 rows.append({**row, "seeds": _seed_list(seeds), **trow})
                 per_seed.append(ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)])
+                continue
+            if rp.kind == "extrapolated":  # observed − the control's curve read at e·t (L742-750)
+                xrow, ps, extrapolations[c.id] = extrapolation_contrast(study_dir, plan, c, curves, n_resamples=nres, notes=notes)
+                rows.append({**row, **xrow})
+                per_seed.append(ps)
                 continue
             if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
                 try:
@@ -346,7 +353,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
-        checks=checks, check_seeds=check_seeds,
+        checks=checks, check_seeds=check_seeds, extrapolations=extrapolations,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 
 

@@ -4,8 +4,8 @@ that must exist, tiers and families, reading points against run lengths, metrics
 from __future__ import annotations
 
 from .designs import check_problems as _check_problems, design_problems as _design_problems, \
-    seed_subset_problems as _seed_subset_problems
-from .fields import (COLLAPSE_K, _cut, DERIVED_METRICS, ReadingPoint, SPAN_POINTS, TARGET_POINTS, _short)
+    extrapolation_problems as _extrapolation_problems, seed_subset_problems as _seed_subset_problems
+from .fields import (COLLAPSE_K, _cut, DERIVED_METRICS, EXTRAPOLATED, ReadingPoint, SPAN_POINTS, TARGET_POINTS, _short)
 from .schema import Contrast, EvalSet, Plan
 
 
@@ -86,6 +86,7 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         if first_contrast[c.id] != ci:
             errs.append((where + ("id",), f"duplicate contrast id {c.id!r}"))
         errs += _design_problems(c, where, configs, have)
+        errs += _extrapolation_problems(plan, c, where)
         if c.seeds is not None and len(errs) == n_before:
             errs += _seed_subset_problems(plan, c, where)
         if c.eval_set is not None and c.eval_set not in first_set:
@@ -121,7 +122,7 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         if c.design == "welch" and not c.minus_treatment and rp.kind != "tokens":
             errs.append((where + ("at",), f"a welch contrast of two configurations is read at a token reading point "
                                           f"(\"B\" or \"kB\"), not {c.at!r}: {rp.kind} readings pair runs by seed"))
-        if rp.kind in ("tokens",) + SPAN_POINTS + TARGET_POINTS and len(errs) == n_before:  # no other problem here
+        if rp.kind in ("tokens", EXTRAPOLATED) + SPAN_POINTS + TARGET_POINTS and len(errs) == n_before:  # no other problem here
             for name in c.configuration_names():
                 if name in configs and run_length(name) < rp.multiple:
                     errs.append((where + ("at",), f"read at {rp} but {name!r} trains only to {run_length(name):g}B"))

@@ -61,6 +61,37 @@ def design_problems(c: Contrast, where: tuple, configs: set[str], have: str) -> 
     return errs
 
 
+def extrapolation_problems(plan: Plan, c: Contrast, where: tuple) -> list[tuple[tuple, str]]:
+    """``at = "extrapolated"`` and ``efficiency`` go together; the reading is seed-paired on one
+    token budget; a "TEST:configuration" efficiency names a gradient test of the plan and one of
+    its configurations (checked when the plan has ``[[gradient_tests]]``)."""
+    extrapolated = c.reading_point.kind == "extrapolated"
+    if not extrapolated:
+        return [] if c.efficiency is None else [(where + ("efficiency",), f"efficiency is the e of at = \"extrapolated\"; "
+                                                                          f"this contrast is read at {c.at!r}")]
+    errs: list[tuple[tuple, str]] = []
+    if c.efficiency is None:
+        errs.append((where + ("at",), "at = \"extrapolated\" needs efficiency = e (a number above 0, or "
+                                      "\"TEST:configuration\" for a gradient test's per-token estimate)"))
+    if c.design != "paired":
+        errs.append((where + ("design",), f"an extrapolated contrast is paired (design = \"paired\": per seed, "
+                                          f"observed − the control's curve at e·t); design {c.design!r} is not allowed"))
+    if not isinstance(plan.budgets(), float):
+        errs.append((where + ("at",), "an extrapolated reading needs one token budget B for every configuration "
+                                      "(it reads the control's curve at e·t tokens)"))
+    tests = getattr(plan, "gradient_tests", None)
+    if isinstance(c.efficiency, str) and tests is not None:
+        test, _, conf = c.efficiency.partition(":")
+        by_id = {t.id: t for t in tests}
+        if test not in by_id:
+            errs.append((where + ("efficiency",), f"unknown gradient test {_short(test)} (have: "
+                                                  f"{_cut(', '.join(by_id), 200) or 'no [[gradient_tests]]'})"))
+        elif conf not in by_id[test].configurations:
+            errs.append((where + ("efficiency",), f"gradient test {test!r} does not measure {_short(conf)} (it measures "
+                                                  f"{_cut(', '.join(by_id[test].configurations), 200)})"))
+    return errs
+
+
 def seed_subset_problems(plan: Plan, c: Contrast, where: tuple) -> list[tuple[tuple, str]]:
     """A contrast's ``seeds`` must be run by each of its configurations (welch: by either arm)."""
     want = set(c.seeds or [])

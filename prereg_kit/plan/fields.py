@@ -23,11 +23,14 @@ MAX_NAME = 80  # characters in a configuration name, id or set name
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit
 MAX_MULTIPLE = 1e6  # a run length or reading point k·B; far beyond any study
 PointKind = Literal["tokens", "time", "control_time", "updates", "first_half", "second_half", "all_evals",
-                    "to_target", "time_to_target"]
+                    "to_target", "time_to_target", "extrapolated"]
 # Reading points over a span of evaluations, and the tokens/time to reach the control's accuracy
 # (dense-rewards paper L3356, L4034-4036, §C.6.8 Table 11; prereg_kit.readings.spans).
 SPAN_POINTS = ("first_half", "second_half", "all_evals")
 TARGET_POINTS = ("to_target", "time_to_target")
+# The extrapolation heuristic (L742-750): observed − outcome's curve read at e·t, to B; the
+# contrast's ``efficiency`` is e (prereg_kit.readings.extrapolation).
+EXTRAPOLATED = "extrapolated"
 
 # --------------------------------------------------------------------------- quantities
 
@@ -180,7 +183,7 @@ class ReadingPoint:
             return "B" if self.multiple == 1 else f"{self.multiple:g}B"
         if self.kind in SPAN_POINTS + TARGET_POINTS:
             return self.kind if self.multiple == 1 else f"{self.kind}:{self.multiple:g}B"
-        return self.kind.replace("_", "-")
+        return self.kind if self.kind == EXTRAPOLATED else self.kind.replace("_", "-")
 
     def at_budget(self, budget: float) -> "ReadingPoint":
         """The same point with the study's token budget B attached."""
@@ -208,7 +211,8 @@ class ReadingPoint:
                 "updates": f"updates at {b}", "first_half": f"mean over the first half of {b}",
                 "second_half": f"mean over the second half of {b}", "all_evals": f"mean over every evaluation to {b}",
                 "to_target": f"tokens to the control's accuracy at {b}",
-                "time_to_target": f"training time to the control's accuracy at {b}"}[self.kind]
+                "time_to_target": f"training time to the control's accuracy at {b}",
+                "extrapolated": f"observed − extrapolated, evaluations to {b}"}[self.kind]
 
 
 def parse_reading_point(value: str) -> ReadingPoint:
@@ -219,6 +223,8 @@ def parse_reading_point(value: str) -> ReadingPoint:
         return ReadingPoint(v)  # type: ignore[arg-type]
     if v in ("control-time", "control_time"):
         return ReadingPoint("control_time")
+    if v == EXTRAPOLATED:
+        return ReadingPoint(EXTRAPOLATED)
     kind, sep, mult = v.partition(":")
     try:
         if kind in SPAN_POINTS + TARGET_POINTS:  # "first_half", "to_target:2B"
@@ -227,8 +233,8 @@ def parse_reading_point(value: str) -> ReadingPoint:
     except ValueError:
         raise ValueError(
             f"expected a reading point: \"B\", \"2B\" (k·B), \"time\", \"control-time\", \"updates\", "
-            f"\"first_half\", \"second_half\", \"all_evals\", \"to_target\" or \"time_to_target\" "
-            f"(the last five optionally \":kB\"); got {_short(value)}"
+            f"\"first_half\", \"second_half\", \"all_evals\", \"to_target\", \"time_to_target\" "
+            f"(these five optionally \":kB\") or \"extrapolated\"; got {_short(value)}"
         ) from None
 
 

@@ -228,7 +228,22 @@ class Contrast(_Model):
     eval_set: str | None = None
     # Accuracy on the problems of these MATH levels only (the eval rows' ``level``); [] = all.
     levels: list[Annotated[int, Field(ge=1, le=INT_MAX)]] = []
+    # e of at = "extrapolated" (L742-750): a preregistered number, or "TEST:configuration", that
+    # gradient test's per-token estimate (prereg_kit.readings.extrapolation)
+    efficiency: float | str | None = None
     description: str = ""
+
+    @field_validator("efficiency")
+    @classmethod
+    def _efficiency(cls, v: float | str | None) -> float | str | None:
+        if isinstance(v, str):
+            test, sep, conf = v.partition(":")
+            if not sep or not test or not conf or ":" in conf:
+                raise ValueError(f"efficiency is a number above 0 or \"TEST:configuration\" (a [[gradient_tests]] id and "
+                                 f"one of its configurations), got {_short(v)}")
+        elif v is not None and not 0 < v < float("inf"):
+            raise ValueError(f"efficiency is a per-token efficiency e, a finite number above 0, got {v!r}")
+        return v
 
     @field_validator("levels")
     @classmethod
