@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import plots
+from .extrapolation_plots import extrapolation_figures, extrapolation_notes
 
 if TYPE_CHECKING:
     from .analyze import Analysis
@@ -111,8 +112,9 @@ def contrast_table(df: pd.DataFrame) -> str:
                          f"| {r['n']} | {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}] | — "
                          f"| {printed_test(r)} | {seeds} | **{r['verdict']}** |")
             continue
+        at = f"{r['at']} ({r['extrapolation']})" if isinstance(r.get("extrapolation"), str) else r["at"]
         lines.append(
-            f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{r['at']} | {n} "
+            f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{at} | {n} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
             f"| {printed_test(r)} | {seeds} | **{r['verdict']}** |")
     return "\n".join(lines)
@@ -227,7 +229,7 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
             out_dir / "difference_vs_hours.png", margin=margin,
             title=f"{plan.study.id}: primary differences over training time"),
     ]
-    written += figs
+    written += figs + extrapolation_figures(a, out_dir)
     (out_dir / "report.md").write_text(render_markdown(a))
     written.append(out_dir / "report.md")
     return written
@@ -275,7 +277,7 @@ def render_markdown(a: Analysis) -> str:
             "welch: unpaired groups, Welch's t, n = both groups); 95% t "
             "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
-            "", contrast_table(a.contrasts), "", "![forest plot](forest.png)", ""]
+            "", contrast_table(a.contrasts), ""] + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
     if len(a.checks):
         out += ["## Manipulation checks", "",
                 "Each check averages a per-iteration run-log column over the iterations up to its reading point, "

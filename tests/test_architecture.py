@@ -31,7 +31,7 @@ LAYERS = {
         ("records", ["prereg_kit.lock", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal",
                      "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
         ("analysis", ["prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.verdicts", "prereg_kit.extrapolated", "prereg_kit.analyze", "prereg_kit.synth"]),
-        ("output", ["prereg_kit.plots", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
+        ("output", ["prereg_kit.plots", "prereg_kit.extrapolation_plots", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe"]),
         ("command", ["prereg_kit.runners", "prereg_kit.recipecheck", "prereg_kit.cli", "prereg_kit.__main__"]),
     ],

@@ -1,0 +1,59 @@
+"""The report's part for ``at = "extrapolated"`` contrasts (dense-rewards paper L742-750): one figure
+per contrast — the mean over seeds of the treatment's observed curve, the control's curve read at
+e·t (the extrapolation) and the control's own curve, against the treatment's tokens t, with the
+usable evaluations (e·t ≤ B) shaded — and the note the contrast table carries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .plots import save, subplots
+from .readings.extrapolation import Extrapolation, HEURISTIC
+
+if TYPE_CHECKING:
+    from .analyze import Analysis
+
+
+def extrapolation_figure(x: Extrapolation, path: Path, *, title: str, treatment: str, control: str) -> Path:
+    """Observed, extrapolated and control accuracy (mean over seeds) against tokens; the span of
+    usable evaluations shaded, the extrapolation drawn only where it is defined."""
+    m = x.points.groupby("eval_index", sort=True).agg(tokens=("tokens", "first"), observed=("observed", "mean"),
+                                                       extrapolated=("extrapolated", "mean"), control=("control", "mean"),
+                                                       usable=("usable", "first"))
+    fig, ax = subplots(figsize=(7.5, 4.2))
+    first = float(m.loc[m["usable"], "tokens"].min())
+    tok = m["tokens"].to_numpy() / 1e6
+    ax.axvspan(first / 1e6, x.last_tokens / 1e6, color="#e6eef8", lw=0, label=f"usable: e·t ≤ B ({x.n_usable} evaluations)")
+    ax.plot(tok, m["observed"], "o-", color="#1f4e9c", label=f"{treatment} (observed)")
+    ext = m["extrapolated"].to_numpy()
+    ax.plot(tok[np.isfinite(ext)], ext[np.isfinite(ext)], "s--", color="#c0392b",
+            label=f"{control} at e·t (extrapolated, e = {x.e:g})")
+    ax.plot(tok, m["control"], "^:", color="#555555", label=f"{control} (observed)")
+    ax.set_xlabel(f"{treatment}'s generated tokens t (M)")
+    ax.set_ylabel("accuracy (mean over seeds)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    return save(fig, path)
+
+
+def extrapolation_figures(a: Analysis, out_dir: Path) -> list[Path]:
+    """One figure per read extrapolated contrast, ``extrapolated-<id>.png``."""
+    out = []
+    for cid, x in a.extrapolations.items():
+        c = a.plan.contrast(cid)
+        out.append(extrapolation_figure(x, out_dir / f"extrapolated-{cid}.png", treatment=c.treatment, control=c.control,
+                                        title=f"{a.plan.study.id} {cid}: observed vs extrapolated (e = {x.e:g})"))
+    return out
+
+
+def extrapolation_notes(a: Analysis) -> list[str]:
+    """The lines under the contrast table when some contrast is read at ``extrapolated``."""
+    if not any(c.reading_point.kind == "extrapolated" for c in a.plan.contrasts):
+        return []
+    return [f"*{HEURISTIC}.* An extrapolated row's Δ is, per seed, the mean over the usable evaluations "
+            "(e·t ≤ B) of the observed accuracy minus the control's curve read at e·t; the predicted lead is the "
+            "extrapolation minus the control at t, the observed lead the observed accuracy minus the control at t.", ""] + \
+        [f"![extrapolation {cid}](extrapolated-{cid}.png)" for cid in a.extrapolations] + [""]
