@@ -49,7 +49,7 @@ def test_extrapolated_accuracy_refuses_a_non_positive_or_non_finite_e(e):
 
 # ------------------------------------------------------------------------------ usable evaluations
 
-@pytest.mark.parametrize("e, n", [(1.36, 11), (1.15, 13), (1.0, 16), (0.5, 16), (1.6, 10), (16.0, 1), (16.5, 0)])
+@pytest.mark.parametrize("e, n", [(1.36, 11), (1.15, 13), (1.0, 16), (0.5, 16), (1.6, 10), (16 / 11, 11), (16.0, 1), (16.5, 0)])
 def test_the_usable_evaluations_are_those_with_e_t_at_most_B(e, n):
     B = 12_250_000.0
     t = nominal_tokens(B, B / 16)

@@ -33,7 +33,7 @@ from ..errors import PreregError
 from .base import PairingError, ReadingError
 from .points import _first_at_or_after, _runs
 
-USABLE_RTOL = 1e-9  # e·t_i ≤ B up to float error (1.25 · 12B/15 is B, not a hair past it)
+USABLE_RTOL = 1e-9  # e·t_i ≤ B up to float error: e = 16/11 at 11B/16 is B, not a hair past it
 HEURISTIC = "The extrapolation is a heuristic, not a derived prediction (dense-rewards paper L742-750)"
 PER_SEED_COLUMNS = ["seed", "treatment_value", "control_value", "difference", "read_at", "unit",
                     "predicted_lead", "observed_lead", "usable_evaluations"]
