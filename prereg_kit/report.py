@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import plots
+from .gradient_report import gradient_markdown, write_gradient
 
 if TYPE_CHECKING:
     from .analyze import Analysis
@@ -208,6 +209,8 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
         "checks": _records(a.checks),
         "check_seeds": _records(a.check_seeds),
         "notes": a.notes,
+        **({"gradient_tests": {"synthetic": a.gradient.synthetic, **{k: _records(getattr(a.gradient, k)) for k in
+                                                                    ("table", "fit", "conditions")}}} if a.gradient else {}),
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
@@ -227,7 +230,7 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
             out_dir / "difference_vs_hours.png", margin=margin,
             title=f"{plan.study.id}: primary differences over training time"),
     ]
-    written += figs
+    written += figs + (write_gradient(a.gradient, out_dir, title=f"{plan.study.id}: gradient tests") if a.gradient else [])
     (out_dir / "report.md").write_text(render_markdown(a))
     written.append(out_dir / "report.md")
     return written
@@ -306,6 +309,7 @@ def render_markdown(a: Analysis) -> str:
         out.append(f"| {r['configuration']} | {r['n_seeds']} | {r['accuracy_at_B']:.3f} | {extra}{r['tokens_at_B'] / 1e6:.3f} | "
                    f"{r['updates_at_B']:.0f} | {r['hours_at_B']:.3f} | {r['continuation_share']:.0%} | {r['stage_shares']} |")
     out += dynamics_table(a.dynamics)
+    out += ([""] + gradient_markdown(a.gradient)) if a.gradient is not None else []
     out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
     if a.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]
