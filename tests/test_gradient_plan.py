@@ -175,3 +175,11 @@ def test_validate_plan_reports_every_gradient_problem_at_once(tmp_path):
         validate_plan(tomllib.loads(text), source="p.toml", text=text)
     joined = "\n".join(e.value.lines)
     assert "unknown configuration 'nope'" in joined and "'x' is not one of" in joined and "differs from" in joined
+
+
+def test_the_docs_example_validates(tmp_path):
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "gradient-tests.md").read_text()
+    section = docs[docs.index("## In a study"):]
+    block = re.search(r"```toml\n(.*?)```", section, flags=re.S).group(1)
+    t = _load(tmp_path, BASE + "\n" + block).plan.gradient_tests[0]
+    assert (t.id, t.batches, t.fit, t.conditions[0].bound) == ("G1", 96, ["mc_k1", "mc_k4"], 0.8)
