@@ -349,7 +349,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
         checks=checks, check_seeds=check_seeds,
-        gradient=gradient_results(study_dir, plan, n_resamples=nres) if plan.gradient_tests else None,
+        gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 
 

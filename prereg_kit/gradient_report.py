@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .gradient_tests import GradientResults, NOT_RUN, Z_PASS
+from .gradient_tests import GradientResults, NOT_RUN, REFUSED, Z_PASS
 
 CSV = "gradient_tests.csv"
 FIGURE = "gradient_tests.png"
@@ -48,6 +48,9 @@ def gradient_markdown(g: GradientResults) -> list[str]:
         if first["status"] == NOT_RUN:
             out += [f"**{test}**: not run (no sealed result; `prereg gradient-test STUDY --test {test}`).", ""]
             continue
+        if first["status"] == REFUSED:
+            out += [f"**{test}**: not read: its result fails its seal (see the notes).", ""]
+            continue
         out += [f"**{test}** ({first['status']}; baseline {first['baseline']}, {int(first['batches'])} batches)", "",
                 "| configuration | per update [95% CI] | per token [95% CI] | alignment | tokens / update | "
                 "E⟨u,ĥ⟩ z | conditions |", "|---|---|---|---|---|---|---|"]
@@ -74,7 +77,7 @@ def gradient_markdown(g: GradientResults) -> list[str]:
 def efficiency_figure(g: GradientResults, path: Path, *, title: str) -> Path:
     """Per-token efficiency with its 95% interval per configuration (rows: test · configuration),
     a line at 1 (the baseline) and one at each per-token condition's threshold."""
-    t = g.table[g.table["status"] != NOT_RUN] if len(g.table) else g.table
+    t = g.table[~g.table["status"].isin([NOT_RUN, REFUSED])] if len(g.table) else g.table
     n = len(t)
     fig, ax = plots.subplots(figsize=(7.5, 1.3 + 0.45 * max(n, 1)))
     ax.axvline(1.0, color="black", lw=0.8, label="baseline (1)")

@@ -40,6 +40,7 @@ from .plan.gradient import credit_of
 COLUMNS = ("test", "dot_uh", "uu", "perp_dh", "perp_dd", "perp_hh", "tokens", "batch", "configuration", "mc_k")
 Z_PASS = 3.0  # the paper's positivity check: mean ⟨u, ĥ⟩ at least 3 standard errors above 0
 NOT_RUN = "not run"
+REFUSED = "refused"  # a result that fails its seal, listed unread by an exploratory analysis
 
 
 @dataclass
@@ -170,8 +171,11 @@ def _check_sealed(study: Path, t: GradientTest, seal: dict[str, Any] | None) -> 
     return folder
 
 
-def gradient_results(study_dir: str | Path, plan: Plan, *, n_resamples: int | None = None) -> GradientResults:
-    """Every gradient test of ``plan`` read from the study's sealed results (docstring above)."""
+def gradient_results(study_dir: str | Path, plan: Plan, *, n_resamples: int | None = None,
+                     exploratory: bool = False) -> GradientResults:
+    """Every gradient test of ``plan`` read from the study's sealed results (docstring above).
+    ``exploratory``: a result that fails its seal is a row set with status ``"refused"`` and the
+    reason in the notes, instead of an error."""
     study = resolve_plan_path(study_dir).parent
     st = plan.statistics
     nres = n_resamples or st.bootstrap_resamples
@@ -179,13 +183,20 @@ def gradient_results(study_dir: str | Path, plan: Plan, *, n_resamples: int | No
     rows, fits, conds, notes, synthetic = [], [], [], [], False
     for t in plan.gradient_tests:
         base = t.baseline_of(plan.study.comparator)
-        seal = seals.get(t.id)
-        if seal is None:
-            notes.append(f"gradient test {t.id}: not run (no sealed result under {GRADIENT_DIR}/{t.id})")
+        seal, status, folder = seals.get(t.id), NOT_RUN, None
+        if seal is not None:
+            try:
+                folder = _check_sealed(study, t, seal)
+            except ViolationError as e:  # only with --exploratory: the result is listed, not read
+                if not exploratory:
+                    raise
+                notes.append(f"gradient test {t.id}: not read: {e.lines[0]}")
+                status = REFUSED
+        if folder is None:
+            if status == NOT_RUN:
+                notes.append(f"gradient test {t.id}: not run (no sealed result under {GRADIENT_DIR}/{t.id})")
             summaries, fit_row = [{"configuration": c} for c in t.configurations], None
-            status = NOT_RUN
         else:
-            folder = _check_sealed(study, t, seal)
             meta = read_result_meta(folder)
             synthetic |= bool(meta.get("synthetic"))
             frame = read_batches(folder)
@@ -202,7 +213,7 @@ def gradient_results(study_dir: str | Path, plan: Plan, *, n_resamples: int | No
             value = r.get(key, np.nan)
             conds.append({"test": t.id, "condition": ci, "configuration": c.configuration, "metric": c.metric, "on": c.on,
                           "direction": c.direction, "bound": c.bound, "value": value, "text": c.describe(),
-                          "verdict": NOT_RUN if status == NOT_RUN else "met" if c.met(value) else "not met"})
+                          "verdict": status if status in (NOT_RUN, REFUSED) else "met" if c.met(value) else "not met"})
         for r in summaries:
             mine = [x for x in conds if x["test"] == t.id and x["configuration"] == r["configuration"]]
             rows.append({"test": t.id, "status": status, "baseline": base, **r,
@@ -238,4 +249,4 @@ def efficiency_value(study_dir: str | Path, plan: Plan, ref: str) -> float:
     return rows[0]["per_token"]
 
 
-__all__ = ["efficiency_value", "gradient_results", "GradientResults", "NOT_RUN", "read_batches", "Z_PASS"]
+__all__ = ["efficiency_value", "gradient_results", "GradientResults", "NOT_RUN", "REFUSED", "read_batches", "Z_PASS"]

@@ -139,6 +139,8 @@ def verdict_summary(a: Analysis) -> list[str]:
         rows = a.contrasts[a.contrasts["tier"] == tier]
         if len(rows):
             out.append(f"- {tier}: " + "; ".join(f"{r.contrast} **{r.verdict}**" for r in rows.itertuples()))
+    if a.gradient is not None and len(a.gradient.conditions):
+        out.append("- gradient-test conditions: " + "; ".join(f"{c.test} {c.text} **{c.verdict}**" for c in a.gradient.conditions.itertuples()))
     if len(a.checks):
         failed = a.checks.loc[~a.checks["passed"].astype(bool), "check"].tolist()
         out.append(f"- manipulation checks: {len(a.checks) - len(failed)} of {len(a.checks)} passed"

@@ -148,6 +148,12 @@ def test_an_edited_or_removed_result_fails_verify_and_analyze(dry, tmp_path):
     with pytest.raises(PreregError) as e:
         analyze_study(d, n_resamples=50, progress=False)
     assert e.value.exit_code == 1 and "gradient/G1/batches.parquet" in " ".join(e.value.lines)
+    a = analyze_study(d, exploratory=True, n_resamples=50, progress=False)  # listed, never read
+    assert set(a.gradient.table["status"]) == {"refused"} and set(a.gradient.conditions["verdict"]) == {"refused"}
+    from prereg_kit.report import write_report
+
+    write_report(a, d / "report")
+    assert "**G1**: not read: its result fails its seal" in (d / "report" / "report.md").read_text()
     batches.unlink()
     assert any(v.startswith("gradient/G1/batches.parquet: removed") for v in verify_study(d).violations)
     import shutil
