@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .fields import INT_MAX, MAX_NAME, Name, _short
+from .fields import INT_MAX, Name, _short
 
 
 class _Model(BaseModel):
