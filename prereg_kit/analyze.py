@@ -46,6 +46,7 @@ from .errors import PreregError, ViolationError
 from .margin import margin_bounds
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
+from .gradient_tests import gradient_results, GradientResults
 from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
 from .extrapolated import extrapolation_contrast
 from .readings.designs import design_readings
@@ -80,6 +81,7 @@ class Analysis:
     check_seeds: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHECK_SEED_COLUMNS))
     dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)  # training dynamics to B per configuration
     extrapolations: dict = field(default_factory=dict)  # contrast id → its extrapolated reading (figures)
+    gradient: GradientResults | None = None  # the plan's gradient tests, from their sealed results
 
 
 # ---------------------------------------------------------------------------------------- stats
@@ -354,6 +356,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
         checks=checks, check_seeds=check_seeds, extrapolations=extrapolations,
+        gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 
 

@@ -333,23 +333,38 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
     def split(values: list[str] | None) -> list[str] | None:
         return None if not values else [x.strip() for v in values for x in v.split(",") if x.strip()]
 
-    seed_list = None
-    if seeds:
-        seed_list = []
-        for item in split(seeds) or []:
-            lo, _, hi = item.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
-            first, last = int(lo), int(hi or lo)
-            if last < first or last - first >= 100_000:
-                raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
-            seed_list += list(range(first, last + 1))
+    seed_list = _seed_list(split(seeds) or []) if seeds else None
     if not backend.run(study_dir, stage=stage, configs=split(configs), seeds=seed_list, n_jobs=jobs, console=err):
         raise typer.Exit(1)
     if stage == "calibration":  # the budget and truncation rules, written as an amendment
         from .calibrate import apply_calibration
 
         out.print(escape("\n".join(apply_calibration(study_dir).lines())))
+
+
+def _seed_list(items: list[str]) -> list[int]:
+    """``["0", "2-4"]`` → ``[0, 2, 3, 4]``; a malformed item or a range of over 100000 seeds is refused."""
+    out: list[int] = []
+    for item in items:
+        lo, _, hi = item.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
+        first, last = int(lo), int(hi or lo)
+        if last < first or last - first >= 100_000:
+            raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
+        out += list(range(first, last + 1))
+    return out
+
+
+@app.command("gradient-test")
+@handles_errors
+def gradient_test_cmd(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding plan.toml, locked).")],
+                      test: Annotated[list[str] | None, typer.Option("--test", help="Gradient test id (repeatable); default all.")] = None,
+                      runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
+    """Run the locked plan's gradient tests through the trainer and seal each result into the lock chain."""
+    from .gradient_command import run_gradient_tests
+
+    run_gradient_tests(study_dir, test, runner_name=runner, log=lambda m: err.print(escape(m), soft_wrap=True))
 
 
 @app.command()
@@ -479,17 +494,7 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     from .runners import load_runner
 
     backend = load_runner(runner, command="elect")
-    seed_list = None
-    if seeds:
-        seed_list = []
-        for item in [x.strip() for x in seeds.split(",") if x.strip()]:
-            lo, _, hi = item.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
-            first, last = int(lo), int(hi or lo)
-            if last < first or last - first >= 100_000:
-                raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
-            seed_list += list(range(first, last + 1))
+    seed_list = _seed_list([x.strip() for x in seeds.split(",") if x.strip()]) if seeds else None
     if steps is not None and tokens is not None:
         raise PreregError("give --steps or --tokens, not both: a probe stops after T iterations or at a token budget")
     rec = backend.elect(study_dir, configuration=configuration, seeds=seed_list, tokens=tokens, steps=steps, prompts=prompts,

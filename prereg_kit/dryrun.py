@@ -21,6 +21,8 @@ import pandas as pd
 from .analyze import Analysis, analyze_study
 from .errors import PreregError
 from .lock import lock_plan, parse_time
+from .gradient_seal import result_folder, seal_gradient
+from .gradient_synth import write_synthetic_result
 from .seal import seal_runs
 from .plan import Plan, PLAN_FILE, load_plan
 from .report import write_report
@@ -153,6 +155,9 @@ def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
             iteration_columns=check_columns(plan), fixed_iteration_tokens=not by_tokens)
         started += len(names) * len(seeds)
     seal_runs(folder)  # as a trainer seals its runs: the analysis checks every file against its seal
+    for t in plan.gradient_tests:  # made-up results marked synthetic, sealed as `prereg gradient-test` seals
+        write_synthetic_result(result_folder(folder, t.id), plan, t, plan_file.content_sha256, seed=rng)
+        seal_gradient(folder, t.id)
 
 
 def _fresh_folder(folder: Path) -> None:

@@ -46,7 +46,7 @@ from .plan import PlanFile, load_plan, read_toml, resolve_plan_path
 
 FORMAT = "prereg-lock/1"
 PLAN_KINDS = ("lock", "amendment")
-KINDS = (*PLAN_KINDS, "seal")
+KINDS = (*PLAN_KINDS, "seal", "gradient")  # gradient: a sealed gradient-test result (gradient_seal)
 GUARD_PREFIX = "."  # .plan.lock.guard beside plan.lock: the OS lock held while the chain is appended to
 GUARD_TIMEOUT_S = 60.0
 
@@ -93,6 +93,10 @@ class Chain:
     @property
     def seals(self) -> list[dict[str, Any]]:
         return [e for e in self.entries if e["kind"] == "seal"]
+
+    @property
+    def gradient_seals(self) -> list[dict[str, Any]]:
+        return [e for e in self.entries if e["kind"] == "gradient"]
 
     @property
     def last(self) -> dict[str, Any]:

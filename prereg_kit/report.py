@@ -18,6 +18,7 @@ import pandas as pd
 
 from . import plots
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
+from .gradient_report import gradient_markdown, write_gradient
 
 if TYPE_CHECKING:
     from .analyze import Analysis
@@ -140,6 +141,8 @@ def verdict_summary(a: Analysis) -> list[str]:
         rows = a.contrasts[a.contrasts["tier"] == tier]
         if len(rows):
             out.append(f"- {tier}: " + "; ".join(f"{r.contrast} **{r.verdict}**" for r in rows.itertuples()))
+    if a.gradient is not None and len(a.gradient.conditions):
+        out.append("- gradient-test conditions: " + "; ".join(f"{c.test} {c.text} **{c.verdict}**" for c in a.gradient.conditions.itertuples()))
     if len(a.checks):
         failed = a.checks.loc[~a.checks["passed"].astype(bool), "check"].tolist()
         out.append(f"- manipulation checks: {len(a.checks) - len(failed)} of {len(a.checks)} passed"
@@ -210,6 +213,8 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
         "checks": _records(a.checks),
         "check_seeds": _records(a.check_seeds),
         "notes": a.notes,
+        **({"gradient_tests": {"synthetic": a.gradient.synthetic, **{k: _records(getattr(a.gradient, k)) for k in
+                                                                    ("table", "fit", "conditions")}}} if a.gradient else {}),
     }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
@@ -230,6 +235,7 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
             title=f"{plan.study.id}: primary differences over training time"),
     ]
     written += figs + extrapolation_figures(a, out_dir)
+    written += write_gradient(a.gradient, out_dir, title=f"{plan.study.id}: gradient tests") if a.gradient else []
     (out_dir / "report.md").write_text(render_markdown(a))
     written.append(out_dir / "report.md")
     return written
@@ -308,6 +314,7 @@ def render_markdown(a: Analysis) -> str:
         out.append(f"| {r['configuration']} | {r['n_seeds']} | {r['accuracy_at_B']:.3f} | {extra}{r['tokens_at_B'] / 1e6:.3f} | "
                    f"{r['updates_at_B']:.0f} | {r['hours_at_B']:.3f} | {r['continuation_share']:.0%} | {r['stage_shares']} |")
     out += dynamics_table(a.dynamics)
+    out += ([""] + gradient_markdown(a.gradient)) if a.gradient is not None else []
     out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
     if a.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]

@@ -6,7 +6,8 @@ In order, so that the first line of a refusal names the first thing that went wr
 2. the plan file against its last plan entry;
 3. the git anchors of the plan entries (``prereg_kit.lock.check_git_anchors``);
 4. external timestamps of the chain, when the study has any (``prereg_kit.timestamp``);
-5. the seals of completed runs (``prereg_kit.seal``): every sealed file as it was sealed;
+5. the seals of completed runs (``prereg_kit.seal``) and of gradient-test results
+   (``prereg_kit.gradient_seal``): every sealed file as it was sealed;
 6. the run-timing audit (``prereg_kit.audit``);
 7. the design: no run folder the locked plan does not name (``prereg_kit.design``).
 
@@ -26,6 +27,7 @@ from .errors import PreregError
 from .lock import Chain, check_git_anchors, check_plan, read_chain
 from .plan import PlanFile, load_plan, resolve_plan_path, validate_plan
 from .runlog import ELECTION_FILE, election_sha256
+from .gradient_seal import check_gradient_seals
 from .seal import SealCheck, check_seals
 from .timestamp import StudyTimestamps, check_study_timestamps
 
@@ -95,6 +97,10 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
     report.seals = seals
     report.violations.extend(seals.violations)
     report.info.extend(seals.info)
+    grad = check_gradient_seals(study, chain)  # sealed gradient-test results, as sealed
+    report.violations.extend(grad.violations)
+    report.warnings.extend(grad.warnings)
+    report.info.extend(grad.info)
     audit = audit_runs(study, chain, study_id=study_id)
     report.audit = audit
     report.violations.extend(audit.violations)

@@ -5,6 +5,8 @@ statistics (scipy) to its verdict, the dry run and report, and hostile plans ref
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import json
 import tomllib
 
@@ -136,8 +138,8 @@ def test_no_usable_evaluation_and_runs_that_stop_short_are_refused(logged):
 
 def test_a_string_efficiency_without_gradient_results_names_the_command(tmp_path):
     assert contrast_efficiency(tmp_path, None, 1.36) == (1.36, "plan")
-    with pytest.raises(PreregError, match="gradient test results are needed: run prereg gradient-test"):
-        contrast_efficiency(tmp_path, None, "G1:critic_td")
+    with pytest.raises(PreregError, match=r"TEST a \[\[gradient_tests\]\] id \(have: none\)"):
+        contrast_efficiency(tmp_path, SimpleNamespace(gradient_tests=[]), "G1:critic_td")
 
 
 # ------------------------------------------------------------------------------ plans
@@ -163,8 +165,9 @@ def test_an_extrapolated_contrast_parses_with_a_number_or_a_test_reference():
     assert (c.reading_point.kind, c.efficiency, str(c.reading_point)) == ("extrapolated", 1.36, "extrapolated")
     assert parse_reading_point(str(c.reading_point)) == c.reading_point
     assert _validate(_plan('at = "extrapolated"\nefficiency = 2\ntier = "secondary"')).contrast("X").efficiency == 2
-    # no [[gradient_tests]] on this branch: the reference is checked for its form only
-    assert _validate(_plan('at = "extrapolated"\nefficiency = "G1:critic_td"\ntier = "secondary"')).contrast("X").efficiency == "G1:critic_td"
+    # a reference needs the gradient test it names
+    assert "unknown gradient test 'G1' (have: no [[gradient_tests]])" in _errors(
+        _plan('at = "extrapolated"\nefficiency = "G1:critic_td"\ntier = "secondary"'))
 
 
 @pytest.mark.parametrize("extra, key, why", [
@@ -208,8 +211,9 @@ def test_a_test_reference_names_a_gradient_test_and_one_of_its_configurations():
     from prereg_kit.plan.designs import extrapolation_problems
 
     def probs(ref: str, tests) -> list[str]:
-        plan = _validate(_plan(f'at = "extrapolated"\nefficiency = "{ref}"\ntier = "secondary"'))
-        object.__setattr__(plan, "gradient_tests", tests)  # what [[gradient_tests]] will give
+        plan = _validate(_plan('at = "extrapolated"\nefficiency = 1.36\ntier = "secondary"'))
+        object.__setattr__(plan.contrast("X"), "efficiency", ref)
+        object.__setattr__(plan, "gradient_tests", tests)  # stand-ins for [[gradient_tests]] entries
         return [m for _, m in extrapolation_problems(plan, plan.contrast("X"), ("contrasts", 2))]
 
     tests = [_Test("G1", ["outcome", "critic_td"])]
@@ -239,10 +243,16 @@ control = "frozen"
 at = "extrapolated"
 efficiency = "G1:grpo"
 tier = "exploratory"
+
+[[gradient_tests]]
+id = "G1"
+configurations = ["frozen", "grpo"]
+baseline = "frozen"
+batches = 8
 '''
 
 
-def test_the_dry_run_reads_a_numeric_e_and_leaves_a_test_reference_not_read(tmp_path):
+def test_the_dry_run_reads_a_numeric_e_and_a_synthetic_test_reference(tmp_path):
     from pathlib import Path
 
     from prereg_kit.dryrun import dry_run
@@ -255,7 +265,8 @@ def test_the_dry_run_reads_a_numeric_e_and_leaves_a_test_reference_not_read(tmp_
     rows = a.contrasts.set_index("contrast")
     f1, f2 = rows.loc["F1"], rows.loc["F2"]
     assert (f1["status"], f1["efficiency"], f1["usable_evaluations"], f1["last_usable"]) == ("read", 1.36, 5, "5B/8")
-    assert f2["status"] == "not read" and "gradient test results are needed" in f2["verdict_reason"]
+    # the dry run synthesizes the gradient test's result and reads F2 at its (synthetic) estimate
+    assert f2["status"] == "read" and f2["efficiency_source"] == "G1:grpo" and f2["efficiency"] > 0
     # an independent recomputation from the analysis's own curves (eval_every = "B/8": 1.36·5/8 ≤ 1 < 1.36·6/8)
     B = 30_000
     cv = a.curves
@@ -275,7 +286,7 @@ def test_the_dry_run_reads_a_numeric_e_and_leaves_a_test_reference_not_read(tmp_
     md = (report / "report.md").read_text()
     assert "observed − extrapolated, e = 1.36, 5 evaluations to 5B/8; predicted lead" in md
     assert "a heuristic, not a derived prediction (dense-rewards paper L742-750)" in md
-    assert (report / "extrapolated-F1.png").stat().st_size > 0 and not (report / "extrapolated-F2.png").exists()
+    assert (report / "extrapolated-F1.png").stat().st_size > 0 and (report / "extrapolated-F2.png").stat().st_size > 0
     js = {r["contrast"]: r for r in json.loads((report / "results.json").read_text())["contrasts"]}
     assert js["F1"]["usable_evaluations"] == 5 and js["F1"]["efficiency"] == 1.36
     assert {"predicted_lead", "observed_lead", "efficiency", "usable_evaluations"} <= set(pd.read_csv(report / "contrasts.csv").columns)

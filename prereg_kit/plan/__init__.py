@@ -23,11 +23,12 @@ from .fields import (check_name, COLLAPSE_K, DERIVED_METRICS, INT_MAX, INT_MIN, 
 from .schema import (Admission, Budget, Check, Configuration, Contrast, EvalSet, Evaluation, Family,
     Hypothesis, Margin, merge_tables, Plan, StageSpec, Statistics, Study)
 from .crosscheck import cross_check
+from .gradient import Condition, GradientTest, Reference
 from .load import (document_problems, load_plan, MAX_MESSAGE, parse_toml, PlanFile, read_toml,
     resolve_plan_path, validate_plan)
 
 __all__ = [
-    "Admission", "Budget", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
+    "Admission", "Budget", "Condition", "GradientTest", "Reference", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
     "DERIVED_METRICS", "document_problems", "EvalSet", "Evaluation", "Family", "Hypothesis", "INT_MAX",
     "INT_MIN", "load_plan", "Margin", "MAX_DEPTH", "MAX_MESSAGE", "MAX_MULTIPLE", "MAX_NAME",
     "MAX_PLAN_BYTES", "MAX_SEEDS", "merge_tables", "METRICS_HELP", "Multiple", "Name", "NAME_RULE", "parse_multiple",

@@ -10,6 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from ..margin import plan_margin
 from ..stages import Stage
 
+from .gradient import GradientTest
 from .fields import (_check_seeds, _FRACTION, INT_MAX, _METRIC,
     METRICS_HELP, Multiple, Name, parse_multiple, parse_reading_point, parse_tokens, ReadingPoint, Seeds,
     _short, Tokens)
@@ -382,6 +383,7 @@ class Plan(_Model):
     statistics: Statistics = Statistics()
     admission: Admission = Admission()
     stages: list[StageSpec] = [StageSpec(name="main")]
+    gradient_tests: list[GradientTest] = []  # plan/gradient.py, docs/gradient-tests.md
 
     # ---- lookups used by run and analyze
     def contrast(self, cid: str) -> Contrast:

@@ -30,6 +30,7 @@ import pandas as pd
 from analyses.extrapolation import extrapolated_accuracy
 
 from ..errors import PreregError
+from ..gradient_tests import efficiency_value
 from .base import PairingError, ReadingError
 from .points import _first_at_or_after, _runs
 
@@ -46,11 +47,6 @@ def contrast_efficiency(study_dir: str | Path, plan, efficiency: float | str) ->
     results under ``study_dir/gradient/TEST/``."""
     if not isinstance(efficiency, str):
         return float(efficiency), "plan"
-    try:
-        from ..gradient_tests import efficiency_value
-    except ImportError:  # the gradient-test results reader is not installed in this build
-        raise PreregError(f"efficiency {efficiency!r}: gradient test results are needed: run prereg gradient-test "
-                          f"{study_dir}") from None
     try:
         e = float(efficiency_value(study_dir, plan, efficiency))
     except PreregError:
