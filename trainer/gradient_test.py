@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import os
 import resource
 import time
