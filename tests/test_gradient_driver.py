@@ -23,7 +23,7 @@ from trainer import probe_grad as pg  # noqa: E402
 from trainer.core.credit import token_credit  # noqa: E402
 from trainer.core.policy import token_logprobs  # noqa: E402
 from trainer.core.update import make_optimizer, policy_loss, update_step  # noqa: E402
-from trainer.gradient_test import COLUMNS, _test_spec, run_gradient_test  # noqa: E402
+from trainer.gradient_test import COLUMNS, _plan, _test_spec, resolve_spec, run_gradient_test  # noqa: E402
 from trainer.plugin import RUNNER  # noqa: E402
 
 from plans import run_plan  # noqa: E402
@@ -34,14 +34,19 @@ CONFIGS = """\
 overrides = { credit = { rule = "monte_carlo", mc_k = 1, mc_segments = 3 } }
 [configurations.mc_k2]
 overrides = { credit = { rule = "monte_carlo", mc_k = 2, mc_segments = 3 } }
+[configurations.critic]
+overrides = { credit = { rule = "critic_td", mc_segments = 3, critic_start_iteration = 2 } }
+[configurations.reuse]
+overrides = { credit = { rule = "continuation_reuse", mc_k = 2, mc_segments = 3 } }
 """
 
 
-def _gradient_table(seed: int = 0, batches: int = 2, extra: str = "") -> str:
+def _gradient_table(seed: int = 0, batches: int = 2, extra: str = "",
+                    configurations: str = '["outcome", "mc_k1", "mc_k2"]') -> str:
     return f"""
 [[gradient_tests]]
 id = "G1"
-configurations = ["outcome", "mc_k1", "mc_k2"]
+configurations = {configurations}
 batches = {batches}
 seed = {seed}
 subspace = 8
@@ -265,3 +270,39 @@ def test_the_runner_hands_the_test_on(results, monkeypatch):
     seen = {}
     monkeypatch.setattr(gt, "run_gradient_test", lambda s, t, *, log: seen.update(s=s, t=t) or Path(s) / "x")
     assert RUNNER.gradient_test("S", "G1", log=print) == str(Path("S") / "x") and seen == {"s": "S", "t": "G1"}
+
+
+def test_warmup_defaults_to_4_only_for_stateful_rules(tmp_path):
+    d = tmp_path / "p"
+    d.mkdir()
+    plan = run_plan(id="grad", comparator="outcome", treatment="mc_k2", configurations=CONFIGS, tokens=400,
+                    eval_every="B/2", samples=1, n_problems=4, stages=False)
+    for configs, extra, want in (('["outcome", "mc_k1"]', "", 0), ('["outcome", "critic"]', "", 4),
+                                 ('["outcome", "critic"]', "warmup = 1\n", 1)):
+        (d / "plan.toml").write_text(plan + _gradient_table(configurations=configs, extra=extra))
+        path, _, p = _plan(d)
+        spec, cfgs = resolve_spec(_test_spec(path, "G1"), p, "w")
+        assert spec["warmup"] == want and list(cfgs) == eval(configs)
+        assert spec["reference"]["completions"] == spec["completions"] == 4
+
+
+def test_critic_reuse_and_the_same_completions_reference(tmp_path, results):
+    """A stateful rule after its warm-up, continuation reuse's extra sequences, ĥ on the batch's own
+    completions (the H.3 probe's equal-iteration form)."""
+    cache = Path(str(results["a"][0] / ".cache")).resolve()
+    d = tmp_path / "s"
+    d.mkdir()
+    plan = run_plan(id="grad", comparator="outcome", treatment="mc_k2", configurations=CONFIGS, tokens=400,
+                    eval_every="B/2", samples=1, n_problems=4, completion_limit=24, warm_steps=100, stages=False)
+    table = _gradient_table(configurations='["outcome", "critic", "reuse"]', extra="warmup = 2\n").replace(
+        "reference = { ", 'reference = { on = "same_completions", ')
+    (d / "plan.toml").write_text(plan + table)
+    (d / ".cache").symlink_to(cache, target_is_directory=True)
+    df = _table(_run(d))
+    assert len(df) == 6 and sorted(set(df.batch)) == [0, 1]
+    reuse, critic = df[df.configuration == "reuse"], df[df.configuration == "critic"]
+    assert (reuse.continuation_tokens > 0).all() and (reuse.mc_k == 2).all()
+    assert (critic.continuation_tokens == 0).all() and (critic.mc_k == 0).all()
+    assert (df.projection_residual < 1e-6).all()
+    assert critic.alignment.notna().all()  # after its warm-up the critic's credit varies within completions
+    assert (df.groupby("batch").hh.nunique() == 1).all() and (df.hh > 0).all()
