@@ -244,6 +244,9 @@ def test_unknown_test_configuration_and_keys_are_refused(tmp_path):
     (d / "plan.toml").write_text(plan + _gradient_table(extra='subspaces = 3\n'))
     with pytest.raises(PreregError, match=r"gradient_tests\[0\]\.subspaces: unknown key; did you mean 'subspace'\?"):
         _test_spec(d, "G1")
+    (d / "plan.toml").write_text(plan + _gradient_table(extra='fit = ["mc_k1", "critic"]\n'))
+    with pytest.raises(PreregError, match=r"\.fit: 'critic' is not one of the test's configurations"):
+        run_gradient_test(d, "G1", log=lambda m: None)
     (d / "plan.toml").write_text(plan + _gradient_table(extra='baseline = "mc_k3"\n'))
     with pytest.raises(PreregError, match="unknown configuration 'mc_k3'"):
         run_gradient_test(d, "G1", log=lambda m: None)

@@ -20,9 +20,11 @@ Per batch b (``warmup`` unscored batches first, on which the stateful rules — 
    then u and d are freed.
 
 **Cost.** Memory: (subspace + 3)·P float32 numbers held at once (the q_g, ĥ, u, d), independent
-of the number of batches and of configurations. Time per scored batch ≈ (2R + subspace + 1)
-backward passes (R configurations) plus the generation (rollouts, the reference's completions
-and continuations, the Monte-Carlo rules' continuations).
+of the number of batches and of configurations (plus the parameters' own gradient buffers during
+a backward pass). Time per scored batch ≈ R + n_V + 1 backward passes — R over the whole batch
+(u, with d its part on the V completions), one per q_g, one for ĥ; at most the (2R + subspace + 1)
+of computing u and d apart — plus the generation (rollouts, the reference's completions and
+continuations, the Monte-Carlo rules' continuations).
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ def resolve_spec(spec: dict, plan: Plan, where: str) -> tuple[dict, dict[str, Tr
             raise PreregError(f"{where}: unknown configuration {n!r}{_near(str(n), plan.configurations)}")
     if spec["baseline"] not in names:
         raise PreregError(f"{where}.baseline: {spec['baseline']!r} is not one of the test's configurations")
+    outside = [n for n in spec["fit"] if n not in names]
+    if outside:
+        raise PreregError(f"{where}.fit: {outside[0]!r} is not one of the test's configurations")
     raw = {n: config_of(plan, n, where=f"{where}: configuration {n!r}") for n in names}
     first = raw[names[0]]
     prompts = spec["prompts"] or first.rollout.prompts_per_iteration

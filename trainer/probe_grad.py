@@ -59,16 +59,25 @@ def n_parameters(policy: Policy) -> int:
     return sum(p.numel() for p in trainable(policy))
 
 
-def _flat_grad(params: list[torch.nn.Parameter]) -> torch.Tensor:
-    """The accumulated ``.grad`` of every parameter as one float32 vector (zeros where None)."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in params])
+def _add_grads(out: torch.Tensor, params: list[torch.nn.Parameter], sign: float) -> torch.Tensor:
+    """out += sign · (every parameter's ``.grad``, flattened in parameter order), in place: no
+    second P-vector is built."""
+    at = 0
+    for p in params:
+        n = p.numel()
+        if p.grad is not None:
+            out[at:at + n].add_(p.grad.reshape(-1).float(), alpha=sign)
+        at += n
+    return out
 
 
-def loss_gradient(policy: Policy, parts, n: int, sign: float = -1.0) -> torch.Tensor:
+def loss_gradient(policy: Policy, parts, n: int, sign: float = -1.0, out: torch.Tensor | None = None) -> torch.Tensor:
     """``sign`` · ∇ Σ_parts policy_loss(log π, credit, mask, n) as a flat float32 vector: with
     sign −1 the update direction (1/n) Σ c ∇ log π. ``parts``: (sequences, attention mask,
     prompt length, completion mask, credit) tuples, each one forward/backward pass (micro-batched
-    by ``update.micro_batch_size`` as ``update_step`` does). Rows without credit are skipped."""
+    by ``update.micro_batch_size`` as ``update_step`` does). Rows without credit are skipped.
+    ``out``: add into this vector in place instead of a new one. Besides it, only the parameters'
+    own ``.grad`` buffers (P floats) exist during the call."""
     params = trainable(policy)
     policy.model.train()  # as update_step computes it
     for p in params:
@@ -83,10 +92,12 @@ def loss_gradient(policy: Policy, parts, n: int, sign: float = -1.0) -> torch.Te
             r = live[s:s + step]
             logp = token_logprobs(policy, seqs.to(dev)[r], attn.to(dev)[r], plen)
             policy_loss(logp, credit[r], cmask[r], n_completions=n).backward()
-    g = _flat_grad(params).mul_(sign)
+    if out is None:
+        out = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32, device=dev)
+    _add_grads(out, params, sign)
     for p in params:
         p.grad = None
-    return g
+    return out
 
 
 def rollout_part(roll, credit: torch.Tensor, rows: slice | None = None) -> tuple:
@@ -106,7 +117,7 @@ def update_direction(policy: Policy, roll, credit, rows_v: int) -> tuple[torch.T
     rest += [(b.sequences, b.attention_mask, b.prompt_len, b.completion_mask, b.credit) for b in extra]
     u = d.clone()
     if rest:
-        u.add_(loss_gradient(policy, rest, n))
+        loss_gradient(policy, rest, n, out=u)
     return u, d
 
 
@@ -116,7 +127,8 @@ def score_sums(policy: Policy, roll, rows_v: int, held: Held) -> torch.Tensor:
     Q = held.add(torch.empty((rows_v, P), dtype=torch.float32, device=policy.device))
     ones = roll.completion_mask.float()
     for g in range(rows_v):
-        Q[g] = loss_gradient(policy, [rollout_part(roll, ones, slice(g, g + 1))], 1)
+        Q[g].zero_()
+        loss_gradient(policy, [rollout_part(roll, ones, slice(g, g + 1))], 1, out=Q[g])
     return Q
 
 
