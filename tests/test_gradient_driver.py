@@ -18,7 +18,7 @@ pd = pytest.importorskip("pandas")
 from test_trainer_credit import _rollouts, _tiny_policy  # noqa: E402
 
 from prereg_kit.errors import PreregError  # noqa: E402
-from prereg_kit.runlog import RunBusyError, RunLock  # noqa: E402
+from prereg_kit.runlog import RunLock  # noqa: E402
 from trainer import probe_grad as pg  # noqa: E402
 from trainer.core.credit import token_credit  # noqa: E402
 from trainer.core.policy import token_logprobs  # noqa: E402
@@ -210,7 +210,7 @@ def test_a_second_writer_is_refused(results, tmp_path):
         t = threading.Thread(target=lambda: err.append(_catch(lambda: _run(other))))
         t.start()
         t.join()
-    assert isinstance(err[0], RunBusyError) and "another writer" in str(err[0])
+    assert isinstance(err[0], PreregError) and "another writer holds this run" in str(err[0])
     assert not (other / "gradient" / "G1" / "batches.parquet").exists()
 
 

@@ -45,7 +45,7 @@ from prereg_kit import __version__
 from prereg_kit.canonical import content_hash
 from prereg_kit.errors import PreregError
 from prereg_kit.plan import Plan, read_toml, resolve_plan_path, validate_plan
-from prereg_kit.runlog import RunLock, utc_now
+from prereg_kit.runlog import RunBusyError, RunLock, utc_now
 from trainer import probe_grad as pg
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, config_of, derive_seed, updated
 from trainer.core.assets import prepare_assets, weights_sha256
@@ -236,7 +236,12 @@ def run_gradient_test(study_dir: str | Path, test_id: str, *, log: Callable[[str
     spec = _test_spec(path, test_id)
     folder = results_dir(study, test_id)
     meta_file = folder / "meta.json"
-    with RunLock(folder):
+    lock = RunLock(folder)
+    try:
+        lock.acquire()
+    except RunBusyError as e:  # one line for the command, as a plan error is
+        raise PreregError(str(e)) from None
+    with lock:
         if meta_file.exists() and json.loads(meta_file.read_text() or "{}").get("status") == "complete":
             raise PreregError(f"{folder}: gradient test {test_id!r} is already complete; a complete result is never "
                               "overwritten (move the folder aside to run it again)")
