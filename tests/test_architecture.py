@@ -50,8 +50,9 @@ LAYERS = {
         ("settings", ["trainer.config"]),
         ("core", ["trainer.core"]),
         ("interventions", ["trainer.interventions"]),
-        ("run", ["trainer.loop"]),
-        ("commands", ["trainer.launch", "trainer.elect", "trainer.smoke", "trainer.plugin", "trainer.__main__"]),
+        ("run", ["trainer.loop", "trainer.probe_grad"]),
+        ("commands", ["trainer.launch", "trainer.elect", "trainer.smoke", "trainer.plugin", "trainer.__main__",
+                      "trainer.gradient_test"]),
     ],
 }
 COMMANDS = ("prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")

@@ -40,6 +40,13 @@ class BuiltinRunner:
             return list(e.lines)
         return []
 
+    def gradient_test(self, study_dir: str | Path, test_id: str, *, log: Callable[[str], None] = print) -> str:
+        """Gradient test ``test_id`` of the study's plan (``trainer.gradient_test``): writes
+        ``gradient/<id>/batches.parquet`` and ``meta.json``; returns the folder."""
+        from trainer.gradient_test import run_gradient_test  # noqa: PLC0415  (torch only when asked)
+
+        return str(run_gradient_test(study_dir, test_id, log=log))
+
     def recipe_keys(self) -> list[str]:
         """Every valid recipe key, dotted (``credit.mc_k``, ``model.tiny.layers``), and the flat keys
         of older plans (``mc_k``): what ``prereg lock`` suggests the closest of for an unknown key."""
