@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import time
-import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +44,7 @@ from prereg_kit import __version__
 from prereg_kit.canonical import content_hash
 from prereg_kit.errors import PreregError
 from prereg_kit.plan import Plan, read_toml, resolve_plan_path, validate_plan
+from prereg_kit.plan.gradient import with_variants
 from prereg_kit.runlog import RunBusyError, RunLock, utc_now
 from trainer import probe_grad as pg
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, config_of, derive_seed, updated
@@ -63,9 +63,6 @@ from trainer.interventions.state import DenseState
 STATEFUL_RULES = ("critic_td", "critic_baseline")  # keep a buffer in DenseState across iterations
 REFERENCE_DEFAULTS: dict[str, Any] = {"on": "fresh_completions", "completions": None, "cuts": 3, "continuations": 4,
                                       "continuation_limit": 200, "prior": 0.5, "top_p": 1.0}
-TEST_DEFAULTS: dict[str, Any] = {"description": "", "configurations": None, "baseline": None, "batches": 96,
-                                 "prompts": None, "completions": None, "policy": "initial", "seed": 0,
-                                 "subspace": 24, "warmup": None, "reference": {}, "fit": [], "conditions": []}
 COLUMNS = ["test", "batch", "configuration", "credit_rule", "mc_k", "dot_uh", "uu", "hh", "perp_dh", "perp_dd",
            "perp_hh", "alignment", "v_rank", "projection_residual", "rollout_tokens", "continuation_tokens", "tokens",
            "seconds"]
@@ -79,43 +76,20 @@ def _near(name: str, have) -> str:
 # --------------------------------------------------------------------------------------------
 # The test's plan entry
 # --------------------------------------------------------------------------------------------
-def _test_spec(plan_path: str | Path, test_id: str) -> dict:
-    """The ``[[gradient_tests]]`` entry ``test_id`` of the plan's TOML with the plan-level defaults
-    filled in (``baseline`` = the study's comparator; ``reference`` keys); ``prompts``,
-    ``completions``, ``warmup`` and ``reference.completions`` stay None until the
-    configurations are known (:func:`resolve_spec`)."""
-    path = resolve_plan_path(plan_path)
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
-    tests = data.get("gradient_tests", [])
-    ids = [t.get("id") for t in tests if isinstance(t, dict)]
+def _test_spec(plan: Plan, path: Path, test_id: str) -> tuple[dict, Plan]:
+    """The ``[[gradient_tests]]`` entry ``test_id`` (the plan's validated model) as a dict with the
+    plan-level defaults filled in (``baseline`` = the study's comparator), and the plan with the
+    test's variants added as configurations; ``prompts``, ``completions``, ``warmup`` and
+    ``reference.completions`` stay None until the configurations are known (:func:`resolve_spec`)."""
+    ids = [t.id for t in plan.gradient_tests]
     if test_id not in ids:
-        have = ", ".join(map(str, ids)) or "none"
-        raise PreregError(f"{path}: gradient_tests: no test {test_id!r} (have: {have}){_near(test_id, map(str, ids))}")
-    i = ids.index(test_id)
-    entry = dict(tests[i])
-    where = f"{path}: gradient_tests[{i}]"
-    unknown = [k for k in entry if k not in TEST_DEFAULTS and k != "id"]
-    if unknown:
-        raise PreregError(f"{where}.{unknown[0]}: unknown key{_near(unknown[0], TEST_DEFAULTS)}")
-    ref = dict(entry.get("reference") or {})
-    bad = [k for k in ref if k not in REFERENCE_DEFAULTS]
-    if bad:
-        raise PreregError(f"{where}.reference.{bad[0]}: unknown key{_near(bad[0], REFERENCE_DEFAULTS)}")
-    out = {"id": test_id, **TEST_DEFAULTS, **entry, "reference": {**REFERENCE_DEFAULTS, **ref}}
-    if out["baseline"] is None:
-        out["baseline"] = data.get("study", {}).get("comparator")
-    if not isinstance(out["configurations"], list) or not out["configurations"]:
-        raise PreregError(f"{where}.configurations: a non-empty list of configuration names is required")
-    for key in ("batches", "prompts", "completions", "subspace", "warmup", "seed"):
-        v = out[key]
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("warmup", "seed") else 1)):
-            raise PreregError(f"{where}.{key}: expected a {'non-negative' if key in ('warmup', 'seed') else 'positive'} "
-                              f"integer, got {v!r}")
-    if out["reference"]["on"] not in ("fresh_completions", "same_completions"):
-        raise PreregError(f"{where}.reference.on: expected 'fresh_completions' or 'same_completions', "
-                          f"got {out['reference']['on']!r}")
-    return out
+        have = ", ".join(ids) or "none"
+        raise PreregError(f"{path}: gradient_tests: no test {test_id!r} (have: {have}){_near(test_id, ids)}")
+    t = plan.gradient_tests[ids.index(test_id)]
+    out = t.model_dump(mode="json")
+    out["baseline"] = t.baseline_of(plan.study.comparator)
+    out["reference"] = {**REFERENCE_DEFAULTS, **out["reference"]}
+    return out, with_variants(plan, t)
 
 
 def _first_difference(a: Any, b: Any, prefix: str) -> str | None:
@@ -172,11 +146,10 @@ def resolve_spec(spec: dict, plan: Plan, where: str) -> tuple[dict, dict[str, Tr
 # The run
 # --------------------------------------------------------------------------------------------
 def _plan(study_dir: Path) -> tuple[Path, dict, Plan]:
-    """The plan's path, TOML data and validated plan (read without its ``gradient_tests``, a
-    table the plan schema learns separately)."""
+    """The plan's path, TOML data and validated plan (with its ``gradient_tests``)."""
     path = resolve_plan_path(study_dir)
     _, data = read_toml(path)
-    plan = validate_plan({k: v for k, v in data.items() if k != "gradient_tests"}, source=str(path))
+    plan = validate_plan(data, source=str(path))
     return path, data, plan
 
 
@@ -233,7 +206,7 @@ def run_gradient_test(study_dir: str | Path, test_id: str, *, log: Callable[[str
     another process is writing (its one-writer lock)."""
     study = Path(study_dir)
     path, data, plan = _plan(study)
-    spec = _test_spec(path, test_id)
+    spec, plan = _test_spec(plan, path, test_id)
     folder = results_dir(study, test_id)
     meta_file = folder / "meta.json"
     lock = RunLock(folder)

@@ -114,6 +114,9 @@ class GradientTest(_Model):
     subspace: int = Field(default=24, ge=1, le=65_536)
     warmup: int | None = Field(default=None, ge=0, le=1_000_000)  # default: 4 with a stateful rule, else 0
     reference: Reference = Reference()
+    # configurations measured by this test only, never trained (S25's k = 8 and 16, S3's reuse
+    # rules): recipe overrides, as a configuration's ``overrides``
+    variants: dict[Name, dict[str, Any]] = {}
     fit: list[str] = []
     conditions: list[Condition] = []
 
@@ -135,6 +138,15 @@ class GradientTest(_Model):
 
     def baseline_of(self, comparator: str) -> str:
         return self.baseline or comparator
+
+
+def with_variants(plan: Any, t: GradientTest) -> Any:
+    """The plan with the test's ``variants`` added as configurations (for resolving their
+    recipes); the study's design is the plan's own, without them."""
+    if not t.variants:
+        return plan
+    return plan.with_configurations({n: {"description": f"variant of gradient test {t.id}", "overrides": o}
+                                     for n, o in t.variants.items()})
 
 
 def _flat_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +182,7 @@ def rollout_of(config: dict[str, Any]) -> dict[str, Any]:
 def resolved_spec(t: GradientTest, plan: Any) -> dict[str, Any]:
     """The test's plan entry with its defaults resolved (baseline, prompts, completions, warmup,
     reference completions): what ``meta.json`` records as ``spec``."""
+    plan = with_variants(plan, t)
     recipes = {n: plan.resolved_config(n) for n in t.configurations if n in plan.configurations}
     first = rollout_of(next(iter(recipes.values()), plan.recipe))
     stateful = any(credit_of(r)["rule"] in STATEFUL_RULES for r in recipes.values())
@@ -194,11 +207,16 @@ def gradient_problems(plan: Any) -> list[tuple[tuple, str]]:
     ids are unique and no contrast's, and the configurations share model, task and rollout
     settings (the batches are shared), naming the first key that differs."""
     errs: list[tuple[tuple, str]] = []
-    have = list(plan.configurations)
     contrast_ids = {c.id for c in plan.contrasts}
     seen: set[str] = set()
-    for ti, t in enumerate(plan.gradient_tests):
+    design = plan
+    for ti, t in enumerate(design.gradient_tests):
         where = ("gradient_tests", ti)
+        for n in t.variants:
+            if n in design.configurations:
+                errs.append((where + ("variants", n), f"{n!r} is a configuration of the study: a variant needs a name of its own"))
+        plan = with_variants(design, t)
+        have = list(plan.configurations)
         if t.id in seen:
             errs.append((where + ("id",), f"duplicate gradient test id {t.id!r}"))
         elif t.id in contrast_ids:
@@ -249,4 +267,4 @@ def _shared_batches(t: GradientTest, recipes: dict[str, dict], where: tuple) -> 
 
 
 __all__ = ["Condition", "CONTINUATION_RULES", "credit_of", "GradientTest", "gradient_problems", "METRICS", "Reference",
-           "resolved_spec", "rollout_of", "STATEFUL_RULES"]
+           "resolved_spec", "rollout_of", "STATEFUL_RULES", "with_variants"]

@@ -453,6 +453,12 @@ class Plan(_Model):
                 return parse_multiple(v)
         return 1.0
 
+    def with_configurations(self, extra: dict[str, dict[str, Any]]) -> "Plan":
+        """A copy with more configurations (``{name: {"overrides": ...}}``), for resolving the
+        recipes of a gradient test's variants; the copy is not re-validated as a plan."""
+        more = {n: Configuration(**c) for n, c in extra.items()}
+        return self.model_copy(update={"configurations": {**self.configurations, **more}})
+
     def resolved_config(self, configuration: str) -> dict[str, Any]:
         """The shared recipe with the configuration's overrides applied (nested tables merged)."""
         return merge_tables(self.recipe, self.configurations[configuration].overrides)
