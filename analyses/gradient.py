@@ -137,7 +137,7 @@ def project_out_tokens(S, omega, B) -> tuple[np.ndarray, float]:
 
 def segment_progress_credit(values_at_cuts, cuts, length: int, reward: float, prior: float = 0.5) -> np.ndarray:
     """The reference gradient's Monte-Carlo progress credit of one completion (paper H.3,
-    L6268-6273; extract §3.14): interior cuts 0 < c_1 < … < c_m < length split the completion into
+    L6270-6273; extract §3.14): interior cuts 0 < c_1 < … < c_m < length split the completion into
     m + 1 segments; every token of segment s gets p̂_s − p̂_{s−1}, with p̂_0 = ``prior``, p̂_s the
     estimated success rate after the prefix ending at c_s (``values_at_cuts``) and p̂_{m+1} = R, the
     completion's reward. Returns the ``length`` token credits w_t; ĥ = mean over completions of

@@ -488,3 +488,18 @@ def test_an_outcome_only_update_lies_in_v_of_its_own_completions(tabular):
     u = tab.score_sums(s, ones * (R - R.mean())[:, None], np.full(6, 1 / 6))
     assert np.linalg.norm(project_out(u, Q)) <= 1e-10 * max(np.linalg.norm(u), 1.0)
     assert math.isnan(perp_cosine(u, np.random.default_rng(0).normal(size=tab.P), Q))
+
+
+def test_the_per_update_interval_covers_the_true_ratio_about_95_percent_of_the_time():
+    rng = np.random.default_rng(31)
+    mu, mu_base, m, m_base = 1.0, 0.6, 4.0, 3.0 + 0.5  # E⟨u,ĥ⟩ and E‖u‖² of both
+    truth = (mu ** 2 / m) / (mu_base ** 2 / m_base)
+    covered, reps = 0, 300
+    for rep in range(reps):
+        dot, uu = rng.normal(mu, 1.0, 32), rng.gamma(4.0, 1.0, 32)
+        base_dot = 0.6 * dot + rng.normal(0.0, 0.5, 32)
+        base_uu = 0.75 * uu + rng.gamma(1.0, 0.5, 32)
+        lo, hi = relative_efficiency(dot, uu, np.ones(32), base_dot, base_uu, np.ones(32),
+                                     n_resamples=500, seed=rep).per_update_ci
+        covered += lo <= truth <= hi
+    assert 0.88 <= covered / reps <= 0.99, covered / reps
