@@ -19,6 +19,10 @@ real model on a device reduces them to a few numbers per batch before anything r
 batches b; for a smoothness constant L it equals 2L times the best expected one-step SGD gain
 max_η [η E⟨u, ĥ⟩ − (L/2) η² E‖u‖²] (Appendix A, L1950-1956; :func:`best_sgd_gain`).
 
+**Reference credit.** :func:`segment_progress_credit` is the Monte-Carlo progress credit of the
+reference gradient ĥ (H.3, L6270-6273). Summaries over batches and their bootstrap intervals are in
+:mod:`analyses.gradient_stats`.
+
 numpy only, no project imports: the core (``prereg_kit``), the trainer and the figures all use it.
 """
 
