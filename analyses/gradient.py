@@ -19,6 +19,10 @@ real model on a device reduces them to a few numbers per batch before anything r
 batches b; for a smoothness constant L it equals 2L times the best expected one-step SGD gain
 max_η [η E⟨u, ĥ⟩ − (L/2) η² E‖u‖²] (Appendix A, L1950-1956; :func:`best_sgd_gain`).
 
+**Reference credit.** :func:`segment_progress_credit` is the Monte-Carlo progress credit of the
+reference gradient ĥ (H.3, L6270-6273). Summaries over batches and their bootstrap intervals are in
+:mod:`analyses.gradient_stats`.
+
 numpy only, no project imports: the core (``prereg_kit``), the trainer and the figures all use it.
 """
 
@@ -94,3 +98,62 @@ def best_sgd_gain(mean_dot: float, mean_sq: float, L: float) -> float:
     """max_η η·E⟨u, ĥ⟩ − (L/2)·η²·E‖u‖², at η* = E⟨u, ĥ⟩ / (L E‖u‖²): (E⟨u, ĥ⟩)² / (2 L E‖u‖²)."""
     eta = mean_dot / (L * mean_sq)
     return float(eta * mean_dot - 0.5 * L * eta ** 2 * mean_sq)
+
+
+def completion_matrix(lengths) -> np.ndarray:
+    """B (G × T): B[g, t] = 1 when token t (tokens stacked completion by completion) belongs to
+    completion g, so that Q = B S and q_g = Σ_h s_{g,h} (paper Table 27)."""
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or lengths.size == 0 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
+        raise ValueError("lengths must be a non-empty list of non-negative token counts per completion")
+    return np.repeat(np.eye(lengths.size), lengths, axis=1)
+
+
+def theorem3_coefficients(K, B, omega) -> tuple[np.ndarray, float]:
+    """Theorem 3 (L7164-7187) from the token Gram matrix K = S Sᵀ (T × T) alone: the minimum-norm c
+    of (B K Bᵀ) c = B K ω, and the fraction of ‖Sᵀω‖² that lies in V, cᵀ(B K Bᵀ)c / ωᵀKω (NaN when
+    Sᵀω = 0). The projection is Sᵀ Bᵀ c; orthogonality (fraction 0) holds exactly when B K ω = 0.
+    The least-squares argument of the proof does not use the theorem's premise Bω = 0, so any ω
+    is accepted."""
+    K, B, omega = (np.asarray(a, dtype=np.float64) for a in (K, B, omega))
+    B = np.atleast_2d(B)
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or B.shape[1] != K.shape[0] or omega.shape != (K.shape[0],):
+        raise ValueError(f"K {K.shape}, B {B.shape} and ω {omega.shape} do not describe the same T tokens")
+    gram = B @ K @ B.T
+    c = _pinv_solve(gram, B @ (K @ omega))
+    total = float(omega @ K @ omega)
+    inside = float(c @ gram @ c)
+    scale = float(np.abs(K).max()) * float(omega @ omega) if K.size else 0.0
+    fraction = float("nan") if total <= 1e-14 * max(scale, 1e-300) else inside / total
+    return c, fraction
+
+
+def project_out_tokens(S, omega, B) -> tuple[np.ndarray, float]:
+    """Theorem 3 on token scores: for the token-score matrix S (T × P), token credit ω (T) and
+    completion matrix B (G × T; :func:`completion_matrix`), Sᵀω − SᵀBᵀc with (B K Bᵀ) c = B K ω,
+    K = S Sᵀ — the same vector as ``project_out(Sᵀω, B S)`` — and the fraction of ‖Sᵀω‖² in V."""
+    S = np.atleast_2d(np.asarray(S, dtype=np.float64))
+    B = np.atleast_2d(np.asarray(B, dtype=np.float64))
+    omega = np.asarray(omega, dtype=np.float64)
+    c, fraction = theorem3_coefficients(S @ S.T, B, omega)
+    return S.T @ omega - S.T @ (B.T @ c), fraction
+
+
+def segment_progress_credit(values_at_cuts, cuts, length: int, reward: float, prior: float = 0.5) -> np.ndarray:
+    """The reference gradient's Monte-Carlo progress credit of one completion (paper H.3,
+    L6270-6273; extract §3.14): interior cuts 0 < c_1 < … < c_m < length split the completion into
+    m + 1 segments; every token of segment s gets p̂_s − p̂_{s−1}, with p̂_0 = ``prior``, p̂_s the
+    estimated success rate after the prefix ending at c_s (``values_at_cuts``) and p̂_{m+1} = R, the
+    completion's reward. Returns the ``length`` token credits w_t; ĥ = mean over completions of
+    Σ_t w_t ∇log π(a_t). With p̂ unbiased and independent of the completion's later tokens, each
+    token's credit has the expectation Q(s_t, a_t) − (a function of the earlier tokens), so ĥ is an
+    unbiased estimate of ∇J."""
+    values = np.asarray(values_at_cuts, dtype=np.float64)
+    cuts = np.asarray(cuts)
+    if values.shape != cuts.shape or cuts.ndim != 1:
+        raise ValueError(f"{values.size} values for {cuts.size} cuts: one success estimate per cut is needed")
+    if cuts.size and (cuts[0] <= 0 or cuts[-1] >= length or (np.diff(cuts) <= 0).any()):
+        raise ValueError(f"cuts {cuts.tolist()} must increase strictly inside (0, {length})")
+    levels = np.concatenate([[prior], values, [reward]])
+    bounds = np.concatenate([[0], cuts, [length]]).astype(int)
+    return np.repeat(np.diff(levels), np.diff(bounds))
