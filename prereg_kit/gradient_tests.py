@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyses.gradient_stats import alignment_summary, continuation_fit, relative_efficiency
+
 from .errors import PreregError, ViolationError
 from .gradient_seal import BATCHES_FILE, check_gradient_seals, GRADIENT_DIR, read_result_meta, sealed_tests
 from .lock import read_chain
@@ -68,36 +70,15 @@ def read_batches(folder: Path) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------- statistics
-# The one place the summaries are computed; analyses.gradient's positivity, relative_efficiency,
-# alignment_summary and continuation_fit take its place when they land (same formulas).
-
-
-def _efficiency(d: np.ndarray, uu: np.ndarray) -> np.ndarray:
-    """(mean ⟨u,ĥ⟩)² / mean ‖u‖² along the last axis (NaN where the second moment is 0)."""
-    m2 = uu.mean(axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(m2 > 0, d.mean(axis=-1) ** 2 / m2, np.nan)
-
-
-def _ci(samples: np.ndarray, confidence: float) -> tuple[float, float]:
-    s = samples[np.isfinite(samples)]
-    if not s.size:
-        return np.nan, np.nan
-    lo, hi = np.quantile(s, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(lo), float(hi)
-
-
-def _cosines(g: pd.DataFrame) -> np.ndarray:
-    den = g["perp_dd"].to_numpy(float) * g["perp_hh"].to_numpy(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, g["perp_dh"].to_numpy(float) / np.sqrt(np.where(den > 0, den, 1.0)), np.nan)
+# The one place the summaries are computed, by analyses.gradient_stats (tested there against
+# scipy's bootstrap and exact enumeration).
 
 
 def _summaries(frame: pd.DataFrame, configurations: list[str], baseline: str, fit: list[str], *,
                n_resamples: int, seed: int, confidence: float) -> tuple[list[dict], dict | None]:
     """Per configuration (in ``configurations`` order) its summaries against ``baseline``, and the
     a + b/k fit over ``fit`` (None without one). Batches are aligned by index; every statistic
-    resamples the same batch indices."""
+    resamples the same batch indices (one seed)."""
     wide = {c: g.sort_values("batch").set_index("batch") for c, g in frame.groupby("configuration")}
     for c in [*configurations, baseline, *fit]:
         if c not in wide:
@@ -106,53 +87,30 @@ def _summaries(frame: pd.DataFrame, configurations: list[str], baseline: str, fi
     for c in configurations:
         if not wide[c].index.equals(batches):
             raise PreregError(f"configuration {c!r}: its batches differ from the baseline {baseline!r}'s in {BATCHES_FILE}")
-    B = len(batches)
-    idx = np.random.default_rng(seed).integers(0, B, size=(n_resamples, B))
     col = lambda c, k: wide[c][k].to_numpy(float)  # noqa: E731
-    bd, buu, btok = col(baseline, "dot_uh"), col(baseline, "uu"), col(baseline, "tokens")
-    b_eff, b_eff_s = _efficiency(bd, buu), _efficiency(bd[idx], buu[idx])
-    b_tok, b_tok_s = btok.mean(), btok[idx].mean(axis=1)
+    boot = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
     rows = []
     for c in configurations:
-        d, uu, tok = col(c, "dot_uh"), col(c, "uu"), col(c, "tokens")
-        eff, eff_s = _efficiency(d, uu), _efficiency(d[idx], uu[idx])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pu, pu_s = eff / b_eff, eff_s / b_eff_s
-            pt, pt_s = (eff / tok.mean()) / (b_eff / b_tok), (eff_s / tok[idx].mean(axis=1)) / (b_eff_s / b_tok_s)
-        cos = _cosines(wide[c].reset_index())
-        if np.isfinite(cos).any():
-            cs = np.where(np.isfinite(cos[idx]), cos[idx], np.nan)
-            with np.errstate(invalid="ignore"):
-                al, al_s = float(np.nanmean(cos)), np.nanmean(cs, axis=1) if cs.size else cs
-        else:
-            al, al_s = np.nan, np.full(n_resamples, np.nan)
-        sd = d.std(ddof=1)
-        z = float(d.mean() / (sd / np.sqrt(B))) if sd > 0 else (np.inf * np.sign(d.mean()) if d.mean() else np.nan)
-        rows.append({"configuration": c, "batches": B, "efficiency": float(eff), "per_update": float(pu),
-                     **dict(zip(("per_update_ci_low", "per_update_ci_high"), _ci(pu_s, confidence))),
-                     "per_token": float(pt), **dict(zip(("per_token_ci_low", "per_token_ci_high"), _ci(pt_s, confidence))),
-                     "alignment": al, **dict(zip(("alignment_ci_low", "alignment_ci_high"), _ci(np.asarray(al_s), confidence))),
-                     "tokens_per_update": float(tok.mean()), "mean_dot_uh": float(d.mean()), "mean_uu": float(uu.mean()),
+        e = relative_efficiency(col(c, "dot_uh"), col(c, "uu"), col(c, "tokens"), col(baseline, "dot_uh"),
+                                col(baseline, "uu"), col(baseline, "tokens"), **boot)
+        al = alignment_summary(col(c, "perp_dh"), col(c, "perp_dd"), col(c, "perp_hh"),
+                               undefined=~np.isfinite(col(c, "alignment")) if "alignment" in wide[c] else None, **boot)
+        z = e.positivity.z
+        rows.append({"configuration": c, "batches": e.batches, "efficiency": e.efficiency, "per_update": e.per_update,
+                     "per_update_ci_low": e.per_update_ci[0], "per_update_ci_high": e.per_update_ci[1],
+                     "per_token": e.per_token, "per_token_ci_low": e.per_token_ci[0], "per_token_ci_high": e.per_token_ci[1],
+                     "alignment": al.mean, "alignment_ci_low": al.ci[0], "alignment_ci_high": al.ci[1],
+                     "alignment_pooled": al.pooled, "tokens_per_update": e.tokens_per_update,
+                     "mean_dot_uh": e.positivity.mean, "mean_uu": float(col(c, "uu").mean()),
                      "positivity_z": z, "positivity_pass": bool(z >= Z_PASS)})
     fit_row = None
     if fit:
         ks = np.array([int(wide[c]["mc_k"].iloc[0]) for c in fit], float)
-        U = np.stack([col(c, "uu") for c in fit], axis=1)  # batches × fit configurations
-        X = np.stack([np.ones_like(ks), 1 / ks], axis=1)
         at_k = 4.0 if 4 in ks else float(ks.max())
-
-        def share(m: np.ndarray) -> np.ndarray:  # m: (..., configurations) means of ‖u_k‖²
-            coef = np.linalg.lstsq(X, m.reshape(-1, len(ks)).T, rcond=None)[0]
-            a, b = coef[0], coef[1]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return (b / at_k) / (a + b / at_k)
-
-        a, b = np.linalg.lstsq(X, U.mean(axis=0), rcond=None)[0]
-        sh, sh_s = float(share(U.mean(axis=0))[0]), share(U[idx].mean(axis=1))
-        lo, hi = _ci(sh_s, confidence)
-        fit_row = {"configurations": ", ".join(fit), "ks": ", ".join(f"{k:g}" for k in ks), "a": float(a), "b": float(b),
-                   "at_k": at_k, "share": sh, "share_ci_low": lo, "share_ci_high": hi,
-                   "reallocation_bound": 1 / (1 - sh) if sh < 1 else np.inf}
+        f = continuation_fit(ks, np.stack([col(c, "uu") for c in fit], axis=1), at_k=at_k, **boot)
+        fit_row = {"configurations": ", ".join(fit), "ks": ", ".join(f"{k:g}" for k in ks), "a": f.a, "b": f.b,
+                   "at_k": at_k, "share": f.share, "share_ci_low": f.share_ci[0], "share_ci_high": f.share_ci[1],
+                   "reallocation_bound": f.bound}
     return rows, fit_row
 
 
