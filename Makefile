@@ -43,12 +43,14 @@ figures: .make-installed
 
 # Retrain the CPU studies in place in the registry (complete runs are kept: delete
 # registry/cpu-*/runs, plan.lock and election.json first to start over), then analyze each and
-# write its reported record. About 25 minutes on 2 cores from scratch.
-CPU_STUDIES = cpu-grpo cpu-interventions cpu-multireward
+# write its reported record (cpu-gradient: its gradient test first). About 40 minutes on 2 cores from scratch.
+CPU_STUDIES = cpu-grpo cpu-interventions cpu-multireward cpu-gradient
 cpu-studies: .make-installed
 	test -f registry/cpu-multireward/election.json || $(PREREG) elect registry/cpu-multireward $(ELECT_ARGS)
 	for s in $(CPU_STUDIES); do \
-	  $(PREREG) lock registry/$$s/plan.toml && $(PREREG) run registry/$$s && \
+	  $(PREREG) lock registry/$$s/plan.toml && \
+	  { test -d registry/$$s/gradient || ! grep -q '^\[\[gradient_tests\]\]' registry/$$s/plan.toml || \
+	    $(PREREG) gradient-test registry/$$s; } && $(PREREG) run registry/$$s && \
 	  $(PREREG) analyze registry/$$s && $(PYTHON) -m prereg_kit.record registry/$$s || exit 1; \
 	done
 

@@ -34,7 +34,7 @@ app = typer.Typer(
 
 
 def _console(stderr: bool = False) -> Console:
-    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     if not c.is_terminal:
         c.width = 160  # tables in logs and pipes: don't squeeze them to 80 columns
     return c

@@ -28,7 +28,7 @@ from analyses.gradient import project_out
 
 from . import __version__
 from .plan import GradientTest, Plan
-from .plan.gradient import CONTINUATION_RULES, credit_of, resolved_spec, rollout_of
+from .plan.gradient import CONTINUATION_RULES, credit_of, resolved_spec, rollout_of, with_variants
 
 DIM = 64  # dimensions of the made-up parameter space
 WHOLE_COMPLETION_RULES = ("outcome", "rloo", "prm_reward", "prm_baseline")  # credit constant within a completion
@@ -42,6 +42,7 @@ def _stream(seed: int, *key: str) -> np.random.Generator:
 def synthetic_batches(plan: Plan, t: GradientTest, *, seed: int = 0) -> pd.DataFrame:
     """One row per (batch, configuration) with the results contract's columns (module docstring)."""
     spec = resolved_spec(t, plan)
+    plan = with_variants(plan, t)
     n_comp = spec["prompts"] * spec["completions"]
     rng = _stream(seed, t.id, "gradient")
     g = rng.normal(size=DIM)

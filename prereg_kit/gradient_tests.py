@@ -37,7 +37,7 @@ from .errors import PreregError, ViolationError
 from .gradient_seal import BATCHES_FILE, check_gradient_seals, GRADIENT_DIR, read_result_meta, sealed_tests
 from .lock import read_chain
 from .plan import GradientTest, Plan, resolve_plan_path
-from .plan.gradient import credit_of
+from .plan.gradient import credit_of, with_variants
 
 COLUMNS = ("test", "dot_uh", "uu", "perp_dh", "perp_dd", "perp_hh", "tokens", "batch", "configuration", "mc_k")
 Z_PASS = 3.0  # the paper's positivity check: mean ⟨u, ĥ⟩ at least 3 standard errors above 0
@@ -175,8 +175,7 @@ def gradient_results(study_dir: str | Path, plan: Plan, *, n_resamples: int | No
         for r in summaries:
             mine = [x for x in conds if x["test"] == t.id and x["configuration"] == r["configuration"]]
             rows.append({"test": t.id, "status": status, "baseline": base, **r,
-                         "credit_rule": credit_of(plan.resolved_config(r["configuration"]))["rule"]
-                         if r["configuration"] in plan.configurations else "",
+                         "credit_rule": credit_of(with_variants(plan, t).resolved_config(r["configuration"]))["rule"],
                          "conditions": "; ".join(f"{x['text']}: {x['verdict']}" for x in mine)})
         if fit_row is not None:
             fits.append({"test": t.id, **fit_row})

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from .errors import PlanError, PreregError
 from .plan import MAX_MESSAGE, Plan, PlanFile
+from .plan.gradient import with_variants
 from .runners import installed_runners, load_runner
 from .tomlpos import key_lines, line_of
 
@@ -89,6 +90,13 @@ def recipe_problems(pf: PlanFile, runner: Any, valid: list[str] | None) -> list[
         for line in runner.check_configuration(plan, name):
             placed, at = _place(str(line), plan, name, lines, valid, source=str(pf.path))
             out.setdefault(placed, at or 0)
+    for ti, t in enumerate(plan.gradient_tests):  # a gradient test's variants are recipes the trainer must run too
+        for name in t.variants:
+            for line in runner.check_configuration(with_variants(plan, t), name):
+                rest = " ".join(str(line).split()).removeprefix("recipe: ").removeprefix(f"configuration {name!r}: ")
+                at = line_of(lines, ("gradient_tests", ti)) or line_of(lines, ("gradient_tests",))
+                where = f"gradient_tests[{ti}].variants.{name}"
+                out.setdefault(f"{pf.path}:{at}: {where}: {rest}" if at else f"{pf.path}: {where}: {rest}", at or 0)
     return sorted(out, key=out.__getitem__)
 
 

@@ -203,3 +203,13 @@ def test_the_builtin_trainer_runs_every_cpu_study_configuration():
     problems = configuration_problems(builtin, bad)
     assert all(any("credit.mc_kk: unknown key; did you mean 'credit.mc_k'?" in line for line in v)
                for v in problems.values()), problems
+
+
+def test_an_error_at_line_100_is_printed_as_written_not_as_an_emoji(tmp_path):
+    """rich turns ':100:' into an emoji unless told not to; a plan error at line 100 must keep its place."""
+    d = tmp_path / "demo"
+    assert _run("new", d).exit_code == 0
+    plan = d / "plan.toml"
+    plan.write_text("#\n" * 99 + "bogus_key = 1\n" + plan.read_text())  # the unknown key on line 100
+    res = _run("lock", plan)
+    assert res.exit_code == 2 and "plan.toml:100:" in res.output and "\U0001f4af" not in res.output, res.output

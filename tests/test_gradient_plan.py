@@ -183,3 +183,34 @@ def test_the_docs_example_validates(tmp_path):
     block = re.search(r"```toml\n(.*?)```", section, flags=re.S).group(1)
     t = _load(tmp_path, BASE + "\n" + block).plan.gradient_tests[0]
     assert (t.id, t.batches, t.fit, t.conditions[0].bound) == ("G1", 96, ["mc_k1", "mc_k4"], 0.8)
+
+
+VARIANTS = TEST.replace('configurations = ["outcome", "mc_k1", "mc_k4", "critic_td"]',
+                        'configurations = ["outcome", "mc_k1", "mc_k4", "mc_k16", "critic_td"]\n'
+                        'variants = { mc_k16 = { credit = { rule = "monte_carlo", mc_k = 16, mc_segments = 4 } } }'
+                        ).replace('fit = ["mc_k1", "mc_k4"]', 'fit = ["mc_k1", "mc_k4", "mc_k16"]')
+
+
+def test_a_variant_is_measured_never_trained(tmp_path):
+    """S25's k = 8 and 16: configurations of the gradient test only; the study's design is unchanged."""
+    from prereg_kit.plan.gradient import with_variants
+
+    plan = _load(tmp_path, BASE + VARIANTS).plan
+    t = plan.gradient_tests[0]
+    assert "mc_k16" not in plan.configurations  # no runs are asked for it
+    assert with_variants(plan, t).resolved_config("mc_k16")["credit"]["mc_k"] == 16
+    assert resolved_spec(t, plan)["variants"] == {"mc_k16": {"credit": {"rule": "monte_carlo", "mc_k": 16, "mc_segments": 4}}}
+
+
+@pytest.mark.parametrize("edit, message", [
+    # a variant may not shadow a configuration of the study
+    (lambda s: s.replace("variants = { mc_k16 =", "variants = { mc_k4 ="), "'mc_k4' is a configuration of the study"),
+    # a variant that changes the batches is refused like a configuration that does
+    (lambda s: s.replace("mc_k = 16, mc_segments = 4 } }", "mc_k = 16, mc_segments = 4 }, rollout = { completion_limit = 32 } }"),
+     "'mc_k16' differs from 'outcome' in rollout.completion_limit"),
+    # the fit still needs Monte-Carlo configurations, variants included
+    (lambda s: s.replace('{ rule = "monte_carlo", mc_k = 16, mc_segments = 4 }', '{ rule = "critic_td" }'),
+     "'mc_k16' has credit rule 'critic_td'"),
+])
+def test_hostile_variants_are_refused(tmp_path, edit, message):
+    assert any(message in line for line in _errors(tmp_path, BASE + edit(VARIANTS))), _errors(tmp_path, BASE + edit(VARIANTS))
