@@ -362,9 +362,10 @@ def gradient_test_cmd(study_dir: Annotated[Path, typer.Argument(help="Study fold
                       test: Annotated[list[str] | None, typer.Option("--test", help="Gradient test id (repeatable); default all.")] = None,
                       runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
     """Run the locked plan's gradient tests through the trainer and seal each result into the lock chain."""
-    from .gradient_command import run_gradient_tests
+    from .gradient_command import run_gradient_tests, summary_lines
 
-    run_gradient_tests(study_dir, test, runner_name=runner, log=lambda m: err.print(escape(m), soft_wrap=True))
+    done = run_gradient_tests(study_dir, test, runner_name=runner, log=lambda m: err.print(escape(m), soft_wrap=True))
+    out.print(escape("\n".join(summary_lines(study_dir, [e["test"] for e in done]))), soft_wrap=True)
 
 
 @app.command()

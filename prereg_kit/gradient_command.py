@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import PreregError, ViolationError
+import dataclasses
+
+from .gradient_report import gradient_markdown
+from .gradient_tests import gradient_results
 from .gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
 from .jobs import require_locked
 from .lock import read_chain
@@ -70,4 +74,20 @@ def run_gradient_tests(study_dir: str | Path, tests: list[str] | None, runner: A
     return entries
 
 
-__all__ = ["run_gradient_tests"]
+def summary_lines(study_dir: str | Path, tests: list[str]) -> list[str]:
+    """The report's gradient-test section for ``tests`` (their sealed results, every interval
+    recomputed from ``batches.parquet`` with the plan's statistics), without the figure: what
+    ``prereg gradient-test`` prints once the results are sealed. A gradient test is a screen the
+    plan reads before training (S3: "train only if per-token efficiency ≥ 0.8"), so showing it
+    does not unblind any contrast."""
+    pf = load_plan(study_dir)
+    g = gradient_results(pf.path.parent, pf.plan)
+
+    def keep(df):
+        return df[df["test"].isin(tests)] if len(df) else df
+
+    g = dataclasses.replace(g, table=keep(g.table), fit=keep(g.fit), conditions=keep(g.conditions))
+    return [line for line in gradient_markdown(g) if not line.startswith("![")]
+
+
+__all__ = ["run_gradient_tests", "summary_lines"]

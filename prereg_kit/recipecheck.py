@@ -90,7 +90,7 @@ def recipe_problems(pf: PlanFile, runner: Any, valid: list[str] | None) -> list[
         for line in runner.check_configuration(plan, name):
             placed, at = _place(str(line), plan, name, lines, valid, source=str(pf.path))
             out.setdefault(placed, at or 0)
-    for ti, t in enumerate(plan.gradient_tests):  # a gradient test's variants are recipes the trainer must run too
+    for ti, t in enumerate(getattr(plan, "gradient_tests", ())):  # a gradient test's variants are recipes the trainer must run too
         for name in t.variants:
             for line in runner.check_configuration(with_variants(plan, t), name):
                 rest = " ".join(str(line).split()).removeprefix("recipe: ").removeprefix(f"configuration {name!r}: ")

@@ -69,6 +69,8 @@ def test_the_command_runs_each_test_once_and_seals_its_files(tmp_path, monkeypat
     res = _cli(monkeypatch, fake, "gradient-test", d)
     assert res.exit_code == 0, res.output
     assert fake.calls == ["G1"] and "sealed batches.parquet, meta.json" in res.output
+    # then the result as the report reads it: Table 6's layout with intervals
+    assert "| configuration | per update [95% CI] | per token [95% CI] |" in res.output and "**G1** (complete" in res.output
     seal = [e for e in json.loads((d / "plan.lock").read_text())["entries"] if e["kind"] == "gradient"]
     assert len(seal) == 1 and seal[0]["test"] == "G1" and set(seal[0]["files"]) == {"batches.parquet", "meta.json"}
     assert seal[0]["plan_hash"] == load_plan(d).content_sha256
