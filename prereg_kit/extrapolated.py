@@ -49,6 +49,6 @@ def extrapolation_contrast(study_dir: str | Path, plan: Plan, c: Contrast, curve
     pred, obs = float(ps["predicted_lead"].mean()), float(ps["observed_lead"].mean())
     row.update(seeds=seed_list(ps["seed"].tolist()), efficiency=e, efficiency_source=source,
                usable_evaluations=x.n_usable, last_usable=last, predicted_lead=pred, observed_lead=obs,
-               extrapolation=f"observed − extrapolated, e = {e:g}{'' if source == 'plan' else f' ({source})'}, "
+               extrapolation=f"observed − extrapolated, e = {e:.3g}{'' if source == 'plan' else f' ({source})'}, "
                              f"{x.n_usable} evaluations to {last}; predicted lead {pred:+.3f}, observed lead {obs:+.3f}")
     return row, ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)], x

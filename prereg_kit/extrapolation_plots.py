@@ -30,7 +30,7 @@ def extrapolation_figure(x: Extrapolation, path: Path, *, title: str, treatment:
     ax.plot(tok, m["observed"], "o-", color="#1f4e9c", label=f"{treatment} (observed)")
     ext = m["extrapolated"].to_numpy()
     ax.plot(tok[np.isfinite(ext)], ext[np.isfinite(ext)], "s--", color="#c0392b",
-            label=f"{control} at e·t (extrapolated, e = {x.e:g})")
+            label=f"{control} at e·t (extrapolated, e = {x.e:.3g})")
     ax.plot(tok, m["control"], "^:", color="#555555", label=f"{control} (observed)")
     ax.set_xlabel(f"{treatment}'s generated tokens t (M)")
     ax.set_ylabel("accuracy (mean over seeds)")
@@ -45,7 +45,7 @@ def extrapolation_figures(a: Analysis, out_dir: Path) -> list[Path]:
     for cid, x in a.extrapolations.items():
         c = a.plan.contrast(cid)
         out.append(extrapolation_figure(x, out_dir / f"extrapolated-{cid}.png", treatment=c.treatment, control=c.control,
-                                        title=f"{a.plan.study.id} {cid}: observed vs extrapolated (e = {x.e:g})"))
+                                        title=f"{a.plan.study.id} {cid}: observed vs extrapolated (e = {x.e:.3g})"))
     return out
 
 

@@ -88,15 +88,18 @@ def efficiency_figure(g: GradientResults, path: Path, *, title: str) -> Path:
             ax.plot([lo, hi], [y, y], color="#1f4e9c", lw=2)
         ax.plot([r["per_token"]], [y], "o", color="#1f4e9c")
     conds = g.conditions[g.conditions["metric"] == "per_token"] if len(g.conditions) else g.conditions
+    lines: dict[tuple, list[str]] = {}  # one line per threshold, naming every condition drawn at it
     for c in conds.itertuples():
-        ax.axvline(c.bound, color="#c0392b", ls="--", lw=1)
-        ax.annotate(f"{c.test}: {c.configuration} {c.direction} {c.bound:g}", (c.bound, n - 0.5), fontsize=7,
-                    color="#c0392b", rotation=90, va="top", ha="right")
+        lines.setdefault((c.bound, c.direction), []).append(f"{c.test} {c.configuration}")
+    for (bound, direction), names in lines.items():
+        ax.axvline(bound, color="#c0392b", ls="--", lw=1,
+                   label=f"condition {direction} {bound:g} ({', '.join(names)})"[:90])
+    ax.set_xlim(left=min(ax.get_xlim()[0], *(b for b, _ in lines)) if lines else None)
     ax.set_yticks(range(n), [f"{r['test']} · {r['configuration']}" for _, r in t.iloc[::-1].iterrows()])
     ax.set_ylim(-0.7, max(n, 1) - 0.3)
     ax.set_xlabel("per-token efficiency relative to the baseline (95% bootstrap CI)")
     ax.set_title(title + (" — SYNTHETIC" if g.synthetic else ""))
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55 / max(n, 1) - 0.08), fontsize=8, frameon=False)  # below: never over a row
     return plots.save(fig, path)
 
 

@@ -9,6 +9,8 @@ import math
 import threading
 from pathlib import Path
 
+import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -309,3 +311,27 @@ def test_critic_reuse_and_the_same_completions_reference(tmp_path, results):
     assert (df.projection_residual < 1e-6).all()
     assert critic.alignment.notna().all()  # after its warm-up the critic's credit varies within completions
     assert (df.groupby("batch").hh.nunique() == 1).all() and (df.hh > 0).all()
+
+
+def test_every_credit_rule_without_a_prm_is_measured(tmp_path, results):
+    """The rules of the equal-iteration study and its controls, VinePPO-style values and
+    REINFORCE-LOO as variants of one test: each gets a row per batch; rules whose credit is
+    constant within a completion (rloo) have no alignment, the others one."""
+    cache = Path(str(results["a"][0] / ".cache")).resolve()
+    d = tmp_path / "s"
+    d.mkdir()
+    plan = run_plan(id="grad", comparator="outcome", treatment="mc_k2", configurations=CONFIGS, tokens=400,
+                    eval_every="B/2", samples=1, n_problems=4, completion_limit=24, warm_steps=100, stages=False)
+    rules = ("equal_iteration", "shuffled", "implicit", "vineppo", "rloo")
+    variants = ", ".join(f'{r} = {{ credit = {{ rule = "{r}", mc_k = 2, mc_segments = 3 }} }}' for r in rules)
+    table = _gradient_table(configurations=str(["outcome", *rules]).replace("'", '"'), batches=2,
+                            extra=f"variants = {{ {variants} }}\n")
+    (d / "plan.toml").write_text(plan + table)
+    (d / ".cache").symlink_to(cache, target_is_directory=True)
+    df = _table(_run(d))
+    df = df[df["batch"] == 0].set_index("configuration")
+    assert list(df.index) == ["outcome", *rules] and list(df["credit_rule"]) == ["outcome", *rules]
+    assert np.isnan(df.loc["rloo", "alignment"]) and np.isnan(df.loc["outcome", "alignment"])
+    assert df.loc[["equal_iteration", "shuffled", "vineppo"], "alignment"].notna().all()
+    assert (df.loc[["equal_iteration", "shuffled", "vineppo"], "continuation_tokens"] > 0).all()
+    assert df.loc["implicit", "continuation_tokens"] == 0 and (df["projection_residual"] < 1e-6).all()
