@@ -194,7 +194,7 @@ def test_the_builtin_trainer_runs_every_cpu_study_configuration():
 
     builtin = installed_runners()["builtin"].load()
     root = Path(__file__).resolve().parents[1] / "registry"
-    for study in ("cpu-grpo", "cpu-interventions", "cpu-multireward"):
+    for study in ("cpu-grpo", "cpu-interventions", "cpu-multireward", "cpu-gradient"):
         problems = configuration_problems(builtin, load_plan(root / study).plan)
         assert problems and all(v == [] for v in problems.values()), (study, problems)
     plan = load_plan(root / "S25").plan  # a paper study in the trainer's vocabulary

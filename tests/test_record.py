@@ -39,7 +39,7 @@ def test_identical_runs_keep_the_mean_without_a_test():
     assert r["ci_kind"] == "none" and "p" not in r and "holm_p" not in r
 
 
-@pytest.mark.parametrize("study", ["cpu-grpo", "cpu-interventions", "cpu-multireward"])
+@pytest.mark.parametrize("study", ["cpu-grpo", "cpu-interventions", "cpu-multireward", "cpu-gradient"])
 def test_committed_record_is_reproduced_from_the_committed_run_logs(study):
     """The CPU study's reported.toml equals a fresh analysis of its run logs (up to the date), and
     every printed p-value rechecks."""
