@@ -335,3 +335,37 @@ def test_every_credit_rule_without_a_prm_is_measured(tmp_path, results):
     assert df.loc[["equal_iteration", "shuffled", "vineppo"], "alignment"].notna().all()
     assert (df.loc[["equal_iteration", "shuffled", "vineppo"], "continuation_tokens"] > 0).all()
     assert df.loc["implicit", "continuation_tokens"] == 0 and (df["projection_residual"] < 1e-6).all()
+
+
+def test_a_model_folder_in_the_study_is_the_policy(tmp_path, results):
+    """``policy = "ckpt"``: the test runs at the weights in that folder. A copy of the initial
+    model gives the initial policy's rows exactly; a perturbed copy gives other rows and another
+    model hash in meta.json."""
+    import shutil
+
+    study_a, folder_a = results["a"]
+    cache = Path(str(study_a / ".cache")).resolve()
+    model = next(p.parent for p in cache.rglob("config.json") if (p.parent / "model.safetensors").is_file())
+    plan = run_plan(id="grad", comparator="outcome", treatment="mc_k2", configurations=CONFIGS, tokens=400,
+                    eval_every="B/2", samples=1, n_problems=4, completion_limit=24, warm_steps=100, stages=False)
+    ref, ref_meta = _table(folder_a), json.loads((folder_a / "meta.json").read_text())
+    rows = {}
+    for name, perturb in (("same", False), ("moved", True)):
+        d = tmp_path / name
+        d.mkdir()
+        shutil.copytree(model, d / "ckpt")
+        if perturb:
+            from safetensors.torch import load_file, save_file
+
+            w = load_file(d / "ckpt" / "model.safetensors")
+            k = next(k for k in w if k.endswith("lm_head.weight") or k.endswith("embed_tokens.weight"))
+            w[k] = w[k] + 0.05 * torch.randn(w[k].shape, generator=torch.Generator().manual_seed(0))
+            save_file(w, d / "ckpt" / "model.safetensors")
+        (d / "plan.toml").write_text(plan + _gradient_table(extra='policy = "ckpt"\n'))
+        (d / ".cache").symlink_to(cache, target_is_directory=True)
+        folder = _run(d)
+        rows[name], meta = _table(folder), json.loads((folder / "meta.json").read_text())
+        assert meta["policy"] == "ckpt" and (meta["model_sha256"] == ref_meta["model_sha256"]) == (not perturb)
+    cols = [c for c in COLUMNS if c != "seconds"]
+    pd.testing.assert_frame_equal(rows["same"][cols], ref[cols])
+    assert not np.allclose(rows["moved"]["uu"], ref["uu"])
