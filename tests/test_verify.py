@@ -583,3 +583,67 @@ def test_adversarial_answers() -> None:
     assert extract_answer(ADVERSARIAL["en-dash run"]) == "-5"
     assert extract_answer(ADVERSARIAL["non-ASCII prose"], strict=True) == "3"
     assert extract_answer(ADVERSARIAL["bidi controls"]) is None
+
+
+class _FakeMathVerify:
+    """math-verify's thread behaviour without the package: with a timeout (its default) parse and
+    verify use signal.alarm, so off the main thread they raise the ValueError math-verify raises."""
+
+    MSG = ("Math-Verify 'parse' function doesn't support threaded environment due to usage of signal.alarm() in "
+           "timeout mechanism.")
+
+    def _alarm(self, timeout):
+        import threading
+
+        if timeout and threading.current_thread() is not threading.main_thread():
+            raise ValueError(self.MSG)
+
+    def parse(self, text, parsing_timeout=5):
+        self._alarm(parsing_timeout)
+        return [text.strip("$").replace("\\boxed{", "").rstrip("}").split()[-1]]
+
+    def verify(self, gold, pred, timeout_seconds=5):
+        self._alarm(timeout_seconds)
+        return gold == pred
+
+
+def _fake_verifier(fake=None) -> MathVerifyVerifier:
+    v = MathVerifyVerifier.__new__(MathVerifyVerifier)
+    v._mv = fake or _FakeMathVerify()
+    return v
+
+
+def test_math_verify_scores_a_correct_answer_correct_from_a_thread_pool() -> None:
+    """The verifier once swallowed math-verify's refusal of a non-main thread and scored a correct
+    answer wrong; from a pool it must agree with the main thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    v = _fake_verifier()
+    cases = [("so \\boxed{42}", "42", True), ("so \\boxed{41}", "42", False)] * 4
+    main = [v(c, g) for c, g, _ in cases]
+    with ThreadPoolExecutor(4) as pool:
+        pooled = list(pool.map(lambda x: v(x[0], x[1]), cases))
+    assert main == pooled == [want for _, _, want in cases]
+
+
+def test_math_verify_never_takes_a_refused_thread_for_a_wrong_answer() -> None:
+    """A math-verify whose refusal cannot be avoided (its timeouts always on) is an error, not 0."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    class AlwaysAlarm(_FakeMathVerify):
+        def parse(self, text, parsing_timeout=5):
+            return super().parse(text, parsing_timeout=parsing_timeout or 5)
+
+    v = _fake_verifier(AlwaysAlarm())
+    assert v("so \\boxed{42}", "42") is True  # the main thread is fine
+    with ThreadPoolExecutor(1) as pool, pytest.raises(VerifierUnavailableError, match="refused to run in thread"):
+        pool.submit(v, "so \\boxed{42}", "42").result()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("math_verify") is None, reason="math-verify not installed")
+def test_the_real_math_verify_from_a_thread_pool() -> None:  # pragma: no cover - runs only where the extra is installed
+    from concurrent.futures import ThreadPoolExecutor
+
+    v = get_verifier("math_verify")
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(lambda g: v("The answer is $\\boxed{\\frac{1}{2}}$", g), ["0.5", "1/2", "3"])) == [True, True, False]

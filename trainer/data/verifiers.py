@@ -26,6 +26,8 @@ reading of characters and numbers is ``trainer.data.normalize``'s.
 
 from __future__ import annotations
 
+import threading
+
 import math
 import re
 from dataclasses import dataclass
@@ -322,8 +324,13 @@ class Verifier:
 class MathVerifyVerifier:
     """HuggingFace math-verify as a backend (optional extra; imported on construction).
 
-    The ``<think>`` prefix is stripped first, as for the built-in rules. Unlike the built-in
-    verifiers it makes no time guarantee on adversarial text (math-verify has its own timeouts).
+    The ``<think>`` prefix is stripped first, as for the built-in rules. math-verify bounds each
+    parse and comparison with ``signal.alarm``, which works only in the main thread: anywhere else
+    its own calls raise ``ValueError`` before scoring anything. So off the main thread (a thread
+    pool of reward functions, a trainer's worker thread) the verifier calls it with its timeouts
+    off, as math-verify's own message recommends, and a correct answer is scored correct there
+    too; without the alarm nothing bounds its time on adversarial text. A parser failure is a
+    wrong answer; math-verify's refusal of the thread is never taken for one.
     """
 
     name = "math_verify"
@@ -340,11 +347,17 @@ class MathVerifyVerifier:
     def __call__(self, completion: str, gold: str | int | float) -> bool:
         body = strip_think(completion)
         gold_s = gold if isinstance(gold, str) else str(gold)
+        # signal.alarm exists only in the main thread: elsewhere, no timeout (None) rather than a refusal
+        main = threading.current_thread() is threading.main_thread()
+        parse_kw, verify_kw = ({}, {}) if main else ({"parsing_timeout": None}, {"timeout_seconds": None})
         try:
-            gold_parsed = self._mv.parse(gold_s if "$" in gold_s or "\\boxed" in gold_s else f"${gold_s}$")
-            pred = self._mv.parse(body)
-            return bool(self._mv.verify(gold_parsed, pred))
-        except Exception:  # noqa: BLE001 — a parser failure is a wrong answer, never a crash
+            gold_parsed = self._mv.parse(gold_s if "$" in gold_s or "\\boxed" in gold_s else f"${gold_s}$", **parse_kw)
+            pred = self._mv.parse(body, **parse_kw)
+            return bool(self._mv.verify(gold_parsed, pred, **verify_kw))
+        except Exception as exc:  # noqa: BLE001 — a parser failure is a wrong answer, never a crash
+            if "signal only works in main thread" in str(exc) or "threaded environment" in str(exc):
+                raise VerifierUnavailableError(f"math-verify refused to run in thread {threading.current_thread().name!r}: "
+                                               f"{exc}") from exc
             return False
 
 
