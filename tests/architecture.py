@@ -132,7 +132,7 @@ class _Visitor(ast.NodeVisitor):
 def scan(root: Path, packages: Iterable[str]) -> dict[str, Module]:
     """Parse every module of ``packages`` under ``root`` into its import edges."""
     mods: dict[str, Module] = {}
-    for pkg in packages:
+    for pkg in {p.split(".")[0] for p in packages}:  # a sub-package key is scanned with its package
         for p in sorted((root / pkg).rglob("*.py")):
             name = module_name(root, p)
             mods[name] = Module(name, p, p.name == "__init__.py")
@@ -198,6 +198,17 @@ def _names(entry: str, name: str) -> bool:
     return name == entry or name.startswith(entry + ".")  # a module, or a package and all below it
 
 
+def owner(name: str, packages: Iterable[str]) -> str:
+    """The key of ``PACKAGES`` a module belongs to: the longest one naming it (``a.b`` names
+    ``a.b`` and ``a.b.c``), else its top-level package. A sub-package given its own key (the
+    integrations, which sit above the trainer) is a package of its own for the rules."""
+    best = name.split(".")[0]
+    for key in packages:
+        if (name == key or name.startswith(key + ".")) and len(key) > len(best):
+            best = key
+    return best
+
+
 def layer_of(name: str, layers: Sequence[tuple[str, Sequence[str]]]) -> int | None:
     """Index of the layer whose longest entry names the module (``a.b`` names ``a.b`` and
     ``a.b.c``; ``a.__init__`` names the package ``a`` alone; ``a.x*`` names ``a.x…``)."""
@@ -231,14 +242,14 @@ def check(mods: Mapping[str, Module], *, packages: Mapping[str, Sequence[str]],
         problems.append("cycle: " + " -> ".join(comp))
     heavy = needs_heavy(mods)
     for name, m in sorted(mods.items()):
-        top = name.split(".")[0]
+        top = owner(name, packages)
         own_layers = layers.get(top, ())
         mine = layer_of(name, own_layers) if own_layers else None
         if own_layers and mine is None:
             problems.append(f"{name}: in no layer of {top} (add it to the layer table)")
         for target in sorted(m.top | set(m.deferred)):
             line = m.lines[target]
-            ttop = target.split(".")[0]
+            ttop = owner(target, packages)
             if ttop != top and ttop not in packages.get(top, ()):
                 problems.append(f"{name}:{line}: imports {target}: {top} may not use {ttop}")
                 continue

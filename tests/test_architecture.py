@@ -19,6 +19,9 @@ PACKAGES = {
     "prereg_kit": ("analyses",),
     "figures": ("prereg_kit", "analyses"),
     "trainer": ("prereg_kit", "analyses"),
+    # bring your own trainer: the TRL callback evaluates with the trainer's evaluator, the
+    # importers re-score outputs with its verifiers; nothing below imports them
+    "prereg_kit.integrations": ("prereg_kit", "analyses", "trainer"),
 }
 
 # Layers of each package, lowest first: a module may import its own layer's modules (no cycles)
@@ -37,6 +40,9 @@ LAYERS = {
         ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli", "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],
+    "prereg_kit.integrations": [
+        ("core", ["prereg_kit.integrations.__init__"]),
+    ],
     "figures": [
         ("helpers", ["figures.__init__", "figures.cpu_studies", "figures.paper_tables"]),
         ("builders", ["figures.build_*"]),
@@ -59,7 +65,7 @@ COMMANDS = ("prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "traine
 
 
 def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS) -> list[str]:
-    return check(scan(root, [p for p in packages if (root / p).is_dir()]), packages=packages,
+    return check(scan(root, [p for p in packages if (root / p.split(".")[0]).is_dir()]), packages=packages,
                  layers=layers, commands=commands)
 
 
@@ -176,3 +182,18 @@ def test_long_cycles_are_found_without_recursion(tmp_path, n):
     _package(tmp_path, files)
     found = cycles(scan(tmp_path, ["app"]))
     assert len(found) == 1 and len(found[0]) == n
+
+
+def test_a_sub_package_with_its_own_key_may_sit_above_another_package(tmp_path):
+    """The integrations live in prereg_kit but above the trainer: they may import it, the rest of
+    the package may not import them."""
+    files = {"app/__init__.py": "", "app/low.py": "X = 1\n", "app/plug/__init__.py": "",
+             "app/plug/x.py": "import other.y\nfrom app.low import X\n",
+             "other/__init__.py": "", "other/y.py": "import app.low\n"}
+    root = _package(tmp_path, files)
+    packages = {"app": (), "other": ("app",), "app.plug": ("app", "other")}
+    layers = {"app": [("all", ["app"])], "other": [("all", ["other"])], "app.plug": [("all", ["app.plug"])]}
+    assert check(scan(root, list(packages)), packages=packages, layers=layers) == []
+    (root / "app/low.py").write_text("X = 1\nimport app.plug.x\n")
+    problems = check(scan(root, list(packages)), packages=packages, layers=layers)
+    assert "app.low:2: imports app.plug.x: app may not use app.plug" in problems, problems
