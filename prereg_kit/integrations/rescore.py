@@ -1,0 +1,51 @@
+"""Re-scoring another trainer's evaluation outputs with our verifiers.
+
+A trainer's own evaluation score is its reward function's, not the preregistered verifier's
+(paper 1 §2.2: accuracy under the default verifier; the strict verifier requires a boxed answer,
+and the boxed rate is read beside it). Where a trainer dumps the evaluation outputs, every output
+is scored here with ``trainer.data.verifiers``: ``default``, ``strict`` and ``has_boxed``; the
+per-problem counts are the run log's ``samples``, ``correct``, ``correct_strict`` and ``boxed``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+
+SCORE_COLUMNS = ("correct", "correct_strict", "boxed")
+
+
+def rescore(outputs: Sequence[str], answers: Sequence[str]) -> pd.DataFrame:
+    """One row per output: ``correct`` (default verifier), ``correct_strict`` (strict verifier),
+    ``boxed`` (a closed boxed answer), each 0/1, in the order given."""
+    from trainer.data.verifiers import get_verifier, has_boxed  # the trainer's verifiers: the preregistered rule
+
+    if len(outputs) != len(answers):
+        raise ValueError(f"rescore: {len(outputs)} outputs but {len(answers)} answers")
+    default, strict = get_verifier("default"), get_verifier("strict")
+    rows = [(int(default(o, a)), int(strict(o, a)), int(has_boxed(o))) for o, a in zip(map(str, outputs), map(str, answers))]
+    return pd.DataFrame(rows, columns=list(SCORE_COLUMNS), dtype="int64")
+
+
+def score_problems(df: pd.DataFrame) -> pd.DataFrame:
+    """Per problem (in order of first appearance): ``problem_id``, ``samples`` (outputs of the
+    problem), ``correct``, ``correct_strict``, ``boxed`` (counts); from ``problem_id``,
+    ``output`` and ``answer`` columns. A problem whose outputs carry different answers is refused:
+    the samples of one problem share its reference answer."""
+    for c in ("problem_id", "output", "answer"):
+        if c not in df.columns:
+            raise ValueError(f"score_problems: column {c!r} missing (have: {', '.join(map(str, df.columns))})")
+    answers = df.groupby("problem_id", sort=False)["answer"].nunique()
+    if (answers > 1).any():
+        pid = answers.index[answers.to_numpy() > 1][0]
+        raise ValueError(f"score_problems: problem {pid!r} has outputs with different reference answers")
+    scored = pd.concat([df[["problem_id"]].reset_index(drop=True),
+                        rescore(df["output"].tolist(), df["answer"].tolist())], axis=1)
+    g = scored.groupby("problem_id", sort=False)
+    out = g[list(SCORE_COLUMNS)].sum()
+    out.insert(0, "samples", g.size())
+    return out.reset_index()
+
+
+__all__ = ["SCORE_COLUMNS", "rescore", "score_problems"]
