@@ -134,3 +134,57 @@ def write_verl_run(folder: Path, seed: int, skill: float, *, drop: tuple[str, ..
 
     (folder / "config.yaml").write_text(yaml.safe_dump(config or verl_config()))
     return {"log": folder / "metrics.jsonl", "val": val_dir, "config": folder / "config.yaml"}
+
+
+def trl_state(steps: int = 6, *, every: int = 1, completions: int = 8, step_time: bool = True, mean_length: float = 40.0,
+              prompt_length: float = 15.0) -> dict:
+    """``trainer_state.json`` as ``Trainer.save_state`` writes it after a GRPOTrainer run
+    (``log_history``: training entries every ``every`` steps, an eval entry, the summary entry)."""
+    hist, num_tokens = [], 0
+    for step in range(1, steps + 1):
+        num_tokens += int(completions * (mean_length + prompt_length))
+        if step % every:
+            continue
+        e = {"loss": 0.01, "grad_norm": 0.5, "learning_rate": 1e-6, "num_tokens": float(num_tokens),
+             "completions/mean_length": mean_length, "completions/min_length": 10.0, "completions/max_length": 64.0,
+             "completions/clipped_ratio": 0.125, "rewards/accuracy/mean": 0.5, "reward": 0.5, "reward_std": 0.4,
+             "frac_reward_zero_std": 0.25, "kl": 0.0, "clip_ratio/region_mean": 0.0, "epoch": step / steps, "step": step}
+        if step_time:
+            e["step_time"] = 2.5
+        hist.append(e)
+        if step == steps // 2:
+            hist.append({"eval_loss": 0.0, "eval_reward": 0.4, "eval_runtime": 3.0, "epoch": step / steps, "step": step})
+    hist.append({"train_runtime": 40.0, "train_samples_per_second": 1.0, "train_steps_per_second": 0.1,
+                 "total_flos": 0.0, "train_loss": 0.01, "epoch": 1.0, "step": steps})
+    return {"best_metric": None, "best_model_checkpoint": None, "epoch": 1.0, "eval_steps": 500, "global_step": steps,
+            "is_hyper_param_search": False, "is_local_process_zero": True, "is_world_process_zero": True,
+            "log_history": hist, "logging_steps": every, "max_steps": steps, "num_input_tokens_seen": 0,
+            "num_train_epochs": 1, "save_steps": 500, "stateful_callbacks": {}, "total_flos": 0.0,
+            "train_batch_size": 4, "trial_name": None, "trial_params": None}
+
+
+def openrlhf_lines(steps: int = 6, *, time_key: str = "train/step_time") -> str:
+    """OpenRLHF's logged train/ keys per rollout step, as a W&B history exported to JSON lines."""
+    out = []
+    for step in range(1, steps + 1):
+        rec = {"train/global_step": step, "train/policy_loss": 0.1, "train/kl": 0.001, "train/reward": 0.4,
+               "train/return": 0.4, "train/response_length": 30.0, "train/total_length": 45.0, "train/actor_lr": 1e-6,
+               "_step": step - 1}
+        if time_key:
+            rec[time_key] = 4.0
+        out.append(json.dumps(rec) + "\n")
+    out.append(json.dumps({"eval/epoch": 1, "eval/test_pass1": 0.3}) + "\n")
+    return "".join(out)
+
+
+def outputs_lines(steps: tuple[int, ...] = (0, 3, 6), skill: float = 0.5, seed: int = 0) -> str:
+    """Evaluation outputs, one JSON line per output (the importers' --evaluations format)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in steps:
+        for q, a in PROBLEMS:
+            for _ in range(2):
+                ok = rng.uniform() < skill
+                out.append(json.dumps({"step": step, "input": q, "output": f"\\boxed{{{a}}}" if ok else "7",
+                                       "answer": a}) + "\n")
+    return "".join(out)

@@ -113,7 +113,8 @@ def place_evaluations(iterations: pd.DataFrame, evaluations: pd.DataFrame) -> pd
     at = pd.to_numeric(ev["iteration"], errors="coerce").to_numpy()
     bad = np.flatnonzero(np.isnan(at) | (at < 0) | (at > n) | (np.mod(np.nan_to_num(at), 1) != 0))
     if bad.size:
-        raise PreregError(f"evaluations: row {int(bad[0]) + 1}: iteration {ev['iteration'].iloc[int(bad[0])]!r} is not "
+        v = ev["iteration"].iloc[int(bad[0])]
+        raise PreregError(f"evaluations: row {int(bad[0]) + 1}: iteration {v.item() if isinstance(v, np.generic) else v!r} is not "
                           f"between 0 and the {n} iterations logged")
     at = at.astype(np.int64)
     order = {v: k for k, v in enumerate(sorted(set(at.tolist())))}
@@ -121,6 +122,43 @@ def place_evaluations(iterations: pd.DataFrame, evaluations: pd.DataFrame) -> pd
     ev["iteration"] = at
     ev["tokens"], ev["train_seconds"], ev["updates"] = tokens[at], seconds[at], updates[at]
     return ev.sort_values(["eval_index", "eval_set"], kind="stable", ignore_index=True)
+
+
+def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str, responses_per_step: int,
+                            seconds_key: str, updates_per_step: int, optional: dict[str, str] | None = None) -> pd.DataFrame:
+    """Iteration rows for a trainer that logs a mean completion length and one step time per step.
+
+    ``steps``: one row per training step (``step`` 1..n, every step present; ``line`` names where
+    it was read). Generated tokens = mean completion length x completions of the step (the tool's
+    token counters include prompts); ``seconds_step`` = the step time, unsplit; updates cumulative.
+    ``optional`` maps run-log columns (``reward_mean``, ``truncation_rate`` ...) to logged keys.
+    """
+    steps = steps.sort_values("step", ignore_index=True)
+    want = np.arange(1, len(steps) + 1)
+    got = steps["step"].to_numpy()
+    if not len(steps) or not np.array_equal(got, want):
+        k = int(np.flatnonzero(got != want)[0]) if len(steps) and len(got) == len(want) else min(len(got), len(want))
+        at = f"step {got[k]} where {k + 1} was due" if k < len(got) else "no training steps"
+        raise PreregError(f"{where}: {at}: every training step must be logged (a logging interval above 1 drops "
+                          "steps, and their tokens with them: log every step)")
+    for key in (length_key, seconds_key):
+        if key not in steps.columns:
+            raise PreregError(f"{where}: key {key!r} is not logged (have: {', '.join(sorted(map(str, steps.columns)))[:300]})")
+        v = pd.to_numeric(steps[key], errors="coerce").to_numpy(dtype=float)
+        bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
+        if bad.size:
+            i = int(bad[0])
+            raise PreregError(f"{where}:{steps['line'].iloc[i] if 'line' in steps.columns else ''}: step {got[i]}: key "
+                              f"{key!r} is {steps[key].iloc[i]!r}, expected a number >= 0")
+    length = steps[length_key].to_numpy(dtype=float)
+    out = pd.DataFrame({"iteration": np.arange(len(steps)), "tokens_rollout": np.rint(length * responses_per_step).astype(np.int64),
+                        "tokens_continuation": 0, "tokens_discarded": 0,
+                        STEP_SECONDS: steps[seconds_key].to_numpy(dtype=float),
+                        "updates": (np.arange(len(steps)) + 1) * updates_per_step, "length_mean": length})
+    for col, key in (optional or {}).items():
+        if key in steps.columns:
+            out[col] = pd.to_numeric(steps[key], errors="coerce").to_numpy(dtype=float)
+    return out
 
 
 def _check_target(study_dir: str | Path, configuration: str, seed: int, stage: str):
@@ -193,4 +231,4 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
     return folder
 
 
-__all__ = ["ImportedRun", "STEP_SECONDS", "file_record", "place_evaluations", "step_seconds", "write_imported_run"]
+__all__ = ["ImportedRun", "STEP_SECONDS", "file_record", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]

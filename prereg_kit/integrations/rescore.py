@@ -9,6 +9,7 @@ per-problem counts are the run log's ``samples``, ``correct``, ``correct_strict`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
@@ -48,4 +49,51 @@ def score_problems(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-__all__ = ["SCORE_COLUMNS", "rescore", "score_problems"]
+def read_outputs(path: str | Path, *, eval_set: str | None) -> pd.DataFrame:
+    """Evaluation rows from an outputs file: one JSON line per evaluation output with ``step``
+    (training steps done before the evaluation; 0 = before training), ``output``, ``answer``,
+    and ``problem_id`` or ``input`` (a problem is then a hash of its text); ``eval_set`` per line
+    or for the whole file. Rows: iteration, eval_set, problem_id and our verifiers' counts."""
+    import hashlib  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    p = Path(path)
+    recs = []
+    with open(p, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{n}: not a JSON line ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{p}:{n}: expected a JSON object")
+            for k in ("step", "output", "answer"):
+                if k not in rec:
+                    raise ValueError(f"{p}:{n}: key {k!r} missing (an outputs line has step, problem_id or input, output, answer)")
+            if not isinstance(rec["step"], int) or isinstance(rec["step"], bool) or rec["step"] < 0:
+                raise ValueError(f"{p}:{n}: key 'step': expected an integer >= 0, got {rec['step']!r}")
+            pid = rec.get("problem_id")
+            if pid is None:
+                if "input" not in rec:
+                    raise ValueError(f"{p}:{n}: key 'problem_id' or 'input' missing")
+                pid = "p-" + hashlib.sha256(str(rec["input"]).encode()).hexdigest()[:16]
+            name = rec.get("eval_set", eval_set)
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"{p}:{n}: no eval_set: give the plan's evaluation set (--eval-set)")
+            recs.append({"iteration": rec["step"], "eval_set": name, "problem_id": str(pid),
+                         "output": str(rec["output"]), "answer": str(rec["answer"])})
+    if not recs:
+        raise ValueError(f"{p}: no evaluation outputs")
+    df = pd.DataFrame(recs)
+    frames = []
+    for (it, name), g in df.groupby(["iteration", "eval_set"], sort=True):
+        scored = score_problems(g)
+        scored.insert(0, "eval_set", name)
+        scored.insert(0, "iteration", int(it))
+        frames.append(scored)
+    return pd.concat(frames, ignore_index=True)
+
+
+__all__ = ["SCORE_COLUMNS", "read_outputs", "rescore", "score_problems"]
