@@ -200,3 +200,27 @@ def test_imported_run_is_a_plain_dataclass():
     run = ImportedRun("x", "y", pd.DataFrame(), pd.DataFrame())
     assert run.config == {} and run.source == {} and run.started_at is None and run.device == "unknown"
     assert json.dumps(run.source) == "{}" and N_STEPS == 10
+
+
+def test_cli_refusals_are_one_line(tmp_path):
+    from importfiles import openrlhf_lines, trl_state
+
+    study = locked_study(tmp_path / "study")
+    (tmp_path / "h.jsonl").write_text(openrlhf_lines())
+    (tmp_path / "trainer_state.json").write_text(json.dumps(trl_state(every=2)))
+    files = write_verl_run(tmp_path / "v", 0, 0.3, drop=("timing_s/gen",))
+    runner = CliRunner()
+    cases = [
+        (["import", "openrlhf", str(study), str(tmp_path / "h.jsonl"), "-c", "A", "-s", "0", "--responses-per-step", "16",
+          "--updates-per-step", "1", "--key", "seconds_step"], "--key: expected COLUMN=KEY"),
+        (["import", "openrlhf", str(study), str(tmp_path / "h.jsonl"), "-c", "A", "-s", "0", "--responses-per-step", "16",
+          "--updates-per-step", "1"], "--key seconds_step=KEY"),
+        (["import", "trl", str(study), str(tmp_path), "-c", "A", "-s", "0", "--completions-per-step", "8"],
+         "every training step must be logged"),
+        (_verl_args(study, files, "A", 0), "only timing_s/step is logged"),
+    ]
+    for argv, msg in cases:
+        res = runner.invoke(_prereg(), argv)
+        assert res.exit_code == 2, res.output
+        assert msg in res.output and "Traceback" not in res.output and res.output.count("error:") == 1
+    assert not (study / "runs").exists()

@@ -113,11 +113,10 @@ def test_rescoring_uses_our_verifiers_and_keeps_verl_score(tmp_path, verl_run):
     for f in val.glob("*.jsonl"):
         f.write_text("".join(json.dumps(r) + "\n" for r in recs))
     ev = _imp(verl_run).evaluations
-    first = ev[ev["iteration"] == 0].set_index("samples", append=True)
     rows = ev[ev["iteration"] == 0].reset_index(drop=True)
     assert list(rows["samples"]) == [2, 1] and list(rows["correct"]) == [2, 0]
     assert list(rows["correct_strict"]) == [1, 0] and list(rows["boxed"]) == [1, 0]
-    assert list(rows["tool_score_mean"]) == [0.5, 1.0] and len(first) == 2
+    assert list(rows["tool_score_mean"]) == [0.5, 1.0]  # verl's reward scored "answer: 5" correct; ours does not
 
 
 def test_dump_without_data_source_needs_eval_set(verl_run):
