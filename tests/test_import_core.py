@@ -224,3 +224,19 @@ def test_cli_refusals_are_one_line(tmp_path):
         assert res.exit_code == 2, res.output
         assert msg in res.output and "Traceback" not in res.output and res.output.count("error:") == 1
     assert not (study / "runs").exists()
+
+
+def test_no_import_cycle_with_the_installed_entry_point():
+    """With the entry point installed, importing the command module first (before prereg_kit.cli) works."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.metadata as md; real = md.entry_points\n"
+            "md.entry_points = lambda group=None, **kw: [md.EntryPoint('import', 'prereg_kit.integrations.command:app', "
+            "'prereg_kit.commands')] if group == 'prereg_kit.commands' else real(group=group, **kw)\n"
+            "import prereg_kit.integrations.command as c\nimport prereg_kit.cli as cli\n"
+            "print(sorted(g.name for g in cli.app.registered_groups), sorted(x.name for x in c.app.registered_commands))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert "['import']" in res.stdout and "'verl'" in res.stdout

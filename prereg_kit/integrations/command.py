@@ -13,6 +13,7 @@ the functions, so that ``prereg --help`` stays fast.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +21,6 @@ from typing import Annotated, Any, Callable
 
 import typer
 
-from ..cli import err, handles_errors, out
 from ..errors import PreregError
 
 app = typer.Typer(name="import", help="Import a run another trainer wrote (verl, OpenRLHF, TRL, trackers) into a locked study.",
@@ -42,6 +42,18 @@ Trainer = Annotated[str | None, typer.Option("--trainer", help="Name recorded as
 Device = Annotated[str, typer.Option("--device", help="What it trained on, recorded in meta.json.")]
 
 
+def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
+    """The ``prereg`` command's error handling (one line, the error's exit code), looked up when the
+    command runs: ``prereg_kit.cli`` loads this module while it is being imported."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        from ..cli import handles_errors as handle
+
+        return handle(fn)(*args, **kwargs)
+
+    return wrapper
+
+
 def parse_time(value: str | None, option: str) -> datetime | None:
     """An ISO time with a UTC offset (``Z`` accepted); a time without one is refused."""
     if value is None:
@@ -57,6 +69,7 @@ def parse_time(value: str | None, option: str) -> datetime | None:
 
 def finish(study_dir: Path, configuration: str, seed: int, run: Any, stage: str) -> None:
     """Write an imported run and say where it went."""
+    from ..cli import err, out
     from .importing import write_imported_run
 
     folder = write_imported_run(study_dir, configuration, seed, run, stage=stage)
