@@ -505,6 +505,13 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     print(json.dumps({"elected": rec["elected"], "kl_rev": rec["kl_rev"], "kl_fwd": rec["kl_fwd"]}))
 
 
+def add_commands(group: str = "prereg_kit.commands") -> None:  # other packages' commands: `prereg import` (docs/cli.md)
+    from importlib.metadata import entry_points
+    for ep in entry_points(group=group):
+        app.add_typer(ep.load(), name=ep.name)
+add_commands()
+
+
 def main() -> None:  # console-script entry point
     app()
 

@@ -1,0 +1,234 @@
+"""The import core: another trainer's run, as read from its logs, written as a prereg run log.
+
+An importer (verl, OpenRLHF, TRL's ``trainer_state.json``, a tracker export) reads the tool's
+files into an :class:`ImportedRun`: the run-log iteration rows (generated tokens of every kind,
+cumulative updates, stage seconds or one unsplit step time) and one evaluation row per
+evaluation x set x problem. :func:`write_imported_run` places it in the study as
+``runs/<configuration>/seed-<n>/`` under the same rules as a run of the built-in trainer:
+
+- the configuration and seed must be ones the plan's stage runs (dense-rewards paper §2.3, C.1:
+  seeds and configurations are fixed before the runs), and a main-stage import needs a locked,
+  unchanged plan (:func:`prereg_kit.jobs.require_locked`);
+- a run folder that already holds files is never overwritten;
+- each evaluation is placed at the compute spent before it: cumulative generated tokens,
+  training seconds and updates after the iterations it follows (paper 1 §2.2: accuracy is read
+  at matched generated tokens), 0 for the evaluation before training;
+- the run's start time must be known: the preregistration audit checks that a main run started
+  after the plan was locked (paper 1 §2.3, C.1), so a start time is never invented;
+- the run is written through :class:`prereg_kit.runlog.RunLogWriter` (so it is validated like
+  every run), marked complete, and a main run is sealed into the lock chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import __version__
+from ..errors import PreregError
+from ..jobs import require_locked
+from ..plan import load_plan
+from ..runlog import STAGE_SECONDS, TOKEN_KINDS, RunLogError, RunLogWriter, RunMeta, read_meta, run_dir, utc_now, write_meta
+from ..seal import seal_runs
+
+STEP_SECONDS = "seconds_step"  # one unsplit training time per iteration, for a trainer that does not split stages
+
+
+@dataclass
+class ImportedRun:
+    """One run of another trainer, in run-log terms (see the module docstring).
+
+    ``iterations``: ``iteration`` (0-based, 0..n-1 without gaps), ``tokens_rollout``,
+    ``tokens_continuation``, ``tokens_discarded``, ``updates`` (cumulative), and either the five
+    ``seconds_*`` stages or ``seconds_step``; optional ``reward_mean``, ``mixed_share``,
+    ``length_mean``, ``truncation_rate`` and any extra columns (kept as they are).
+    ``evaluations``: ``iteration`` (iterations done before it; 0 = before training),
+    ``eval_set``, ``problem_id``, ``samples``, ``correct``; optional ``correct_strict``,
+    ``boxed``, ``greedy_correct``, ``level``, ``log_length``, ``eval_seed`` and extras.
+    """
+
+    trainer: str
+    importer: str
+    iterations: pd.DataFrame
+    evaluations: pd.DataFrame
+    config: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    device: str = "unknown"
+
+
+def file_record(path: str | Path, root: str | Path | None = None) -> dict[str, str]:
+    """``{"path": relative to root, "sha256": "sha256:<hex>"}`` of a file an importer read."""
+    p = Path(path)
+    rel = p.name if root is None else (p.relative_to(root).as_posix() if p != Path(root) else p.name)
+    return {"path": rel, "sha256": "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()}
+
+
+def step_seconds(iterations: pd.DataFrame) -> np.ndarray:
+    """Training seconds of each iteration: the sum of the five stages, else the unsplit step time.
+
+    A row must have all five stages or none of them and a step time: a partial split would make a
+    stage share out of a guess.
+    """
+    have = [c for c in STAGE_SECONDS if c in iterations.columns]
+    stages = iterations[have].notna().to_numpy() if have else np.zeros((len(iterations), 0), dtype=bool)
+    full = stages.all(axis=1) & (len(have) == len(STAGE_SECONDS))
+    partial = stages.any(axis=1) & ~full
+    step = (iterations[STEP_SECONDS].notna().to_numpy() if STEP_SECONDS in iterations.columns
+            else np.zeros(len(iterations), dtype=bool))
+    bad = np.flatnonzero(partial | (~full & ~step))
+    if bad.size:
+        i = int(bad[0])
+        missing = [c for c in STAGE_SECONDS if c not in have or pd.isna(iterations[c].iloc[i])]
+        raise PreregError(f"iteration {int(iterations['iteration'].iloc[i])}: needs all five stage times or an unsplit "
+                          f"{STEP_SECONDS} (missing: {', '.join(missing)})")
+    total = np.where(full, iterations[have].sum(axis=1, min_count=1).to_numpy(dtype=float) if have else 0.0,
+                     iterations[STEP_SECONDS].to_numpy(dtype=float) if STEP_SECONDS in iterations.columns else 0.0)
+    return total
+
+
+def place_evaluations(iterations: pd.DataFrame, evaluations: pd.DataFrame) -> pd.DataFrame:
+    """Evaluation rows with ``eval_index`` (order of distinct ``iteration``) and the cumulative
+    ``tokens``, ``train_seconds`` and ``updates`` after the iterations each evaluation follows."""
+    n = len(iterations)
+    it = iterations["iteration"].to_numpy()
+    if n and not np.array_equal(it, np.arange(n)):
+        k = int(np.flatnonzero(it != np.arange(n))[0])
+        raise PreregError(f"iterations: row {k + 1} is iteration {it[k]}, expected {k}: the iterations must run 0..n-1 "
+                          "without gaps (a missing iteration's tokens would be missing from every later evaluation)")
+    if not len(evaluations):
+        return evaluations.copy()
+    tokens = np.concatenate([[0], np.cumsum(iterations[list(TOKEN_KINDS)].to_numpy(dtype=np.int64).sum(axis=1))])
+    seconds = np.concatenate([[0.0], np.cumsum(step_seconds(iterations))])
+    updates = np.concatenate([[0], iterations["updates"].to_numpy(dtype=np.int64)])
+    ev = evaluations.copy()
+    at = pd.to_numeric(ev["iteration"], errors="coerce").to_numpy()
+    bad = np.flatnonzero(np.isnan(at) | (at < 0) | (at > n) | (np.mod(np.nan_to_num(at), 1) != 0))
+    if bad.size:
+        v = ev["iteration"].iloc[int(bad[0])]
+        raise PreregError(f"evaluations: row {int(bad[0]) + 1}: iteration {v.item() if isinstance(v, np.generic) else v!r} is not "
+                          f"between 0 and the {n} iterations logged")
+    at = at.astype(np.int64)
+    order = {v: k for k, v in enumerate(sorted(set(at.tolist())))}
+    ev["eval_index"] = [order[v] for v in at]
+    ev["iteration"] = at
+    ev["tokens"], ev["train_seconds"], ev["updates"] = tokens[at], seconds[at], updates[at]
+    return ev.sort_values(["eval_index", "eval_set"], kind="stable", ignore_index=True)
+
+
+def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str, responses_per_step: int,
+                            seconds_key: str, updates_per_step: int, optional: dict[str, str] | None = None) -> pd.DataFrame:
+    """Iteration rows for a trainer that logs a mean completion length and one step time per step.
+
+    ``steps``: one row per training step (``step`` 1..n, every step present; ``line`` names where
+    it was read). Generated tokens = mean completion length x completions of the step (the tool's
+    token counters include prompts); ``seconds_step`` = the step time, unsplit; updates cumulative.
+    ``optional`` maps run-log columns (``reward_mean``, ``truncation_rate`` ...) to logged keys.
+    """
+    steps = steps.sort_values("step", ignore_index=True)
+    want = np.arange(1, len(steps) + 1)
+    got = steps["step"].to_numpy()
+    if not len(steps) or not np.array_equal(got, want):
+        k = int(np.flatnonzero(got != want)[0]) if len(steps) and len(got) == len(want) else min(len(got), len(want))
+        at = f"step {got[k]} where {k + 1} was due" if k < len(got) else "no training steps"
+        raise PreregError(f"{where}: {at}: every training step must be logged (a logging interval above 1 drops "
+                          "steps, and their tokens with them: log every step)")
+    for key in (length_key, seconds_key):
+        if key not in steps.columns:
+            raise PreregError(f"{where}: key {key!r} is not logged (have: {', '.join(sorted(map(str, steps.columns)))[:300]})")
+        v = pd.to_numeric(steps[key], errors="coerce").to_numpy(dtype=float)
+        bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
+        if bad.size:
+            i = int(bad[0])
+            raise PreregError(f"{where}:{steps['line'].iloc[i] if 'line' in steps.columns else ''}: step {got[i]}: key "
+                              f"{key!r} is {steps[key].iloc[i]!r}, expected a number >= 0")
+    length = steps[length_key].to_numpy(dtype=float)
+    out = pd.DataFrame({"iteration": np.arange(len(steps)), "tokens_rollout": np.rint(length * responses_per_step).astype(np.int64),
+                        "tokens_continuation": 0, "tokens_discarded": 0,
+                        STEP_SECONDS: steps[seconds_key].to_numpy(dtype=float),
+                        "updates": (np.arange(len(steps)) + 1) * updates_per_step, "length_mean": length})
+    for col, key in (optional or {}).items():
+        if key in steps.columns:
+            out[col] = pd.to_numeric(steps[key], errors="coerce").to_numpy(dtype=float)
+    return out
+
+
+def _check_target(study_dir: str | Path, configuration: str, seed: int, stage: str):
+    pf = load_plan(study_dir)
+    plan = pf.plan
+    if stage != "main" and plan.stage(stage) is None:
+        raise PreregError(f"{pf.path}: the plan has no stage {stage!r} (have: {', '.join(s.name for s in plan.stages) or 'none'})")
+    names = plan.configurations_for(stage)
+    if configuration not in names:
+        raise PreregError(f"--configuration: {configuration!r} is not a configuration of stage {stage!r} of {pf.path} "
+                          f"(have: {', '.join(names)})")
+    seeds = plan.seeds_for(stage, configuration)
+    if seed not in seeds:
+        raise PreregError(f"--seed: {seed} is not a seed of configuration {configuration!r} in stage {stage!r} of "
+                          f"{pf.path} (have: {', '.join(map(str, seeds))})")
+    if stage == "main":
+        require_locked(pf)
+    return pf
+
+
+def _check_sets(pf, evaluations: pd.DataFrame) -> None:
+    # the analysis reads the plan's sets by name: a set it does not know would be silently unread
+    have = [s.name for s in pf.plan.evaluation.sets]
+    unknown = sorted(set(evaluations["eval_set"].astype(str)) - set(have)) if len(evaluations) else []
+    if unknown:
+        raise PreregError(f"evaluations: set {unknown[0]!r} is not an evaluation set of {pf.path} (have: {', '.join(have)}); "
+                          "name the set the outputs belong to (--eval-set)")
+
+
+def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run: ImportedRun, *,
+                       stage: str = "main", seal: bool = True) -> Path:
+    """Write ``run`` as the run log of ``configuration`` / ``seed`` of ``stage``; return its folder.
+
+    Refuses (one line each) a configuration or seed the stage does not have, a main-stage import
+    of an unlocked or changed plan, a folder that already has files, a run without a start time,
+    and iteration or evaluation rows the run-log format does not admit. Main runs are sealed.
+    """
+    pf = _check_target(study_dir, configuration, seed, stage)
+    study = pf.path.parent
+    folder = run_dir(study, configuration, seed, stage=stage)
+    if folder.exists() and any(folder.iterdir()):
+        raise PreregError(f"{folder}: already holds files; an import never overwrites a run (remove the folder to import again)")
+    if run.started_at is None:
+        raise PreregError(f"{run.importer}: the run's start time is not in its logs: give it (--started-at, UTC, e.g. "
+                          "2026-01-31T12:00:00Z); the audit checks that a main run started after the plan was locked")
+    iterations = run.iterations.reset_index(drop=True)
+    step_seconds(iterations)  # refuse a half-split row before anything is written
+    evals = place_evaluations(iterations, run.evaluations)
+    _check_sets(pf, evals)
+    source = {**run.source, "importer": run.importer, "imported_at": utc_now().isoformat(), "importer_version": __version__}
+    meta = RunMeta(study=pf.plan.study.id, configuration=configuration, seed=seed, stage=stage,
+                   plan_hash=pf.content_sha256, config=run.config, started_at=run.started_at, device=run.device,
+                   tool_version=__version__, trainer=run.trainer, source=source)
+    created = not folder.exists()
+    w = RunLogWriter(folder, meta)
+    try:
+        w.log_iterations(iterations)
+        w.log_eval_rows(evals)
+    except RunLogError as e:
+        w.finish("failed", compact=False)
+        shutil.rmtree(folder) if created else [p.unlink() for p in folder.iterdir() if p.is_file()]
+        raise PreregError(f"{e}; nothing imported") from None
+    w.finish("complete")
+    if run.ended_at is not None:
+        write_meta(folder, read_meta(folder).model_copy(update={"ended_at": run.ended_at}))
+    if stage == "main" and seal:
+        res = seal_runs(study, [folder])
+        if res.refused:
+            raise PreregError(f"{folder}: imported but not sealed: {res.refused[0]}")
+    return folder
+
+
+__all__ = ["ImportedRun", "STEP_SECONDS", "file_record", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]

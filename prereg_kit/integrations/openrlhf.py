@@ -1,0 +1,133 @@
+"""OpenRLHF: per-step metrics as JSON lines, mapped through the OpenRLHF preset, as an :class:`ImportedRun`.
+
+OpenRLHF's PPO/GRPO trainer logs each rollout step through its W&B or TensorBoard logger
+(``openrlhf/trainer/ppo_utils/loggers.py``) as ``train/<key>`` with ``train/global_step``; it
+writes no JSON-lines file of its own. This importer reads one JSON object per line with those
+keys (``train/`` prefix optional), e.g. a W&B history exported as JSON lines; the trackers'
+importers (TensorBoard, MLflow, W&B) read the same keys through :data:`PRESET`.
+
+Keys assumed (OpenRLHF 0.5-0.8's ``status`` dict; not checked against every release, so each can
+be overridden with ``--key COLUMN=KEY``): ``global_step``, ``response_length`` (mean completion
+tokens of the step's samples), ``reward``, ``total_length``. OpenRLHF logs no per-step training
+time we know of that excludes evaluation and checkpointing: map one (``--key seconds_step=KEY``)
+or the import is refused. Mapping (paper 1 §2.2): generated tokens = ``response_length`` x
+samples per step (``rollout_batch_size x n_samples_per_prompt``); updates per step =
+``max_epochs x samples per step // train_batch_size``. A run with ``dynamic_filtering`` is
+refused (the filtered-out groups' tokens are not logged).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import PreregError
+from .importing import STEP_SECONDS, ImportedRun, file_record, iterations_from_lengths
+from .rescore import read_outputs
+
+# our column -> OpenRLHF's logged key (as its W&B / TensorBoard logger names it)
+PRESET: dict[str, str] = {"step": "train/global_step", "length_mean": "train/response_length",
+                          "reward_mean": "train/reward", "total_length": "train/total_length"}
+
+
+def _strip(key: str) -> str:
+    return key[len("train/"):] if key.startswith("train/") else key
+
+
+def read_metrics_jsonl(path: str | Path, step_key: str) -> pd.DataFrame:
+    """One row per logged step: a ``step`` column, a ``line`` column and every key (``train/``
+    prefix removed). Lines without the step key (e.g. ``eval/`` lines) are left out."""
+    p = Path(path)
+    rows, seen = [], {}
+    sk = _strip(step_key)
+    with open(p, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PreregError(f"{p}:{n}: not a JSON line ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise PreregError(f"{p}:{n}: expected a JSON object of logged keys")
+            rec = {_strip(k): v for k, v in rec.items()}
+            if sk not in rec:
+                continue
+            step = rec[sk]
+            if isinstance(step, float) and step.is_integer():
+                step = int(step)
+            if not isinstance(step, int) or isinstance(step, bool):
+                raise PreregError(f"{p}:{n}: key {step_key!r}: expected an integer step, got {step!r}")
+            if step in seen:
+                raise PreregError(f"{p}:{n}: step {step} logged again (first at line {seen[step]})")
+            seen[step] = n
+            rows.append({**rec, "step": step, "line": n})
+    if not rows:
+        raise PreregError(f"{p}: no line has the step key {step_key!r}")
+    return pd.DataFrame(rows)
+
+
+def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, args: str | Path | dict | None = None,
+                    updates_per_step: int | None = None, keys: dict[str, str] | None = None,
+                    evaluations: str | Path | None = None, eval_set: str | None = None, eval_seed: int | None = None,
+                    started_at: datetime | None = None, ended_at: datetime | None = None, trainer: str = "openrlhf",
+                    device: str = "unknown") -> ImportedRun:
+    """Read OpenRLHF per-step metrics (``path``, JSON lines); ``args``: its arguments as JSON or a
+    dict; ``keys``: overrides of :data:`PRESET` (and ``seconds_step``, which has no default)."""
+    p = Path(path)
+    args_path = Path(args) if isinstance(args, (str, Path)) else None
+    cfg = json.loads(args_path.read_text()) if args_path else dict(args or {})
+    where_args = str(args_path) if args_path else "--args"
+    if cfg.get("dynamic_filtering"):
+        raise PreregError(f"{where_args}: dynamic_filtering is on: the filtered-out groups' tokens are not logged")
+    samples = (cfg.get("rollout_batch_size") or 0) * (cfg.get("n_samples_per_prompt") or 1)
+    if responses_per_step is None and samples:
+        responses_per_step = int(samples)
+    if responses_per_step is None:
+        raise PreregError(f"{p}: the samples per step are not logged: give --responses-per-step "
+                          "(rollout_batch_size x n_samples_per_prompt) or --args")
+    if updates_per_step is None:
+        tbs = cfg.get("train_batch_size")
+        if not tbs:
+            raise PreregError(f"{where_args}: train_batch_size needed for the updates per step (or give --updates-per-step)")
+        updates_per_step = max(int(cfg.get("max_epochs", 1)) * responses_per_step // int(tbs), 1)
+    mapping = {**PRESET, **(keys or {})}
+    unknown = sorted(set(keys or {}) - set(PRESET) - {STEP_SECONDS, "truncation_rate"})
+    if unknown:
+        raise PreregError(f"--key: {unknown[0]!r} is not a column the preset maps (have: "
+                          f"{', '.join(sorted(set(PRESET) | {STEP_SECONDS, 'truncation_rate'}))})")
+    if STEP_SECONDS not in mapping:
+        raise PreregError(f"{p}: OpenRLHF logs no per-step training time we know of that leaves out evaluation and "
+                          f"checkpointing: name the key that has it (--key {STEP_SECONDS}=KEY)")
+    steps = read_metrics_jsonl(p, mapping["step"])
+    optional = {c: _strip(mapping[c]) for c in ("reward_mean", "truncation_rate", "total_length") if c in mapping}
+    iterations = iterations_from_lengths(steps, where=str(p), length_key=_strip(mapping["length_mean"]),
+                                         responses_per_step=responses_per_step, seconds_key=_strip(mapping[STEP_SECONDS]),
+                                         updates_per_step=updates_per_step, optional=optional)
+    if "total_length" in iterations.columns:  # prompt + response mean: never below the response mean
+        bad = (iterations["total_length"] < iterations["length_mean"] - 1e-9).to_numpy().nonzero()[0]
+        if bad.size and not math.isnan(iterations["total_length"].iloc[int(bad[0])]):
+            raise PreregError(f"{p}: step {int(bad[0]) + 1}: total_length is below response_length: the keys are swapped?")
+    files = [file_record(p, p.parent)] + ([file_record(args_path, args_path.parent)] if args_path else [])
+    if evaluations is not None:
+        try:
+            ev = read_outputs(evaluations, eval_set=eval_set)
+        except ValueError as e:
+            raise PreregError(str(e)) from None
+        files.append(file_record(evaluations, Path(evaluations).parent) | {"kind": "evaluation outputs"})
+        if eval_seed is not None:
+            ev["eval_seed"] = int(eval_seed)
+    else:
+        ev = pd.DataFrame(columns=["iteration", "eval_set", "problem_id", "samples", "correct"])
+    notes = ["stages not split: seconds_step only (stage shares unavailable)"]
+    return ImportedRun(trainer=trainer, importer="openrlhf", iterations=iterations, evaluations=ev, config=cfg,
+                       source={"files": files, "key_map": mapping, "responses_per_step": responses_per_step,
+                               "updates_per_step": updates_per_step, "notes": notes},
+                       started_at=started_at, ended_at=ended_at, device=device)
+
+
+__all__ = ["PRESET", "import_openrlhf", "read_metrics_jsonl"]
