@@ -171,7 +171,7 @@ EVAL_COLUMNS: tuple[Column, ...] = (
     Column("problem_id", "str", "problem identifier, stable across runs"),
     Column("eval_seed", "int", "sampling seed of this evaluation (common random numbers: same across configurations of a seed); null: not known", required=False),
     Column("tokens", "int", "cumulative generated tokens (all kinds) at this evaluation", min=0),
-    Column("train_seconds", "float", "cumulative training seconds (sum of the five stages) at this evaluation", min=0),
+    Column("train_seconds", "float", "cumulative training seconds (sum of the five stages, or of seconds_step) at this evaluation", min=0),
     Column("updates", "int", "cumulative optimizer updates at this evaluation", min=0),
     Column("samples", "int", "completions sampled for this problem", min=1),
     Column("correct", "int", "completions correct under the default verifier", min=0, max_col="samples"),
