@@ -345,3 +345,15 @@ def test_non_main_runs_do_not_count_as_a_second_trainer(tmp_path):
     generate_study(s, study="fmt", configurations={"ctl": 0.0}, seeds=[0], budget_tokens=64000,
                    eval_sets={"math": 30}, samples=4, stage="pilot", trainer="builtin")
     assert not any("trainer" in v for v in verify_study(s).violations)
+
+
+def test_cli_exit_codes_for_two_trainers(tmp_path):
+    from typer.testing import CliRunner
+
+    from prereg_kit.cli import app
+    s = make_study(tmp_path / "s", trainer={"ctl": "openrlhf", "trt": "verl"},
+                   plan=with_keys(study='trainer = "external"'))  # imported runs: no recipe to check
+    for cmd in (["verify", str(s)], ["analyze", str(s)]):
+        r = CliRunner().invoke(app, cmd)
+        assert r.exit_code == 1, (cmd, r.output)
+        assert "'openrlhf' (4 runs), 'verl' (4 runs)" in " ".join(r.output.split())
