@@ -53,6 +53,7 @@ from .readings.designs import design_readings
 from .runlog import StudyRuns, load_study
 from .verify import verify_study
 
+UNSPLIT = "unavailable (time not split by stage)"  # never invented from an unsplit step time
 _HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
 
 from .verdicts import NOT_READ, adjust_and_read, contrast_statistics, PREDICTION_READING, read_hypotheses  # noqa: F401
@@ -243,6 +244,9 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             except rd.ReadingError as e:
                 raise PreregError(f"{study_dir}: {e}") from None
             n_drift = int(flags["drifted"].sum())
+            if metric == "accuracy" and not levels and (lack := rd.runs_without(keep, "correct_strict", eval_sets=[eval_set])):
+                notes.append(f"{eval_set}: drift (default − strict) not checked for {len(lack)} run(s) that do not log "
+                             f"correct_strict ({', '.join(f'{c}/seed-{s}' for c, s in lack[:3])}{' …' if len(lack) > 3 else ''})")
             if n_drift and metric == "accuracy" and not levels:
                 notes.append(f"{eval_set}: {n_drift} evaluation(s) drifted (default − strict > {adm.drift_threshold:g}); "
                              + ("excluded" if adm.drifted == "exclude" else "flagged, kept"))
@@ -257,6 +261,9 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         with _unread_as_row(c, plan, rows, enabled=not_read):
             metric, verifier = _metric_verifier(plan, c)
             eval_set = c.eval_set or plan.evaluation.primary
+            rd.refuse_unlogged(keep, st.meta, contrast=c.id, metric=metric, verifier=verifier,  # by name, never a stand-in
+                               eval_sets=[eval_set] + [c.minus_eval_set] * bool(c.minus_eval_set),
+                               configurations=c.configuration_names())
             curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric,
                                        tuple(c.levels))
             rp = c.reading_point
@@ -309,7 +316,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                              "(it resamples the seeds and problems of one seed-paired pair)")
             try:
                 dr = design_readings(curves, c.design, arms, point, problem_acc=pa if crossed else None,
-                                     allow_unpaired=adm.allow_missing_seeds)
+                                     allow_unpaired=adm.allow_missing_seeds,
+                                     common_random_numbers=plan.evaluation.common_random_numbers)
             except rd.ReadingError as e:
                 raise PreregError(f"contrast {c.id} ({label}): {e}") from None
             if len(dr.exclusions):
@@ -450,7 +458,8 @@ def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget
                           relative_accuracy: pd.DataFrame | None = None,
                           collapse: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per configuration at B: seeds, accuracy, tokens, updates, training hours, continuation
-    share of generated tokens, and the share of training time per stage (up to the reading).
+    share of generated tokens, and the share of training time per stage (up to the reading;
+    ``unavailable`` when a run logs only an unsplit ``seconds_step``).
 
     ``relative_accuracy`` (curves from :func:`readings.relative_accuracy_curves`) adds
     ``relative_accuracy_at_B``, the mean over seeds of the per-seed ratio to the reference;
@@ -467,18 +476,19 @@ def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget
     rows = []
     for name, g in at_b.groupby("configuration", sort=True):
         its = iterations[iterations["configuration"] == name]
-        share_tok, shares = [], []
+        share_tok, shares, unsplit = [], [], False
         for r in g.itertuples():
             run = its[(its["seed"] == r.seed) & (its["cum_tokens"] <= r.tokens + 1e-9)]
             tot = run["tokens_total"].sum()
             share_tok.append(run["tokens_continuation"].sum() / tot if tot else np.nan)
+            unsplit |= bool(run[[f"seconds_{s}" for s in stages]].isna().to_numpy().any())  # seconds_step only
             secs = np.array([run[f"seconds_{s}"].sum() for s in stages])
             shares.append(secs / secs.sum() if secs.sum() else np.full(len(stages), np.nan))
-        sh = np.nanmean(np.array(shares), axis=0)
+        sh = np.full(len(stages), np.nan) if unsplit else np.nanmean(np.array(shares), axis=0)
         rows.append({"configuration": name, "n_seeds": len(g), "accuracy_at_B": g["accuracy"].mean(),
                      "tokens_at_B": g["tokens"].mean(), "updates_at_B": g["updates"].mean(),
                      "hours_at_B": g["train_seconds"].mean() / 3600, "continuation_share": float(np.nanmean(share_tok)),
-                     "stage_shares": " / ".join(f"{x:.0%}" for x in sh),
+                     "stage_shares": UNSPLIT if unsplit else " / ".join(f"{x:.0%}" for x in sh),
                      **{f"share_{s}": float(x) for s, x in zip(stages, sh)}})
         if "relative_accuracy" in derived:
             g_rel = derived["relative_accuracy"]

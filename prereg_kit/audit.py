@@ -17,10 +17,16 @@ start before a plan is final. Rules, applied to each run's ``meta.json`` (main r
   violation when the study's ``election.json`` is now missing or hashes differently (the election
   was edited or rerun after the run read it). A run that recorded no hash (an older trainer) is a
   warning, not a violation.
+- the main runs come from one trainer (``meta.trainer``; runs that predate the key read as
+  ``builtin``) unless the locked plan says ``[study] mixed_trainers = true``: runs of two
+  trainers differ in more than the intervention (their generation, timing and evaluation code),
+  so pooling them must be preregistered. When the plan's ``[study] trainer`` names one trainer
+  other than ``builtin`` or ``external``, every main run must carry that name.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +56,7 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
     for e in chain.plan_entries:
         by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
     election_now = election_sha256(study_dir)
+    trainers: Counter[str] = Counter()
     for folder in find_runs(study_dir, all_stages=True):
         try:
             meta = read_meta(folder)
@@ -67,7 +74,30 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
             continue
         report.violations.extend(_main_run_violations(name, meta, chain, by_hash))
         _check_election(report, name, meta, election_now, Path(study_dir) / ELECTION_FILE)
+        trainers[meta.trainer] += 1
+    study = chain.last["content"].get("study", {})  # the plan as locked
+    report.violations.extend(trainer_violations(trainers, plan_trainer=str(study.get("trainer", "builtin")),
+                                                mixed=study.get("mixed_trainers", False) is True))
     return report
+
+
+ANY_ONE_TRAINER = ("builtin", "external")  # plan trainers that accept runs of any one trainer
+
+
+def trainer_violations(counts: Counter[str] | dict[str, int], *, plan_trainer: str = "builtin",
+                       mixed: bool = False) -> list[str]:
+    """The main runs' trainers (``meta.trainer`` → run count) against the plan: more than one is a
+    violation unless ``mixed`` (``[study] mixed_trainers = true``); a plan trainer other than
+    ``builtin``/``external`` must be the one every main run names."""
+    listed = ", ".join(f"{t!r} ({n} run{'s' * (n != 1)})" for t, n in sorted(counts.items()))
+    if mixed or not counts:
+        return []
+    if len(counts) > 1:
+        return [f"main runs come from {len(counts)} trainers: {listed}; a study that mixes trainers "
+                "preregisters `[study] mixed_trainers = true`"]
+    if plan_trainer not in ANY_ONE_TRAINER and plan_trainer not in counts:
+        return [f"the plan's [study] trainer is {plan_trainer!r}, but the main runs were trained by {listed}"]
+    return []
 
 
 def _short(h: str) -> str:

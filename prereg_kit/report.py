@@ -213,6 +213,8 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
         "checks": _records(a.checks),
         "check_seeds": _records(a.check_seeds),
         "notes": a.notes,
+        # stated only when off, so the results of studies that use them read as before
+        **({} if plan.evaluation.common_random_numbers else {"common_random_numbers": False}),
         **({"gradient_tests": {"synthetic": a.gradient.synthetic, **{k: _records(getattr(a.gradient, k)) for k in
                                                                     ("table", "fit", "conditions")}}} if a.gradient else {}),
     }
@@ -239,6 +241,16 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     (out_dir / "report.md").write_text(render_markdown(a))
     written.append(out_dir / "report.md")
     return written
+
+
+def crn_sentence(plan) -> list[str]:
+    """One sentence when the plan preregistered evaluations without common random numbers
+    (another trainer's evaluator): what the pairing did and did not hold fixed (paper 1 §3.4)."""
+    if plan.evaluation.common_random_numbers:
+        return []
+    return ["Pairing: the plan preregistered `[evaluation] common_random_numbers = false`, so the runs of a seed "
+            "were paired by seed and evaluation problems, not by their evaluation sampling seeds; each difference "
+            "also carries both runs' evaluation sampling noise.", ""]
 
 
 def dynamics_table(dyn: pd.DataFrame) -> list[str]:
@@ -283,7 +295,7 @@ def render_markdown(a: Analysis) -> str:
             "welch: unpaired groups, Welch's t, n = both groups); 95% t "
             "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
-            "", contrast_table(a.contrasts), ""] + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
+            "", contrast_table(a.contrasts), ""] + crn_sentence(plan) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
     if len(a.checks):
         out += ["## Manipulation checks", "",
                 "Each check averages a per-iteration run-log column over the iterations up to its reading point, "

@@ -32,7 +32,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence, TypeVar
+from typing import Iterable, Literal, Mapping, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -189,6 +189,10 @@ def generate_study(
     spacing: timedelta = timedelta(minutes=1),
     iteration_columns: Mapping[str, Mapping[str, float]] | None = None,
     fixed_iteration_tokens: bool = False,
+    trainer: str | Mapping[str, str] = "builtin",
+    unsplit_time: bool = False,
+    strict_columns: bool = True,
+    eval_seeds: Literal["common", "differ", "unknown"] = "common",
 ) -> SynthStudy:
     """Write a synthetic study to ``<study_dir>/runs/<configuration>/seed-<n>/`` and return the truth.
 
@@ -211,6 +215,13 @@ def generate_study(
     0.5 for configurations not named; drawn from a stream of their own, so the other logs stay the same.
     ``fixed_iteration_tokens``: every iteration generates exactly 1/``updates_per_token`` tokens, so
     evaluations every k iterations' worth of tokens fall on exact iteration counts (iteration budgets).
+
+    What runs of another trainer look like (docs/run-log.md, "Runs of other trainers"), none of
+    which changes a draw: ``trainer`` (per configuration or one name) is written as
+    ``meta.trainer``; ``unsplit_time`` logs one ``seconds_step`` per iteration instead of the five
+    stages; ``strict_columns=False`` leaves out ``correct_strict`` and ``boxed``; ``eval_seeds``
+    ``"differ"`` logs a different sampling seed per configuration (the outcomes still use common
+    random numbers) and ``"unknown"`` logs none.
     """
     configs = list(configurations)
     seeds = [int(s) for s in seeds]
@@ -221,6 +232,9 @@ def generate_study(
     cshare = _per_config(continuation_share, "continuation_share", configs)
     dshare = _per_config(discard_share, "discard_share", configs)
     ext = _per_config(extend_to, "extend_to", configs)
+    trainers = _per_config(trainer, "trainer", configs)
+    if eval_seeds not in ("common", "differ", "unknown"):
+        raise ValueError(f"eval_seeds must be 'common', 'differ' or 'unknown', not {eval_seeds!r}")
     drift = dict(drift or {})
     drift_seeds_set = set(seeds if drift_seeds is None else (int(s) for s in drift_seeds))
     budget_sets = dict(budget_sets or {})
@@ -255,7 +269,7 @@ def generate_study(
         for k, (name, n) in enumerate(all_sets):
             idx = np.arange(e_max) if name in eval_sets else np.array([0, e_B])
             crn[name] = (idx, srng.random((idx.size, n, samples)), srng.random((idx.size, n, samples)), srng.random((idx.size, n)))
-        eval_seeds = {
+        seed_of = {
             (name, e): int(np.random.SeedSequence(entropy, spawn_key=(2, s, k, int(e))).generate_state(1)[0])
             for k, (name, _) in enumerate(all_sets) for e in crn[name][0]
         }
@@ -298,7 +312,8 @@ def generate_study(
                     "iteration": np.repeat(ev_iter[idx], n_p),
                     "eval_set": name,
                     "problem_id": np.tile(np.char.add(f"{name}-", np.char.zfill(np.arange(n_p).astype(str), 4)), n_e),
-                    "eval_seed": np.repeat([eval_seeds[(name, e)] for e in idx], n_p).astype(np.int64),
+                    "eval_seed": np.repeat([(seed_of[(name, e)] + (_cfg_key(c) if eval_seeds == "differ" else 0)) % 2**62
+                                            for e in idx], n_p).astype(np.int64),
                     "tokens": np.repeat(ev_tok[idx], n_p),
                     "train_seconds": np.repeat(ev_sec[idx], n_p),
                     "updates": np.repeat(ev_upd[idx], n_p),
@@ -318,6 +333,10 @@ def generate_study(
                     "expected_accuracy": p.mean(axis=1),
                 }))
             evals = pd.concat(frames, ignore_index=True)
+            evals = evals.drop(columns=(["eval_seed"] if eval_seeds == "unknown" else [])
+                               + ([] if strict_columns else ["correct_strict", "boxed"]))
+            if unsplit_time:  # a trainer that times whole steps only
+                iters = iters.assign(seconds_step=iters[list(_STAGES)].sum(axis=1)).drop(columns=list(_STAGES))
             order = {name: k for k, (name, _) in enumerate(all_sets)}
             evals = evals.iloc[np.lexsort((evals["eval_set"].map(order).to_numpy(), evals["eval_index"].to_numpy()))]
             folder = run_dir(study_dir, c, s, stage)
@@ -325,6 +344,7 @@ def generate_study(
                 study=study, configuration=c, seed=s, stage=stage, plan_hash=plan_hash,
                 config={"synthetic": True, "effect": configurations[c], "budget_tokens": B, "extend_to": ext[c]},
                 started_at=started + spacing * len(runs), device="synthetic", tool_version=__version__,
+                trainer=trainers[c],
             )
             w = RunLogWriter(folder, meta, fsync=fsync)
             w.log_iterations(iters)

@@ -36,6 +36,8 @@ class Study(_Model):
     # which trainer makes the runs: "builtin", another runner's entry-point name, or "external"
     # (runs made elsewhere and imported); `prereg lock` checks the recipe against an installed one
     trainer: str = Field(default="builtin", min_length=1, max_length=100)
+    # a study whose runs came from more than one trainer (meta.trainer) is refused unless preregistered
+    mixed_trainers: bool = False
 
     _seeds_ok = field_validator("seeds")(_check_seeds)
 
@@ -150,6 +152,9 @@ class Evaluation(_Model):
     verifier: Literal["default", "strict", "math_verify"] = "default"
     greedy: bool = False
     reference: str | None = None  # the primary-only reference configuration (metric relative_accuracy)
+    # false: the runs' evaluations did not share sampling seeds (another trainer's evaluator);
+    # pairing then checks seeds and problems only, and the report says so
+    common_random_numbers: bool = True
 
     @field_validator("metric")
     @classmethod

@@ -50,6 +50,7 @@ from .spans import (first_crossing, share_to_target, target_curves,
 from .dynamics import DYNAMICS, training_dynamics
 from .points import (budget_target, Budgets, check_pairing, paired_readings, PairedReadings, read_at_control_time, read_at_time,
     read_at_tokens, read_at_updates, READ_COLUMNS, read_point)
+from .logged import needed_columns, refuse_unlogged, runs_without
 from .admission import (admit_min_iteration, admit_status, apply_admission, drift_flags, drifted_at,
     exclude_drifted_evaluations, exclude_drifted_runs)
 
@@ -61,4 +62,5 @@ __all__ = [
     "read_at_time", "read_at_tokens", "read_at_updates", "READ_COLUMNS", "read_point", "ReadingError",
     "ReadingPoint", "relative_accuracy_curves", "RUN", "VERIFIERS", "select_levels", "first_crossing", "read_span",
     "share_to_target", "span_positions", "SPAN_KINDS", "target_curves", "TARGET_KINDS", "target_statistics", "to_target", "DYNAMICS", "training_dynamics",
+    "needed_columns", "refuse_unlogged", "runs_without",
 ]

@@ -23,13 +23,24 @@ def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_
 
     Rule (§3.12; L2458-2495): an evaluation "counts as drifted when default verifier accuracy
     exceeds strict-verifier accuracy by more than 0.1". One row per (configuration, seed,
-    eval_index): tokens, accuracy_default, accuracy_strict, gap, drifted.
+    eval_index): tokens, accuracy_default, accuracy_strict, gap, drifted. A run that does not log
+    ``correct_strict`` on the set (another trainer's, outputs not kept) has no strict accuracy: its
+    gap is NaN and it is not flagged (the analysis names such runs in its notes).
     """
     d = accuracy_curve(evals, eval_set=eval_set, verifier="default")
-    s = accuracy_curve(evals, eval_set=eval_set, verifier="strict")
     out = d[RUN + ["eval_index", "iteration", "tokens"]].copy()  # either can be B's axis
     out["accuracy_default"] = d["accuracy"].to_numpy()
-    out["accuracy_strict"] = s["accuracy"].to_numpy()
+    mine = evals[evals["eval_set"] == eval_set]
+    lack = mine.loc[mine["correct_strict"].isna(), RUN].drop_duplicates()
+    if len(lack):
+        gone = evals[RUN].merge(lack.assign(_lack=1), on=RUN, how="left")["_lack"].notna().to_numpy()
+        s = (accuracy_curve(evals[~gone], eval_set=eval_set, verifier="strict") if (~gone & (evals["eval_set"] == eval_set).to_numpy()).any()
+             else d.iloc[:0])
+        out["accuracy_strict"] = out[RUN + ["eval_index"]].merge(s[RUN + ["eval_index", "accuracy"]], on=RUN + ["eval_index"],
+                                                                 how="left")["accuracy"].to_numpy(dtype="float64")
+    else:
+        s = accuracy_curve(evals, eval_set=eval_set, verifier="strict")
+        out["accuracy_strict"] = s["accuracy"].to_numpy()
     out["gap"] = out["accuracy_default"] - out["accuracy_strict"]
     out["drifted"] = out["gap"] > threshold
     return out

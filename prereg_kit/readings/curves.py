@@ -27,6 +27,10 @@ def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -
     """Per-row value of ``metric``: accuracy (correct/samples), ``pass@K`` (the unbiased
     estimator from samples and correct) or ``<channel>_rate`` (ch_<channel>/samples)."""
     samples = ev["samples"].to_numpy(dtype="float64")
+    if verifier == "strict" and (metric == "accuracy" or metric.startswith(_PASS_AT)) and ev["correct_strict"].isna().any():
+        r = ev[ev["correct_strict"].isna()].iloc[0]
+        raise ReadingError(f"verifier 'strict' needs column correct_strict, which runs/{r['configuration']}/seed-{r['seed']} "
+                           f"does not log (set {eval_set!r})")
     if metric == "accuracy":
         num = ev["correct"] if verifier == "default" else ev["correct_strict"]
         return num.to_numpy(dtype="float64") / samples
@@ -45,8 +49,8 @@ def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -
     if metric.endswith(_RATE) and len(metric) > len(_RATE):
         channel = metric[: -len(_RATE)]
         col = f"ch_{channel}"
-        if col not in ev.columns and channel == "correct":
-            col = "correct"  # the primary channel is the default verifier's count
+        if col not in ev.columns and channel in ("correct", "boxed"):
+            col = channel  # the default verifier's count, the count of boxed answers
         if col not in ev.columns or ev[col].isna().any():
             raise ReadingError(f"metric {metric}: column {col!r} not logged for set {eval_set!r} (a run without channel {channel!r} counts)")
         return ev[col].to_numpy(dtype="float64") / samples

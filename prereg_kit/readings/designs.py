@@ -53,18 +53,22 @@ def _label(t: str, c: str) -> str:
 
 
 def design_readings(curves: pd.DataFrame, design: str, pairs: list[tuple[str, str]], point: ReadingPoint, *,
-                    problem_acc: pd.DataFrame | None = None, allow_unpaired: bool = False) -> DesignReadings:
+                    problem_acc: pd.DataFrame | None = None, allow_unpaired: bool = False,
+                    common_random_numbers: bool = True) -> DesignReadings:
     """Read one contrast of ``design`` on ``pairs`` ((treatment, control) pairs as
     :meth:`Contrast.arm_pairs` gives them) at ``point``; ``curves`` hold only the seeds the
     contrast reads. Unpaired or unreached runs raise :class:`PairingError` unless
-    ``allow_unpaired`` (then they are listed in ``exclusions``)."""
+    ``allow_unpaired`` (then they are listed in ``exclusions``); ``common_random_numbers=False``:
+    pairs are not checked for equal evaluation sampling seeds (the plan preregistered it)."""
     if design == "paired":
-        pr = paired_readings(curves, *pairs[0], point, problem_acc=problem_acc, allow_unpaired=allow_unpaired)
+        pr = paired_readings(curves, *pairs[0], point, problem_acc=problem_acc, allow_unpaired=allow_unpaired,
+                             common_random_numbers=common_random_numbers)
         u = _units(pr, "")
         return DesignReadings(design, u, (u["difference"].to_numpy(),), pr.exclusions, pr)
     if design == "welch" and len(pairs) == 1:
         return _welch_configurations(curves, *pairs[0], point, allow_unpaired)
-    reads = [paired_readings(curves, t, c, point, allow_unpaired=allow_unpaired) for t, c in pairs]
+    reads = [paired_readings(curves, t, c, point, allow_unpaired=allow_unpaired,
+                             common_random_numbers=common_random_numbers) for t, c in pairs]
     excl = pd.concat([r.exclusions for r in reads], ignore_index=True)
     if design == "pooled":
         u = pd.concat([_units(r, _label(t, c)) for r, (t, c) in zip(reads, pairs)], ignore_index=True)

@@ -263,16 +263,23 @@ def read_point(curves: pd.DataFrame, treatment: str, control: str, point: Readin
 # --------------------------------------------------------------------------------------------
 
 
+_NO_CRN = ("a study whose evaluations do not share sampling seeds preregisters "
+           "`[evaluation] common_random_numbers = false`")
+
+
 def _modal(s: pd.Series):
     return s.value_counts().index[0]
 
 
-def check_pairing(curves: pd.DataFrame, treatment: str, control: str) -> pd.DataFrame:
+def check_pairing(curves: pd.DataFrame, treatment: str, control: str, *,
+                  common_random_numbers: bool = True) -> pd.DataFrame:
     """Everything that keeps the two configurations from being paired by seed.
 
     Checks (extract §1.0, §3.4): both configurations have the seed; every evaluation of a run
     scored the same problems; both runs scored the same problems; at every evaluation index both
-    used the same evaluation sampling seed (common random numbers). Returns one row per issue:
+    used the same, known evaluation sampling seed (common random numbers). With
+    ``common_random_numbers=False`` (a plan that preregistered that its trainer's evaluator does
+    not share sampling seeds) the last check is skipped. Returns one row per issue:
     seed, configuration, reason (empty when all pairs are clean). Raises :class:`PairingError` if
     a configuration has no runs at all.
     """
@@ -301,12 +308,21 @@ def check_pairing(curves: pd.DataFrame, treatment: str, control: str) -> pd.Data
             nt, nc = int(rt["n_problems"].iloc[0]), int(rc["n_problems"].iloc[0])
             issues.append((s, "both", f"seed {s}: evaluation problems differ between {treatment!r} ({nt} problems) "
                            f"and {control!r} ({nc} problems)"))
+        if not common_random_numbers:
+            continue
+        unknown = [(name, run) for name, run in ((treatment, rt), (control, rc)) if run["eval_seed"].isna().any()]
+        for name, run in unknown:
+            e = run[run["eval_seed"].isna()].iloc[0]
+            issues.append((s, name, f"configuration {name!r} seed {s}: evaluation {int(e['eval_index'])} does not log its "
+                           f"sampling seed (eval_seed null), so common random numbers cannot be checked; {_NO_CRN}"))
+        if unknown:
+            continue
         m = rt[["eval_index", "eval_seed"]].merge(rc[["eval_index", "eval_seed"]], on="eval_index", suffixes=("_t", "_c"))
         m = m[m["eval_seed_t"] != m["eval_seed_c"]]
         if len(m):
             e = m.iloc[0]
             issues.append((s, "both", f"seed {s}: evaluation {int(e['eval_index'])} used sampling seed {int(e['eval_seed_t'])} "
-                           f"in {treatment!r} but {int(e['eval_seed_c'])} in {control!r} (common random numbers broken)"))
+                           f"in {treatment!r} but {int(e['eval_seed_c'])} in {control!r} (common random numbers broken); {_NO_CRN}"))
     return pd.DataFrame(issues, columns=["seed", "configuration", "reason"])
 
 
@@ -354,6 +370,7 @@ def paired_readings(
     *,
     problem_acc: pd.DataFrame | None = None,
     allow_unpaired: bool = False,
+    common_random_numbers: bool = True,
 ) -> PairedReadings:
     """Pair ``treatment`` and ``control`` by seed and read both at ``point``.
 
@@ -362,8 +379,9 @@ def paired_readings(
     ``allow_unpaired=True``, are left out and listed in ``exclusions`` (rules ``unpaired`` and
     ``not_reached``). ``problem_acc`` (from :func:`problem_accuracy`, same set and verifier as the
     curves) adds the seeds × problems matrices for the crossed bootstrap (§3.17).
+    ``common_random_numbers``: whether pairing checks the sampling seeds (:func:`check_pairing`).
     """
-    issues = check_pairing(curves, treatment, control)
+    issues = check_pairing(curves, treatment, control, common_random_numbers=common_random_numbers)
     excl = []
     if len(issues):
         if not allow_unpaired:

@@ -40,7 +40,7 @@ from ..stages import STAGES, Stage
 from .folder import find_runs, read_meta, run_dir, write_meta
 from .reader import RunLog, add_derived, check_consistency, read_run, read_table
 from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS, META_FILE,
-                     SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
+                     SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, STEP_SECONDS, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
                      Column, LogProblem, RunBusyError, RunLogError, RunLogWarning, RunMeta, Status,
                      election_sha256, uses_elected_anchor, utc_now, validate_frame)
 from .study import StudyRuns, load_study
@@ -49,7 +49,7 @@ from .writerlock import RunLock, run_busy
 
 __all__ = [
     "EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "uses_elected_anchor", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS", "META_FILE",
-    "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "TOKEN_KINDS", "WRITER_LOCK", "WRITER_NOTE",
+    "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "STEP_SECONDS", "TOKEN_KINDS", "WRITER_LOCK", "WRITER_NOTE",
     "Column", "LogProblem", "RunBusyError", "RunLock", "RunLog", "RunLogError", "RunLogWarning", "RunLogWriter",
     "RunMeta", "Stage", "Status", "StudyRuns", "add_derived", "check_consistency", "election_sha256", "finalize",
     "find_runs", "load_study", "read_meta", "read_run", "read_table", "run_busy", "run_dir", "utc_now",

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from .folder import read_meta
 from .schema import (_arrow_schema, EVALS, _first_bad, ITERATIONS, KINDS, LogProblem, META_FILE,
-    _PARQUET_KEY, RunLogError, RunMeta, SCHEMAS, STAGE_SECONDS, TOKEN_KINDS, validate_frame)
+    _PARQUET_KEY, RunLogError, RunMeta, SCHEMAS, STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS, validate_frame)
 
 
 @dataclass
@@ -190,12 +190,19 @@ def add_derived(iterations: pd.DataFrame) -> pd.DataFrame:
     """Add per-iteration totals and running sums to raw iteration rows.
 
     ``tokens_total`` (rollout + continuation + discarded: everything the budget B counts, paper
-    §3.3), ``seconds_total`` (the five stages: training time, Appendix D), ``cum_tokens`` and
+    §3.3), ``seconds_total`` (the five stages: training time, Appendix D; a row of a trainer that
+    does not split its stages gives its unsplit ``seconds_step``), ``cum_tokens`` and
     ``cum_train_seconds``.
     """
     it = iterations.copy()
     it["tokens_total"] = it[list(TOKEN_KINDS)].sum(axis=1).astype("int64")
-    it["seconds_total"] = it[list(STAGE_SECONDS)].sum(axis=1).astype("float64")
+    stages = it[list(STAGE_SECONDS)].astype("float64")
+    split = stages.notna().all(axis=1).to_numpy()
+    if split.all():
+        it["seconds_total"] = stages.sum(axis=1).astype("float64")
+    else:
+        step = it[STEP_SECONDS] if STEP_SECONDS in it else pd.Series(np.nan, index=it.index)
+        it["seconds_total"] = np.where(split, stages.sum(axis=1).to_numpy(), step.to_numpy(dtype="float64", na_value=np.nan))
     it["cum_tokens"] = it["tokens_total"].cumsum()
     it["cum_train_seconds"] = it["seconds_total"].cumsum()
     return it

@@ -74,6 +74,12 @@ class RunMeta(BaseModel):
     tool_version: str = ""
     election_sha256: str = Field("", description="sha256 of <study>/election.json as the run read it "
                                  "(anchor = 'elected' runs; '' otherwise); the audit compares it with the file")
+    # what trained the run; a study mixing trainers is refused unless its plan says so
+    trainer: str = Field("builtin", min_length=1, max_length=100,
+                         description="what trained the run: 'builtin', 'trl', 'verl', 'openrlhf' or a user-given name")
+    source: dict[str, Any] = Field(default_factory=dict,
+                                   description="for an imported run: the importer, the files read with their sha256, "
+                                   "tool versions, the key mapping used")
 
     @field_validator("started_at", "ended_at")
     @classmethod
@@ -142,11 +148,13 @@ ITERATION_COLUMNS: tuple[Column, ...] = (
     Column("tokens_rollout", "int", "tokens generated in rollouts this iteration (kept groups)", min=0),
     Column("tokens_continuation", "int", "tokens generated in continuations (e.g. Monte-Carlo credit) this iteration", min=0),
     Column("tokens_discarded", "int", "tokens generated in groups discarded this iteration (e.g. dynamic sampling)", min=0),
-    Column("seconds_selection", "float", "seconds of prompt selection, incl. the prompt critic's prefill", min=0),
-    Column("seconds_generation", "float", "seconds of rollout generation", min=0),
-    Column("seconds_credit", "float", "seconds of credit assignment, incl. continuations and critic features/fits", min=0),
-    Column("seconds_update", "float", "seconds of the optimizer update(s)", min=0),
-    Column("seconds_weight_sync", "float", "seconds copying updated weights into the generation engine", min=0),
+    Column("seconds_selection", "float", "seconds of prompt selection, incl. the prompt critic's prefill", required=False, min=0),
+    Column("seconds_generation", "float", "seconds of rollout generation", required=False, min=0),
+    Column("seconds_credit", "float", "seconds of credit assignment, incl. continuations and critic features/fits", required=False, min=0),
+    Column("seconds_update", "float", "seconds of the optimizer update(s)", required=False, min=0),
+    Column("seconds_weight_sync", "float", "seconds copying updated weights into the generation engine", required=False, min=0),
+    Column("seconds_step", "float", "unsplit training seconds of the iteration, for a trainer that does not split "
+           "its stages (then the five stage columns are null)", required=False, min=0),
     Column("updates", "int", "cumulative optimizer updates after this iteration", min=0),
     Column("reward_mean", "float", "mean training reward of the kept rollouts", required=False),
     Column("mixed_share", "float", "share of groups with both correct and incorrect completions", required=False, min=0, max=1),
@@ -161,21 +169,22 @@ EVAL_COLUMNS: tuple[Column, ...] = (
     Column("iteration", "int", "iterations completed before this evaluation (0 for the initial one)", min=0),
     Column("eval_set", "str", "evaluation set name, e.g. 'math200'"),
     Column("problem_id", "str", "problem identifier, stable across runs"),
-    Column("eval_seed", "int", "sampling seed of this evaluation (common random numbers: same across configurations of a seed)"),
+    Column("eval_seed", "int", "sampling seed of this evaluation (common random numbers: same across configurations of a seed); null: not known", required=False),
     Column("tokens", "int", "cumulative generated tokens (all kinds) at this evaluation", min=0),
-    Column("train_seconds", "float", "cumulative training seconds (sum of the five stages) at this evaluation", min=0),
+    Column("train_seconds", "float", "cumulative training seconds (sum of the five stages, or of seconds_step) at this evaluation", min=0),
     Column("updates", "int", "cumulative optimizer updates at this evaluation", min=0),
     Column("samples", "int", "completions sampled for this problem", min=1),
     Column("correct", "int", "completions correct under the default verifier", min=0, max_col="samples"),
-    Column("correct_strict", "int", "completions correct under the strict (boxed-only) verifier", min=0, max_col="samples"),
-    Column("boxed", "int", "completions with a boxed answer", min=0, max_col="samples"),
+    Column("correct_strict", "int", "completions correct under the strict (boxed-only) verifier; null: not logged", required=False, min=0, max_col="samples"),
+    Column("boxed", "int", "completions with a boxed answer; null: not logged", required=False, min=0, max_col="samples"),
     Column("greedy_correct", "bool", "greedy completion correct under the default verifier (null if not logged)", required=False),
     Column("level", "int", "the problem's MATH level (null when the set has none)", required=False, min=1),
     Column("log_length", "float", "mean over the samples of ln(completion tokens), a completion of 0 tokens counted as 1", required=False, min=0),
 )
 
 SCHEMAS: dict[str, tuple[Column, ...]] = {ITERATIONS: ITERATION_COLUMNS, EVALS: EVAL_COLUMNS}
-STAGE_SECONDS = tuple(c.name for c in ITERATION_COLUMNS if c.name.startswith("seconds_"))
+STAGE_SECONDS = ("seconds_selection", "seconds_generation", "seconds_credit", "seconds_update", "seconds_weight_sync")
+STEP_SECONDS = "seconds_step"  # the unsplit alternative to the five stages
 TOKEN_KINDS = ("tokens_rollout", "tokens_continuation", "tokens_discarded")
 
 
@@ -274,11 +283,13 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
     # Cross-column bounds, once each column has its type.
     for col in columns:
         if col.max_col and col.name in out and col.max_col in out and not errors:
-            a = pd.to_numeric(out[col.name]).to_numpy(dtype="float64")
-            b = pd.to_numeric(out[col.max_col]).to_numpy(dtype="float64")
+            a = pd.to_numeric(out[col.name]).to_numpy(dtype="float64", na_value=np.nan)
+            b = pd.to_numeric(out[col.max_col]).to_numpy(dtype="float64", na_value=np.nan)
             i = _first_bad(a > b)
             if i is not None:
                 errors.append((i, f"field '{col.name}': {int(a[i])} exceeds {col.max_col}={int(b[i])}"))
+    if not errors and any(c.name == STEP_SECONDS for c in columns):
+        errors += _stage_seconds_rule(out, n)
     if errors:
         i, msg = min(errors, key=lambda e: e[0])
         raise RunLogError(f"{where}: line {first_line + i}: {msg}")
@@ -292,6 +303,28 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
                     raise RunLogError(f"{where}: line {first_line + i}: field '{extra}': expected a finite number, got {_show(df[extra].iloc[i])}")
     res = pd.DataFrame(out, index=df.index)
     return res.reset_index(drop=True)
+
+
+def _stage_seconds_rule(out: dict[str, Any], n: int) -> list[tuple[int, str]]:
+    """Training time comes either split into the five stages or as one unsplit ``seconds_step``
+    (a trainer that does not time its stages; Appendix D's stage shares are then unavailable).
+    Never neither, never some stages only; a step time beside all five stages is informative only."""
+    null = np.column_stack([pd.isna(out[c]).to_numpy() if c in out else np.ones(n, bool) for c in STAGE_SECONDS]) \
+        if n else np.zeros((0, len(STAGE_SECONDS)), bool)
+    step_null = pd.isna(out[STEP_SECONDS]).to_numpy() if STEP_SECONDS in out else np.ones(n, bool)
+    split = ~null.any(axis=1)
+    unsplit = null.all(axis=1) & ~step_null
+    i = _first_bad(~(split | unsplit))
+    if i is None:
+        return []
+    given = [c for c, miss in zip(STAGE_SECONDS, null[i]) if not miss]
+    rule = "stage seconds: give the five seconds_* columns or seconds_step, not neither/a mix"
+    if not given:
+        return [(i, f"{rule} (got none)")]
+    if step_null[i]:  # most likely a stage left out: name it
+        first = next(c for c, miss in zip(STAGE_SECONDS, null[i]) if miss)
+        return [(i, f"field '{first}': missing or null ({rule})")]
+    return [(i, f"{rule} (got {len(given)} of the five ({', '.join(given)}) and seconds_step)")]
 
 
 # --------------------------------------------------------------------------------------------
