@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._common import file_record, imported, steps_frame, utc
+from .tracker_run import file_record, imported, steps_frame, utc
 from .importing import ImportedRun
 from .trackers import TrackerError, from_mlflow_key
 

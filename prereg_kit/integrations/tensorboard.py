@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._common import file_record, imported, missing_extra, steps_frame, utc
+from .tracker_run import file_record, imported, missing_extra, steps_frame, utc
 from .importing import ImportedRun
 from .trackers import TrackerError
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ._common import file_record, imported, utc
+from .tracker_run import file_record, imported, utc
 from .importing import ImportedRun
 from .trackers import WALL, TrackerError
 

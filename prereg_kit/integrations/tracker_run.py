@@ -1,4 +1,4 @@
-"""What the tracker readers share: the file hash record, the steps frame and the ImportedRun."""
+"""Shared by the tracker readers: the file hash record, the steps frame, and the steps frame → ImportedRun (preset, --evals, source)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .evalfile import load_evaluations
+from .tracker_evals import load_evaluations
 from .importing import ImportedRun
 from .trackers import WALL, TrackerError, iterations_from_metrics, resolve_preset
 
