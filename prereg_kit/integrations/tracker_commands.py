@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .trackers import PRESETS, TrackerError
+from .tracker_presets import PRESETS, TrackerError
 
 Study = Annotated[Path, typer.Argument(help="the study folder (plan.toml, plan.lock, runs/)")]
 Configuration = Annotated[str, typer.Option("--configuration", "-c", help="the plan's configuration this run trained")]
