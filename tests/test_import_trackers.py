@@ -85,6 +85,16 @@ def test_tensorboard_verl_stages_and_tokens(tmp_path):
     assert run.started_at is not None and run.trainer == "verl" and run.importer == "tensorboard"
 
 
+def test_tensorboard_tensor_summaries_are_float32_too(tmp_path):
+    SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter
+    w = SummaryWriter(str(tmp_path / "tb"))
+    for s in (1, 2):
+        w.add_scalar("tokens/cumulative", 100.0 * s, s, new_style=True)   # a tensor summary, not simple_value
+    w.close()
+    steps = read_tensorboard(tmp_path / "tb")
+    assert steps["tokens/cumulative"].tolist() == [100.0, 200.0] and "tokens/cumulative" in steps.attrs["float32_keys"]
+
+
 def test_tensorboard_float32_cumulative_counter_is_refused(tmp_path):
     above = 2**24 + 1  # float32 stores it as 2**24: the counter is already wrong on disk
     rows = {s: {"tokens/cumulative": float(above + 3 * s), "response_length/mean": 3.0, "timing_s/gen": 1.0} for s in range(1, 4)}

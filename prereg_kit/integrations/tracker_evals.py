@@ -1,9 +1,10 @@
 """Per-problem evaluation results beside a tracker import (``--evals``).
 
 Trackers log only aggregate evaluation metrics (e.g. verl's ``val-core/<set>/reward/mean@4``),
-while the analysis reads one row per evaluation x set x problem (GRPO paper §3: accuracy is a
-per-problem mean over samples, paired across configurations by problem). This module reads such a
-file, JSONL or Parquet, in one of two shapes:
+while the analysis reads one row per evaluation x set x problem (paper 1 L2314-2334: every B/16
+generated tokens, 8 completions per problem; accuracy is the mean over problems of the fraction
+correct, paired across the configurations of a seed). This module reads such a file, JSONL or
+Parquet, in one of two shapes:
 
 - counted: ``problem_id, eval_set, iteration|step, samples, correct`` and optionally
   ``correct_strict, boxed, greedy_correct, level, log_length, eval_seed``;
