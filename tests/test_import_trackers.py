@@ -187,6 +187,11 @@ def test_dynamic_sampling_and_unknown_keys_are_refused():
                                                                         "batch/num_gen_batches": [2.0, 1.0]})
     with pytest.raises(TrackerError, match="dynamic sampling"):
         iterations_from_metrics(df, "verl", updates_per_step=1)
+    holes = df.drop(columns="batch/num_gen_batches")
+    with pytest.raises(TrackerError, match="prompt_length/mean: no value at a training step"):
+        iterations_from_metrics(holes.assign(**{"prompt_length/mean": [100.0, np.nan]}), "verl", updates_per_step=1)
+    with pytest.raises(TrackerError, match="perf/total_num_tokens: no value"):
+        iterations_from_metrics(holes.assign(**{"perf/total_num_tokens": [np.nan, 4.0]}), "verl", updates_per_step=1)
     with pytest.raises(TrackerError, match="updates_per_step"):
         iterations_from_metrics(df.drop(columns="batch/num_gen_batches"), "verl")
     with pytest.raises(TrackerError, match="'tokens_rolout' is not a column"):

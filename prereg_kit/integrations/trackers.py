@@ -76,6 +76,9 @@ def _column(steps: pd.DataFrame, key: str) -> pd.Series | None:
 
 
 def _exact_ints(values: pd.Series, key: str, float32: bool, *, cumulative: bool) -> np.ndarray:
+    if values.isna().any():
+        raise TrackerError(f"{key}: no value at a training step (row {int(np.flatnonzero(values.isna())[0])}): "
+                           "tokens cannot be counted there")
     if float32 and (cumulative or (values.abs() > FLOAT32_EXACT).any()):
         what = "cumulative token counter" if cumulative else "token counter above 2**24"
         raise TrackerError(f"{key}: a {what} read from a float32 store (TensorBoard) is not exact: "
@@ -128,7 +131,10 @@ def _tokens(rows: pd.DataFrame, p: dict[str, str], f32: Collection[str], n: int 
         # verl: total = N (prompt mean + response mean) over the same N sequences, so the response
         # share of it is exact without knowing N.
         tot = _exact_ints(total, p["tokens_total"], is32("tokens_total"), cumulative=False)
-        share = (length / (prompt + length)).fillna(0.0).to_numpy()
+        if prompt.isna().any():
+            raise TrackerError(f"{p['prompt_length_mean']}: no value at a training step: the completion share of "
+                               f"{p['tokens_total']} is unknown there")
+        share = (length / (prompt + length)).to_numpy()
         return np.rint(tot * share).astype(np.int64), "tokens_total x length_mean/(prompt_length_mean+length_mean)"
     if length is not None and n is not None:
         return np.rint(length.to_numpy(dtype=float) * n).astype(np.int64), f"length_mean x completions_per_step ({n})"
