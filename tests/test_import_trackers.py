@@ -180,6 +180,10 @@ def test_trl_needs_the_completion_count_and_cross_checks_num_tokens():
     assert "per-step growth" in it.attrs["source"]["cross_check"]
     with pytest.raises(TrackerError, match="completions_per_step is too large"):
         iterations_from_metrics(df, "trl", wallclock=True, completions_per_step=32)
+    # from a float32 store above 2**24 the cross-check is skipped, and the run's source says so
+    big = df.assign(num_tokens=[2.0**25, 2.0**25 + 512])
+    it = iterations_from_metrics(big, "trl", wallclock=True, completions_per_step=8, float32_keys=["num_tokens"])
+    assert list(it["tokens_rollout"]) == [80, 96] and "not checked: float32" in it.attrs["source"]["cross_check"]
 
 
 def test_dynamic_sampling_and_unknown_keys_are_refused():
