@@ -110,6 +110,9 @@ def check_args(args, cfg, configuration: str) -> int:
     if sched != "constant" or warm:
         raise PreregError(f"TRL: lr_scheduler_type = {sched!r}, warmup {warm} but configuration {configuration!r} "
                           "preregisters update.lr_schedule = 'constant' (set lr_scheduler_type = 'constant')")
+    for trl_key, ours, got, want in pairs:
+        if got is None or not math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=0.0):
+            raise PreregError(f"TRL: {trl_key} = {got} but configuration {configuration!r} preregisters {ours} = {want}")
     return k
 
 
