@@ -115,6 +115,8 @@ def test_without_a_counting_reward_the_mean_length_is_used(study, tmp_path, monk
     step(cb, args, st, control, [21] * 16, count=False, logs={"rewards/other/mean": 1.0})
     it = read_run(cb.run_dir).iterations
     assert it["tokens_rollout"].tolist() == [336]
+    cb.on_train_end(args, st, control)  # stopped before B: incomplete, and the count's source is said
+    assert read_meta(cb.run_dir).status == "stopped" and "mean_length" in read_meta(cb.run_dir).source["tokens"]
     assert "mixed_share" not in it or it["mixed_share"].isna().all()  # two reward functions: not 0/1
 
 
@@ -238,6 +240,7 @@ def test_resume_truncates_to_the_checkpoint_and_continues(study, tmp_path, monke
 
 def test_reward_functions_from_a_thread_pool():
     counter = TokenCounter()
+    assert VerifierReward("strict")(completions=["4", "\\boxed{4}"], answer=["4", "4"]) == [0.0, 1.0]
     fn = VerifierReward("default", counter)
     texts = [f"so \\boxed{{{i % 7}}}" for i in range(400)]
     with ThreadPoolExecutor(8) as pool:
@@ -245,6 +248,9 @@ def test_reward_functions_from_a_thread_pool():
                                          completion_ids=[[0] * 3]), range(400)))
     assert [g[0] for g in got] == [1.0 if i % 2 else 0.0 for i in range(400)]
     assert counter.take() == (1200, 400) and counter.take() == (0, 0)
+
+
+def test_math_verify_reward_from_a_thread_pool():
     pytest.importorskip("math_verify")
     mv = VerifierReward("math_verify")
     with ThreadPoolExecutor(4) as pool:  # math-verify's signal timeouts refuse non-main threads

@@ -23,14 +23,20 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=500, help="an upper bound; the callback stops at train_to")
     args = ap.parse_args()
 
+    import warnings
+
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, PrinterCallback
+    from transformers.utils import logging as hf_logging
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig, GRPOTrainer
 
     from prereg_kit.integrations.trl import PreregCallback
 
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
     callback = PreregCallback(args.study, args.configuration, args.seed)  # refuses before any work
     torch.set_num_threads(callback.cfg.engine.threads or 2)
     model_dir = callback.assets().model_path  # the plan's model (here: the warm-started tiny model)
@@ -49,6 +55,7 @@ def main() -> None:
                         **callback.grpo_settings())  # group size, limit, sampling, learning rate, logging
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=callback.reward_functions(),
                           args=config, train_dataset=dataset, callbacks=[callback])
+    trainer.remove_callback(PrinterCallback)  # the callback prints one line per evaluation instead
     last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
     trainer.train(resume_from_checkpoint=last)
 

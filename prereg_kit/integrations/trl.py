@@ -92,6 +92,9 @@ def check_args(args, cfg, configuration: str) -> int:
         raise PreregError(f"TRL: logging_strategy = {strategy!r}, logging_steps = {steps} merges or drops generation "
                           f"batches (TRL averages its metrics between logs, a batch spans {k} step(s)); set "
                           f"logging_strategy = 'steps' and logging_steps to a divisor of {k} (1 always works)")
+    if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
+        raise PreregError("TRL: FSDP / DeepSpeed shard the model, and the plan's evaluations generate with the whole "
+                          "policy on the main process; train on one process or DDP")
     if str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no":
         raise PreregError("TRL: eval_strategy must be 'no': TRL's evaluation calls the reward functions, and the "
                           "plan's evaluations are run by PreregCallback")
@@ -156,6 +159,7 @@ class _PreregCallback:
         self._assets = None
         self._eval_sets = None
         self._binary = True
+        self._counted = "exact: the completion_ids TRL passed the reward function"
 
     # ---------------------------------------------------------------- what train.py needs
     @property
@@ -269,7 +273,8 @@ class _PreregCallback:
         if not _main(state) or self.writer is None:
             return control
         c = self.counters
-        self.writer.meta = self.writer.meta.model_copy(update={"ended_at": utc_now()})
+        source = {**self.writer.meta.source, "tokens": self._counted}
+        self.writer.meta = self.writer.meta.model_copy(update={"ended_at": utc_now(), "source": source})
         if not c.done:
             self.writer.finish("stopped")
             print(f"{self.run_dir}: training ended at {c.total_tokens} generated tokens, before the plan's stop "
@@ -291,6 +296,7 @@ class _PreregCallback:
         tokens, n = gen["tokens"], gen["completions"]
         if n == 0:  # no counting reward function: TRL's float mean × the batch's completions
             tokens, n = int(round(mean_len * n_expected)), n_expected
+            self._counted = "completions/mean_length × generation_batch_size (no prereg reward function counted them)"
         elif n != n_expected or abs(tokens - mean_len * n) > max(TOKEN_TOLERANCE, 1e-6 * tokens):
             raise PreregError(f"TRL step {state.global_step}: the reward functions saw {n} completions and {tokens} "
                               f"tokens, TRL logged {n_expected} completions of mean length {mean_len}")
@@ -320,8 +326,7 @@ class _PreregCallback:
                        model_path=str(assets.model_path), model_sha256=assets.model_sha256,
                        source={"importer": "PreregCallback", **_versions(), "trl_args": trl_args,
                                "generation_span_steps": self.span,
-                               "tokens": "exact: completion_ids counted by the reward function "
-                                         "(else completions/mean_length × generation_batch_size)",
+                               "tokens": self._counted,
                                "seconds": "seconds_step: on_step_begin to on_step_end, unsplit"})
 
     def _restore(self, at: int) -> None:
