@@ -29,6 +29,10 @@ from prereg_kit.runlog import read_meta, read_run  # noqa: E402
 from trainer.core.assets import Assets  # noqa: E402
 from trainer.core.evaluate import EvalSet  # noqa: E402
 
+from prereg_kit.runlog import ITERATION_COLUMNS  # noqa: E402
+
+pytestmark = pytest.mark.skipif("seconds_step" not in {c.name for c in ITERATION_COLUMNS},
+                                reason="the run-log format has no unsplit seconds_step yet")
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "examples" / "trl_grpo" / "plan.toml"  # B = 2500 tokens, evaluations every B/4 = 625
 
@@ -276,3 +280,52 @@ def test_module_imports_without_torch_and_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)
     with pytest.raises(PreregError, match=r"pip install 'prereg-kit\[trl\]'"):
         trlmod._build()
+
+
+class SavableModel(torch.nn.Linear):
+    def __init__(self):
+        super().__init__(1, 1)
+
+    def save_pretrained(self, path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "config.json").write_text("{}")
+
+
+def test_deferred_evaluation_records_checkpoints_and_scores_them_later(study, tmp_path, monkeypatch):
+    import trainer.core.engines as engines
+    import trainer.core.policy as policy
+
+    import prereg_kit.integrations.trl_deferred as deferred
+    from prereg_kit.integrations.trl_command import app
+    from typer.testing import CliRunner
+
+    cb, ev = make(study, monkeypatch, evaluate="deferred")
+    tok = SimpleNamespace(padding_side="left", save_pretrained=lambda p: None)
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    with pytest.raises(PreregError, match="save_total_limit = 2 would remove"):
+        cb.on_train_begin(grpo_args(tmp_path, save_total_limit=2), st, control, model=SavableModel(), processing_class=tok)
+    cb.on_train_begin(args, st, control, model=SavableModel(), processing_class=tok)
+    while not control.should_training_stop:
+        step(cb, args, st, control, [20] * 16)
+        if control.should_save:  # TRL saves checkpoint-<step> after the log
+            SavableModel().save_pretrained(tmp_path / "out" / f"checkpoint-{st.global_step}")
+            control.should_save = False
+    cb.on_train_end(args, st, control)
+    assert ev.calls == [] and read_meta(cb.run_dir).status == "stopped"  # not complete before its evaluations
+    pending = deferred.read_pending(cb.run_dir)
+    assert [(e["eval_index"], e["iteration"], e["tokens"]) for e in pending] == [
+        (0, 0, 0), (1, 2, 640), (2, 4, 1280), (3, 6, 1920), (4, 8, 2560)]
+    assert [Path(e["checkpoint"]).name for e in pending] == [f"checkpoint-{s}" for s in (0, 2, 4, 6, 8)]
+    loaded = []
+    monkeypatch.setattr(policy, "load_policy", lambda cfg, path: loaded.append(Path(path).name) or "policy")
+    monkeypatch.setattr(engines, "HFEngine", lambda p: "engine")
+    monkeypatch.setattr(deferred, "evaluate", ev)
+    monkeypatch.setattr(deferred, "load_eval_sets", lambda spec, path: [])
+    monkeypatch.setattr(deferred, "prepare_assets", lambda *a, **k: SimpleNamespace(synthetic_eval=None))
+    r = CliRunner().invoke(app, [str(study)])
+    assert r.exit_code == 0, r.output
+    assert loaded == [f"checkpoint-{s}" for s in (0, 2, 4, 6, 8)]
+    assert ev.calls == [(0, 0, 0), (1, 2, 640), (2, 4, 1280), (3, 6, 1920), (4, 8, 2560)]
+    run = read_run(cb.run_dir, strict=True)
+    assert read_meta(cb.run_dir).status == "complete" and run.evals["eval_index"].tolist() == [0, 1, 2, 3, 4]
+    assert "nothing pending" in CliRunner().invoke(app, [str(study)]).output  # complete: never rescored

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import json
 import math
+
+import pandas as pd
 import sys
 import time
 from importlib import metadata
@@ -55,6 +57,7 @@ from trainer.core.evaluate import accuracy, evaluate as run_evaluation, load_eva
 from trainer.data.problems import load_problems, task_pool
 from trainer.launch import plan_jobs
 
+from .trl_deferred import read_pending, write_pending
 from .trl_rewards import BINARY_PREFIX, TokenCounter, reward_functions, unsupported
 
 EXTRA = "pip install 'prereg-kit[trl]'"
@@ -125,8 +128,9 @@ class _PreregCallback:
     def __init__(self, study_dir: str | Path, configuration: str, seed: int, *, stage: str = "main",
                  evaluate: str = "live", tokenizer: Any = None, eval_batch_size: int | None = None,
                  counter: TokenCounter | None = None) -> None:
-        if evaluate != "live":
-            raise PreregError(f"PreregCallback: evaluate = {evaluate!r}: only 'live' is available")
+        if evaluate not in ("live", "deferred"):
+            raise PreregError(f"PreregCallback: evaluate = {evaluate!r}: expected 'live' or 'deferred'")
+        self.deferred = evaluate == "deferred"
         pf = load_plan(study_dir)
         if stage == "main":
             require_locked(pf)  # before anything of the run is opened
@@ -202,6 +206,10 @@ class _PreregCallback:
     # ---------------------------------------------------------------- events
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         self.span = check_args(args, self.cfg, self.spec.configuration)
+        if self.deferred and args.save_total_limit:
+            raise PreregError(f"TRL: save_total_limit = {args.save_total_limit} would remove the checkpoints that "
+                              "deferred evaluation scores later; leave it unset")
+        self._output_dir = Path(args.output_dir)
         spec = self.spec
         by_it = spec.budget_iterations is not None
         self.schedule = Schedule(spec.eval_interval, spec.stop_tokens, spec.iteration_stop, self.counters, by_iterations=by_it)
@@ -218,12 +226,14 @@ class _PreregCallback:
         meta = self._meta(args, model)
         if resume:
             self.writer = RunLogWriter(folder, meta, resume=True, at_iteration=self.counters.iteration)
+            if self.deferred:
+                write_pending(folder, [e for e in read_pending(folder) if e["eval_index"] < self.counters.eval_index])
         else:
             if state.global_step:
                 raise PreregError(f"{folder}: TRL resumes at step {state.global_step} but the run has no log")
             self.writer = RunLogWriter(folder, meta)
         if self.counters.eval_index == 0:
-            self._evaluate(model, row=None)
+            self._evaluate(model, row=None, step=0)
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -262,7 +272,7 @@ class _PreregCallback:
         if self.schedule.eval_due(before, c.total_tokens):
             c.done = self.schedule.finished(c.total_tokens)
             if _main(state):
-                self._evaluate(model, row=row)
+                self._evaluate(model, row=row, step=state.global_step)
             control.should_save = True  # a checkpoint at each evaluation, as our trainer does: resumes start there
             control.should_training_stop = c.done
         elif _main(state):
@@ -273,8 +283,13 @@ class _PreregCallback:
         if not _main(state) or self.writer is None:
             return control
         c = self.counters
-        source = {**self.writer.meta.source, "tokens": self._counted}
+        source = {**self.writer.meta.source, "tokens": self._counted, "training_done": c.done}
         self.writer.meta = self.writer.meta.model_copy(update={"ended_at": utc_now(), "source": source})
+        if self.deferred and c.done:  # complete once `prereg evaluate-checkpoints` has scored the checkpoints
+            self.writer.finish("stopped")
+            print(f"{self.run_dir}: trained to train_to; score its checkpoints with "
+                  f"`prereg evaluate-checkpoints {self.spec.study_dir}`", file=sys.stderr)
+            return control
         if not c.done:
             self.writer.finish("stopped")
             print(f"{self.run_dir}: training ended at {c.total_tokens} generated tokens, before the plan's stop "
@@ -334,6 +349,8 @@ class _PreregCallback:
         (iterations before it, evaluations of policies up to it)."""
         it, _ = read_table(self.run_dir, "iterations")
         ev, _ = read_table(self.run_dir, "evals")
+        if self.deferred:  # the evaluation points recorded so far stand in for eval rows
+            ev = pd.DataFrame(read_pending(self.run_dir), columns=["eval_index", "iteration", "tokens"])
         if it is not None:
             it = it[it["iteration"] < at]
         if ev is not None:
@@ -352,8 +369,25 @@ class _PreregCallback:
             if self.spec.budget_tokens is not None:
                 c.budget_evaluated = bool((ev["tokens"] >= self.spec.budget_tokens).any())
 
-    def _evaluate(self, model, row: dict | None) -> None:
+    def _defer(self, model, row: dict | None, step: int) -> None:
+        """Deferred evaluation: record the counters and the checkpoint TRL saves after this log
+        (``checkpoint-<step>``; the initial policy is saved here as ``checkpoint-0``)."""
+        c = self.counters
+        ckpt = self._output_dir / f"checkpoint-{step}"
+        if row is None:
+            model.save_pretrained(ckpt)
+            self.tokenizer.save_pretrained(ckpt)
+        entry = {"eval_index": c.eval_index, "iteration": c.iteration, "tokens": c.total_tokens,
+                 "train_seconds": c.train_seconds, "updates": c.updates, "checkpoint": str(ckpt.resolve())}
+        if row is not None:
+            self.writer.log_iteration(row)
+        write_pending(self.run_dir, read_pending(self.run_dir) + [entry])
+        c.eval_index += 1
+
+    def _evaluate(self, model, row: dict | None, step: int = 0) -> None:
         """One evaluation with the built-in evaluator on the live model, timed apart from training."""
+        if self.deferred:
+            return self._defer(model, row, step)
         from trainer.core.engines import HFEngine  # noqa: PLC0415 — torch, only when evaluating
         from trainer.core.policy import Policy, autocast_dtype  # noqa: PLC0415
 
