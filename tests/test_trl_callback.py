@@ -204,7 +204,7 @@ def test_unlocked_changed_or_unnamed_runs_are_refused(tmp_path, study):
         PreregCallback(study, "GRPO", 0)
     with pytest.raises(PreregError, match=r"seed 3 is not a seed of configuration 'grpo' \(have: 0, 1, 2\)"):
         PreregCallback(study, "grpo", 3)
-    with pytest.raises(PreregError, match="only 'live'"):
+    with pytest.raises(PreregError, match="expected 'live' or 'deferred'"):
         PreregCallback(study, "grpo", 0, evaluate="later")
 
 
@@ -329,3 +329,20 @@ def test_deferred_evaluation_records_checkpoints_and_scores_them_later(study, tm
     run = read_run(cb.run_dir, strict=True)
     assert read_meta(cb.run_dir).status == "complete" and run.evals["eval_index"].tolist() == [0, 1, 2, 3, 4]
     assert "nothing pending" in CliRunner().invoke(app, [str(study)]).output  # complete: never rescored
+
+
+def test_a_run_resumed_after_its_last_evaluation_only_finishes(study, tmp_path, monkeypatch):
+    cb, ev = make(study, monkeypatch)
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
+    while not control.should_training_stop:
+        step(cb, args, st, control, [20] * 16)
+    cb.writer.__exit__(None, None, None)  # killed before on_train_end: the log says 'running'
+    cb2, ev2 = make(study, monkeypatch)
+    control2 = TrainerControl()
+    cb2.on_train_begin(args, state(step=8), control2, model=MODEL, processing_class=TOK)
+    assert control2.should_training_stop and ev2.calls == []
+    step(cb2, args, state(step=8), control2, [20] * 16)  # TRL's one step before it checks: not logged
+    cb2.on_train_end(args, state(step=9), control2)
+    run = read_run(cb2.run_dir, strict=True)
+    assert len(run.iterations) == 8 and read_meta(cb2.run_dir).status == "complete"

@@ -24,6 +24,8 @@ What is counted, in the papers' terms (paper 1 §2.3 and Appendix D; extract §3
   (B/16 by default), with the plan's sets, samples, temperature, top-p, verifiers and sampling
   seeds ``derive_seed(seed, e, "eval:<set>")`` (common random numbers with our own runs); run in
   ``on_log``, after the timed step. Training stops after the evaluation at or after ``train_to``.
+  ``evaluate="deferred"`` records a checkpoint per evaluation point instead, scored later by
+  ``prereg evaluate-checkpoints`` (``trl_deferred``) with the same evaluator and seeds.
 
 Refused with one line: a main-stage run of an unlocked or changed plan, a configuration or seed
 the stage does not have, TRL settings that differ from the preregistered recipe (group size,
@@ -234,6 +236,7 @@ class _PreregCallback:
             self.writer = RunLogWriter(folder, meta)
         if self.counters.eval_index == 0:
             self._evaluate(model, row=None, step=0)
+        control.should_training_stop = self.counters.done
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -249,6 +252,9 @@ class _PreregCallback:
     def on_log(self, args, state, control, logs=None, model=None, **kwargs):
         logs = logs or {}
         if "train_runtime" in logs:  # the trainer's closing summary, not a step
+            return control
+        if self.counters.done:  # resumed after the last evaluation: TRL runs a step before it stops; not the run's
+            control.should_training_stop = True
             return control
         if "completions/mean_length" in logs:
             if self._gen is not None:
@@ -368,6 +374,8 @@ class _PreregCallback:
             c.eval_index = int(ev["eval_index"].max()) + 1
             if self.spec.budget_tokens is not None:
                 c.budget_evaluated = bool((ev["tokens"] >= self.spec.budget_tokens).any())
+            # the last evaluation is in: the run ended there (a crash before the log was finished)
+            c.done = self.schedule.finished(c.total_tokens) and int(ev["iteration"].max()) == at
 
     def _defer(self, model, row: dict | None, step: int) -> None:
         """Deferred evaluation: record the counters and the checkpoint TRL saves after this log
