@@ -8,11 +8,11 @@ DEMO_DIR ?= build/demo
 ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
 
-.PHONY: install demo test test-slow figures cpu-studies registry-smoke clean
+.PHONY: install demo trl-example test test-slow figures cpu-studies registry-smoke clean
 
 .make-installed: pyproject.toml
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[dev,train]"
+	$(PYTHON) -m pip install -q -e ".[dev,train,trl,tensorboard]"
 	@touch $@
 
 install: .make-installed
@@ -28,6 +28,18 @@ demo: .make-installed
 	$(PREREG) run $(DEMO_DIR)
 	$(PREREG) analyze $(DEMO_DIR)
 	@echo "report: $(DEMO_DIR)/report/report.md"
+
+# Bring your own trainer: examples/trl_grpo copied to $(TRL_DIR), locked, its six runs trained by
+# TRL's GRPOTrainer through PreregCallback (examples/trl_grpo/train.py), analyzed (`make install` brings the `trl` extra).
+TRL_DIR ?= build/trl-example
+trl-example: .make-installed
+	rm -rf $(TRL_DIR) && mkdir -p $(dir $(TRL_DIR))
+	cp -r examples/trl_grpo $(TRL_DIR)
+	$(PREREG) lock $(TRL_DIR)/plan.toml
+	for c in grpo frozen; do for s in 0 1 2; do \
+	  $(PYTHON) $(TRL_DIR)/train.py $(TRL_DIR) --configuration $$c --seed $$s || exit 1; done; done
+	$(PREREG) analyze $(TRL_DIR)
+	@echo "report: $(TRL_DIR)/report/report.md"
 
 # The default suite (a few minutes on 2 cores); `make test-slow` runs the longer training tests.
 test: .make-installed
