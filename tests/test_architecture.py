@@ -41,7 +41,17 @@ LAYERS = {
     ],
     "analyses": [("analyses", ["analyses"])],
     "prereg_kit.integrations": [
-        ("core", ["prereg_kit.integrations.__init__"]),
+        ("core", ["prereg_kit.integrations.__init__", "prereg_kit.integrations.tracker_presets",
+                  "prereg_kit.integrations.rescore", "prereg_kit.integrations.importing"]),
+        ("readers", ["prereg_kit.integrations.trackers", "prereg_kit.integrations.tracker_evals",
+                     "prereg_kit.integrations.tracker_run", "prereg_kit.integrations.verl",
+                     "prereg_kit.integrations.openrlhf", "prereg_kit.integrations.trl_state",
+                     "prereg_kit.integrations.tensorboard", "prereg_kit.integrations.mlflow",
+                     "prereg_kit.integrations.wandb"]),
+        ("trl", ["prereg_kit.integrations.trl_rewards", "prereg_kit.integrations.trl_deferred",
+                 "prereg_kit.integrations.trl"]),
+        ("commands", ["prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
+                      "prereg_kit.integrations.trl_command"]),
     ],
     "figures": [
         ("helpers", ["figures.__init__", "figures.cpu_studies", "figures.paper_tables"]),
@@ -61,7 +71,8 @@ LAYERS = {
                       "trainer.gradient_test"]),
     ],
 }
-COMMANDS = ("prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
+COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
+            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 
 def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS) -> list[str]:

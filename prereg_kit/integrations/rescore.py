@@ -14,14 +14,14 @@ from typing import Sequence
 
 import pandas as pd
 
+from trainer.data.verifiers import get_verifier, has_boxed  # the trainer's verifiers: the preregistered rule
+
 SCORE_COLUMNS = ("correct", "correct_strict", "boxed")
 
 
 def rescore(outputs: Sequence[str], answers: Sequence[str]) -> pd.DataFrame:
     """One row per output: ``correct`` (default verifier), ``correct_strict`` (strict verifier),
     ``boxed`` (a closed boxed answer), each 0/1, in the order given."""
-    from trainer.data.verifiers import get_verifier, has_boxed  # the trainer's verifiers: the preregistered rule
-
     if len(outputs) != len(answers):
         raise ValueError(f"rescore: {len(outputs)} outputs but {len(answers)} answers")
     default, strict = get_verifier("default"), get_verifier("strict")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .rescore import score_problems
 from .trackers import TrackerError, evaluation_iteration
 
 KEYS = ("problem_id", "eval_set")
@@ -37,8 +38,6 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _rescore(df: pd.DataFrame) -> pd.DataFrame:
-    from .rescore import score_problems  # noqa: PLC0415 - the verifiers load only when outputs are given
-
     parts = []
     for (eval_set, it), g in df.groupby(["eval_set", "iteration"], sort=True):
         scored = score_problems(g[["problem_id", "output", "answer"]].reset_index(drop=True))

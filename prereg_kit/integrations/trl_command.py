@@ -10,8 +10,6 @@ import typer
 
 from prereg_kit.errors import PreregError
 
-from .trl_deferred import evaluate_checkpoints
-
 app = typer.Typer(add_completion=False)
 
 
@@ -19,6 +17,8 @@ app = typer.Typer(add_completion=False)
 def main(study: Path = typer.Argument(..., help="the study folder (plan.toml, runs/)"),
          stage: str = typer.Option("main", help="the stage whose runs to score")) -> None:
     """Score deferred TRL checkpoints with the plan's evaluations; finish and seal the runs."""
+    from .trl_deferred import evaluate_checkpoints  # the trainer loads only when the command runs
+
     try:
         done = evaluate_checkpoints(study, stage=stage, log=typer.echo)
     except PreregError as e:
