@@ -177,7 +177,8 @@ def test_rescore_and_score_problems_match_the_verifiers():
 
 def test_entry_point_group_wires_prereg_import(monkeypatch):
     ep = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["prereg_kit.commands"]
-    assert ep == {"import": "prereg_kit.integrations.command:app"}
+    assert ep == {"import": "prereg_kit.integrations.command:app",
+                  "evaluate-checkpoints": "prereg_kit.integrations.trl_command:app"}
 
     class EP:
         name = "import"

@@ -57,5 +57,5 @@ def test_refusals(tmp_path):
     with pytest.raises(PreregError, match=r"history.jsonl:8: step 1 logged again \(first at line 1\)"):
         import_openrlhf(p, args=ARGS, keys=keys)
     p.write_text("\n".join(lines) + "\n")
-    with pytest.raises(PreregError, match="total_length is below response_length"):
-        import_openrlhf(p, args=ARGS, keys=keys | {"length_mean": "train/total_length", "total_length": "train/response_length"})
+    with pytest.raises(PreregError, match="total_length_mean is below response_length"):
+        import_openrlhf(p, args=ARGS, keys=keys | {"length_mean": "train/total_length", "total_length_mean": "train/response_length"})

@@ -319,27 +319,16 @@ def test_counted_evals_from_tool_steps(tmp_path):
         import_wandb(_trl_history(tmp_path), preset="trl", trainer="trl", completions_per_step=8, wallclock=True, evals=ev)
 
 
-def test_output_evals_are_rescored(tmp_path, monkeypatch):
-    seen = []
-
-    def score_problems(df):
-        seen.append(df.copy())
-        ok = (df["output"] == df["answer"]).astype(int)
-        g = df.assign(c=ok).groupby("problem_id")["c"]
-        return pd.DataFrame({"samples": g.size(), "correct": g.sum(), "correct_strict": g.sum(), "boxed": 0})
-
-    try:
-        from prereg_kit.integrations import rescore  # noqa: F401 - the import core's, when merged
-        monkeypatch.setattr(rescore, "score_problems", score_problems)
-    except ImportError:
-        monkeypatch.setitem(sys.modules, "prereg_kit.integrations.rescore", types.SimpleNamespace(score_problems=score_problems))
+def test_output_evals_are_rescored(tmp_path):
+    """Raw outputs are scored with the preregistered verifiers (default, strict, boxed), not taken
+    from the tracker."""
     ev = tmp_path / "evals.parquet"
     pd.DataFrame({"problem_id": ["a", "b"], "eval_set": "math", "iteration": 0, "answer": ["1", "2"],
-                  "outputs": [["1", "2", "1"], ["x"]]}).to_parquet(ev)
+                  "outputs": [["\\boxed{1}", "\\boxed{2}", "The answer is 1"], ["x"]]}).to_parquet(ev)
     run = import_wandb(_trl_history(tmp_path), preset="trl", trainer="trl", completions_per_step=8, wallclock=True, evals=ev)
     got = run.evaluations.set_index("problem_id")
     assert got.loc["a", "samples"] == 3 and got.loc["a", "correct"] == 2 and got.loc["b", "correct"] == 0
-    assert len(seen) == 1 and len(seen[0]) == 4
+    assert got.loc["a", "correct_strict"] == 1 and got.loc["a", "boxed"] == 2 and got.loc["b", "samples"] == 1
     assert "re-scored" in run.source["files"][-1]["shape"]
 
 

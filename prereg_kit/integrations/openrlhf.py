@@ -28,10 +28,10 @@ import pandas as pd
 from ..errors import PreregError
 from .importing import STEP_SECONDS, ImportedRun, file_record, iterations_from_lengths
 from .rescore import read_outputs
+from .tracker_presets import OPENRLHF
 
-# our column -> OpenRLHF's logged key (as its W&B / TensorBoard logger names it)
-PRESET: dict[str, str] = {"step": "train/global_step", "length_mean": "train/response_length",
-                          "reward_mean": "train/reward", "total_length": "train/total_length"}
+# our column -> OpenRLHF's logged key (as its W&B / TensorBoard logger names it; shared with the tracker preset)
+PRESET: dict[str, str] = OPENRLHF
 
 
 def _strip(key: str) -> str:
@@ -104,14 +104,14 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
         raise PreregError(f"{p}: OpenRLHF logs no per-step training time we know of that leaves out evaluation and "
                           f"checkpointing: name the key that has it (--key {STEP_SECONDS}=KEY)")
     steps = read_metrics_jsonl(p, mapping["step"])
-    optional = {c: _strip(mapping[c]) for c in ("reward_mean", "truncation_rate", "total_length") if c in mapping}
+    optional = {c: _strip(mapping[c]) for c in ("reward_mean", "truncation_rate", "total_length_mean") if c in mapping}
     iterations = iterations_from_lengths(steps, where=str(p), length_key=_strip(mapping["length_mean"]),
                                          responses_per_step=responses_per_step, seconds_key=_strip(mapping[STEP_SECONDS]),
                                          updates_per_step=updates_per_step, optional=optional)
-    if "total_length" in iterations.columns:  # prompt + response mean: never below the response mean
-        bad = (iterations["total_length"] < iterations["length_mean"] - 1e-9).to_numpy().nonzero()[0]
-        if bad.size and not math.isnan(iterations["total_length"].iloc[int(bad[0])]):
-            raise PreregError(f"{p}: step {int(bad[0]) + 1}: total_length is below response_length: the keys are swapped?")
+    if "total_length_mean" in iterations.columns:  # prompt + response mean: never below the response mean
+        bad = (iterations["total_length_mean"] < iterations["length_mean"] - 1e-9).to_numpy().nonzero()[0]
+        if bad.size and not math.isnan(iterations["total_length_mean"].iloc[int(bad[0])]):
+            raise PreregError(f"{p}: step {int(bad[0]) + 1}: total_length_mean is below response_length: the keys are swapped?")
     files = [file_record(p, p.parent)] + ([file_record(args_path, args_path.parent)] if args_path else [])
     if evaluations is not None:
         try:

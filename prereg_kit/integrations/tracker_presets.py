@@ -7,6 +7,25 @@ from __future__ import annotations
 
 from prereg_kit.errors import PreregError
 
+# verl's stage timers -> our training stages, as the built-in trainer times them (trainer/loop.py):
+# the old and reference policies' log-probabilities are computed inside our update, a critic's fit
+# is credit assignment; a timer a run does not log took no time. ``timing_s/step`` is in no stage:
+# it includes validation and checkpointing. verl versions without ``timing_s/update_weights`` sync
+# inside generation's sharding manager, so that time is in generation. One table for the verl
+# importer and the tracker preset.
+VERL_STAGES: dict[str, tuple[str, ...]] = {
+    "seconds_generation": ("timing_s/gen",),
+    "seconds_credit": ("timing_s/reward", "timing_s/values", "timing_s/adv", "timing_s/update_critic"),
+    "seconds_update": ("timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor"),
+    "seconds_weight_sync": ("timing_s/update_weights",),
+}
+
+# OpenRLHF (0.5-0.8 PPOTrainer; its W&B / TensorBoard loggers prefix ``train/``): per global step,
+# mean lengths and reward; no stage timers. Key names assumed from those versions, not checked
+# against a release (docs/integrations.md says so). One table for both importers.
+OPENRLHF: dict[str, str] = {"step": "train/global_step", "length_mean": "train/response_length",
+                            "reward_mean": "train/reward", "total_length_mean": "train/total_length"}
+
 PRESETS: dict[str, dict[str, str]] = {
     # TRL GRPOTrainer (0.14–0.2x): one logged step per optimizer step, completion metrics of the
     # global generation batch; ``num_tokens`` is cumulative prompt + completion (cross-check only).
@@ -27,21 +46,9 @@ PRESETS: dict[str, dict[str, str]] = {
         "truncation_rate": "response_length/clip_ratio",
         "reward_mean": "critic/score/mean",
         "generation_batches": "batch/num_gen_batches",
-        "seconds_generation": "timing_s/gen",
-        "seconds_credit+reward": "timing_s/reward",
-        "seconds_credit+adv": "timing_s/adv",
-        "seconds_update+old_log_prob": "timing_s/old_log_prob",
-        "seconds_update+ref": "timing_s/ref",
-        "seconds_update+actor": "timing_s/update_actor",
-        "seconds_update+critic": "timing_s/update_critic",
+        **{f"{stage}+{key.rsplit('/', 1)[1]}": key for stage, keys in VERL_STAGES.items() for key in keys},
     },
-    # OpenRLHF (0.5–0.8 PPOTrainer, wandb/tensorboard loggers): ``train/<key>`` per global step,
-    # mean lengths and reward; no stage timers (use a custom preset or --wallclock).
-    "openrlhf": {
-        "length_mean": "train/response_length",
-        "total_length_mean": "train/total_length",
-        "reward_mean": "train/reward",
-    },
+    "openrlhf": {k: v for k, v in OPENRLHF.items() if k != "step"},
 }
 
 

@@ -15,10 +15,10 @@ seconds split into stages; evaluations are read at matched compute):
   response; with the prompt and response length means, the response share is
   ``total x r / (p + r)`` (= responses x mean response length); without the total, the response
   mean times the responses per step (``data.train_batch_size x actor_rollout_ref.rollout.n``);
-- stages: generation = ``timing_s/gen``; credit = ``reward + old_log_prob + ref + values + adv``;
-  update = ``update_actor + update_critic``; weight sync = ``update_weights`` where logged, else
-  0 (older verl syncs inside generation's sharding manager, so the time is in generation);
-  selection = 0. ``timing_s/step`` includes validation and checkpointing and is never used;
+- stages: :data:`~.tracker_presets.VERL_STAGES` (generation = ``gen``; credit = ``reward +
+  values + adv + update_critic``; update = ``old_log_prob + ref + update_actor``, as the built-in
+  trainer times them; weight sync = ``update_weights`` where logged, else 0: older verl syncs
+  inside generation's sharding manager, so the time is in generation); selection = 0. ``timing_s/step`` includes validation and checkpointing and is never used;
 - updates per step: ``ppo_epochs x (train_batch_size // ppo_mini_batch_size)`` optimizer steps;
 - evaluations: every output of a validation dump re-scored with our verifiers
   (:mod:`.rescore`); a problem is its input text (``problem_id`` = a hash of it unless the dump
@@ -46,15 +46,14 @@ import pandas as pd
 from ..errors import PreregError
 from .importing import ImportedRun, file_record
 from .rescore import score_problems
+from .tracker_presets import VERL_STAGES
 
 GEN, UPDATE_ACTOR, STEP = "timing_s/gen", "timing_s/update_actor", "timing_s/step"
-CREDIT = ("timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values", "timing_s/adv")
 TOTAL, PROMPT_MEAN, RESPONSE_MEAN = "perf/total_num_tokens", "prompt_length/mean", "response_length/mean"
 TRAINING_KEYS = (GEN, TOTAL, RESPONSE_MEAN, UPDATE_ACTOR)
 KEY_MAP = {
     "tokens_rollout": f"{TOTAL} x {RESPONSE_MEAN} / ({PROMPT_MEAN} + {RESPONSE_MEAN}), else {RESPONSE_MEAN} x responses per step",
-    "seconds_selection": "0", "seconds_generation": GEN, "seconds_credit": " + ".join(CREDIT),
-    "seconds_update": f"{UPDATE_ACTOR} + timing_s/update_critic", "seconds_weight_sync": "timing_s/update_weights, else 0",
+    "seconds_selection": "0", **{stage: " + ".join(keys) for stage, keys in VERL_STAGES.items()},
     "updates": "ppo_epochs x (train_batch_size // ppo_mini_batch_size) per step",
     "reward_mean": "critic/score/mean", "length_mean": RESPONSE_MEAN, "truncation_rate": "response_length/clip_ratio",
 }
@@ -150,7 +149,7 @@ def iterations_from_steps(steps: pd.DataFrame, *, where: str, responses_per_step
             if STEP in train.columns and not pd.isna(train[STEP].iloc[i]):
                 raise PreregError(f"{where}:{int(train['line'].iloc[i])}: only {STEP} is logged, which includes validation "
                                   f"and checkpointing; the stage timers ({GEN}, {UPDATE_ACTOR}, ...) are needed")
-        gen, upd = _num(train, GEN, i, where), _num(train, UPDATE_ACTOR, i, where)
+        _num(train, GEN, i, where), _num(train, UPDATE_ACTOR, i, where)  # required timers (missing: refused)
         r = _num(train, RESPONSE_MEAN, i, where)
         if TOTAL in train.columns and not pd.isna(train[TOTAL].iloc[i]):
             total, p = _num(train, TOTAL, i, where), _num(train, PROMPT_MEAN, i, where)
@@ -165,10 +164,9 @@ def iterations_from_steps(steps: pd.DataFrame, *, where: str, responses_per_step
             raise PreregError(f"{where}:{int(train['line'].iloc[i])}: {TOTAL} not logged: give the responses per step "
                               "(--config with data.train_batch_size and actor_rollout_ref.rollout.n, or --responses-per-step)")
         row = {"iteration": i, "tokens_rollout": int(tokens), "tokens_continuation": 0, "tokens_discarded": 0,
-               "seconds_selection": 0.0, "seconds_generation": gen,
-               "seconds_credit": sum(_opt(train, k, i) for k in CREDIT),
-               "seconds_update": upd + _opt(train, "timing_s/update_critic", i),
-               "seconds_weight_sync": _opt(train, "timing_s/update_weights", i),
+               "seconds_selection": 0.0,
+               **{stage: sum(_num(train, k, i, where) if k in (GEN, UPDATE_ACTOR) else _opt(train, k, i) for k in keys)
+                  for stage, keys in VERL_STAGES.items()},
                "updates": (i + 1) * updates_per_step, "length_mean": r, "verl_step": int(train["step"].iloc[i])}
         for col, key in (("reward_mean", "critic/score/mean"), ("truncation_rate", "response_length/clip_ratio"),
                          ("total_num_tokens", TOTAL)):
