@@ -132,7 +132,7 @@ def test_no_usable_evaluation_and_runs_that_stop_short_are_refused(logged):
     x = read_extrapolated(short, "critic", "outcome", E, BUDGET, EVERY, allow_unpaired=True)
     assert sorted(x.per_seed["seed"]) == [0, 1, 3, 4]
     lone = logged[~((logged["configuration"] == "outcome") & (logged["seed"] == 4))]
-    with pytest.raises(ReadingError, match="seed 4: configuration 'critic' has a run, 'outcome' has none"):
+    with pytest.raises(ReadingError, match="seed 4: configuration 'critic' has evaluations, 'outcome' has none"):
         read_extrapolated(lone, "critic", "outcome", E, BUDGET, EVERY)
 
 

@@ -159,7 +159,7 @@ def test_matrices_interpolate_per_problem():
 
 def test_pairing_missing_seed():
     ev = frame(run_rows("trt", 0, **TRT), run_rows("trt", 1, **TRT), run_rows("ctl", 0, **CTL))
-    with pytest.raises(PairingError, match=r"^seed 1: configuration 'trt' has a run, 'ctl' has none$"):
+    with pytest.raises(PairingError, match=r"^seed 1: configuration 'trt' has evaluations, 'ctl' has none \(no run, or a run that logged no evaluations\)$"):
         paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", budget=B))
     pr = paired_readings(curves(ev), "trt", "ctl", ReadingPoint("tokens", budget=B), allow_unpaired=True)
     assert pr.table["seed"].tolist() == [0]
@@ -239,7 +239,7 @@ def test_admission_rules_report_every_exclusion():
     assert both.exclusions["rule"].tolist() == ["min_iteration", "status"]
     assert set(map(tuple, both.kept[["configuration", "seed"]].drop_duplicates().values.tolist())) == {("trt", 0), ("ctl", 1)}
     # The excluded runs then surface as unpaired seeds, never silently.
-    with pytest.raises(PairingError, match="seed 0: configuration 'trt' has a run, 'ctl' has none"):
+    with pytest.raises(PairingError, match="seed 0: configuration 'trt' has evaluations, 'ctl' has none"):
         paired_readings(both.kept, "trt", "ctl", ReadingPoint("tokens", budget=B))
     with pytest.raises(ReadingError, match="needs the iteration rows"):
         apply_admission(c, min_iteration=28)

@@ -110,7 +110,7 @@ def read_extrapolated(curves: pd.DataFrame, treatment: str, control: str, e: flo
     if (st ^ sc) and not allow_unpaired:
         s = min(st ^ sc)
         has, lacks = (treatment, control) if s in st else (control, treatment)
-        raise PairingError(f"seed {s}: configuration {has!r} has a run, {lacks!r} has none")
+        raise PairingError(f"seed {s}: configuration {has!r} has evaluations, {lacks!r} has none (no run, or a run that logged no evaluations)")
     rows, points = [], []
     tu = t[ok]
     for s in sorted(st & sc):

@@ -292,7 +292,7 @@ def check_pairing(curves: pd.DataFrame, treatment: str, control: str, *,
     st, sc = {k[1] for k in t}, {k[1] for k in c}
     for s in sorted(st ^ sc):
         has, lacks = (treatment, control) if s in st else (control, treatment)
-        issues.append((s, lacks, f"seed {s}: configuration {has!r} has a run, {lacks!r} has none"))
+        issues.append((s, lacks, f"seed {s}: configuration {has!r} has evaluations, {lacks!r} has none (no run, or a run that logged no evaluations)"))
     for s in sorted(st & sc):
         rt, rc = t[(treatment, s)], c[(control, s)]
         sets = {}
