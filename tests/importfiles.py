@@ -163,17 +163,22 @@ def trl_state(steps: int = 6, *, every: int = 1, completions: int = 8, step_time
             "train_batch_size": 4, "trial_name": None, "trial_params": None}
 
 
-def openrlhf_lines(steps: int = 6, *, time_key: str = "train/step_time") -> str:
-    """OpenRLHF's logged train/ keys per rollout step, as a W&B history exported to JSON lines."""
+def openrlhf_lines(steps: int = 6, *, samples: int = 16, time: bool = True, extra: dict | None = None) -> str:
+    """OpenRLHF 0.11's logged keys per rollout step (``status`` of ``PPOTrainer.train_step`` with
+    ``_compute_rollout_stats`` and the ``timing/*`` keys; its loggers prefix ``train/``), as a W&B
+    history exported to JSON lines; then one eval/ line."""
     out = []
     for step in range(1, steps + 1):
-        rec = {"train/global_step": step, "train/policy_loss": 0.1, "train/kl": 0.001, "train/reward": 0.4,
-               "train/return": 0.4, "train/response_length": 30.0, "train/total_length": 45.0, "train/actor_lr": 1e-6,
-               "_step": step - 1}
-        if time_key:
-            rec[time_key] = 4.0
+        rec = {"train/global_step": step, "train/policy_loss": 0.1, "train/kl": 0.001, "train/actor_lr": 1e-6,
+               "train/rollout/reward_mean": 0.4, "train/rollout/reward_std": 0.2,
+               "train/rollout/response_length_mean": 30.0, "train/rollout/truncated_rate": 0.0,
+               "train/rollout/num_samples": float(samples), "train/timing/generation": 2.0,
+               "train/timing/make_experience": 1.0, "train/timing/ppo_train": 0.9, "train/timing/broadcast": 0.1,
+               "_step": step - 1, **(extra or {})}
+        if time:
+            rec["train/timing/step_total"] = 4.0
         out.append(json.dumps(rec) + "\n")
-    out.append(json.dumps({"eval/epoch": 1, "eval/test_pass1": 0.3}) + "\n")
+    out.append(json.dumps({"eval/epoch": 1, "eval/eval_pass1": 0.3}) + "\n")
     return "".join(out)
 
 

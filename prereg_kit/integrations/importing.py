@@ -124,12 +124,13 @@ def place_evaluations(iterations: pd.DataFrame, evaluations: pd.DataFrame) -> pd
     return ev.sort_values(["eval_index", "eval_set"], kind="stable", ignore_index=True)
 
 
-def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str, responses_per_step: int,
+def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str, responses_per_step: int | np.ndarray,
                             seconds_key: str, updates_per_step: int, optional: dict[str, str] | None = None) -> pd.DataFrame:
     """Iteration rows for a trainer that logs a mean completion length and one step time per step.
 
     ``steps``: one row per training step (``step`` 1..n, every step present; ``line`` names where
-    it was read). Generated tokens = mean completion length x completions of the step (the tool's
+    it was read). Generated tokens = mean completion length x completions of the step (one number,
+    or one per step where the tool logs it; the tool's
     token counters include prompts); ``seconds_step`` = the step time, unsplit; updates cumulative.
     ``optional`` maps run-log columns (``reward_mean``, ``truncation_rate`` ...) to logged keys.
     """
@@ -151,7 +152,7 @@ def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str,
             raise PreregError(f"{where}:{steps['line'].iloc[i] if 'line' in steps.columns else ''}: step {got[i]}: key "
                               f"{key!r} is {steps[key].iloc[i]!r}, expected a number >= 0")
     length = steps[length_key].to_numpy(dtype=float)
-    out = pd.DataFrame({"iteration": np.arange(len(steps)), "tokens_rollout": np.rint(length * responses_per_step).astype(np.int64),
+    out = pd.DataFrame({"iteration": np.arange(len(steps)), "tokens_rollout": np.rint(length * np.asarray(responses_per_step, dtype=float)).astype(np.int64),
                         "tokens_continuation": 0, "tokens_discarded": 0,
                         STEP_SECONDS: steps[seconds_key].to_numpy(dtype=float),
                         "updates": (np.arange(len(steps)) + 1) * updates_per_step, "length_mean": length})

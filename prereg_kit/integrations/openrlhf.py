@@ -6,14 +6,17 @@ writes no JSON-lines file of its own. This importer reads one JSON object per li
 keys (``train/`` prefix optional), e.g. a W&B history exported as JSON lines; the trackers'
 importers (TensorBoard, MLflow, W&B) read the same keys through :data:`PRESET`.
 
-Keys assumed (OpenRLHF 0.5-0.8's ``status`` dict; not checked against every release, so each can
-be overridden with ``--key COLUMN=KEY``): ``global_step``, ``response_length`` (mean completion
-tokens of the step's samples), ``reward``, ``total_length``. OpenRLHF logs no per-step training
-time we know of that excludes evaluation and checkpointing: map one (``--key seconds_step=KEY``)
-or the import is refused. Mapping (paper 1 §2.2): generated tokens = ``response_length`` x
-samples per step (``rollout_batch_size x n_samples_per_prompt``); updates per step =
-``max_epochs x samples per step // train_batch_size``. A run with ``dynamic_filtering`` is
-refused (the filtered-out groups' tokens are not logged).
+Keys (OpenRLHF 0.11, checked against its source; :data:`~.tracker_presets.OPENRLHF`; each can
+be overridden with ``--key COLUMN=KEY`` for another version): ``global_step``,
+``rollout/response_length_mean``, ``rollout/num_samples``, ``rollout/reward_mean``,
+``rollout/truncated_rate``, ``timing/step_total``. Mapping (paper 1 §2.2): generated tokens of a
+step = mean response length x the step's samples (logged per step; else ``rollout.batch_size x
+rollout.n_samples_per_prompt`` from its arguments or ``--responses-per-step``); training seconds =
+``timing/step_total``, unsplit (it is taken before evaluation and checkpointing; its
+``make_experience`` part mixes rewards with the old and reference log-probabilities, which our
+stages put in credit and update); updates per step = ``train.max_epochs x samples //
+train.batch_size``. Dynamic filtering (``algo.dynamic_filtering_enable``, or a logged
+``dynamic_filtering_pass_rate``) is refused: the filtered-out groups' tokens are not logged.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import math
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import PreregError
 from .importing import STEP_SECONDS, ImportedRun, file_record, iterations_from_lengths
 from .rescore import read_outputs
 from .tracker_presets import OPENRLHF
+
+SAMPLES = "samples_per_step"
 
 # our column -> OpenRLHF's logged key (as its W&B / TensorBoard logger names it; shared with the tracker preset)
 PRESET: dict[str, str] = OPENRLHF
@@ -71,6 +77,29 @@ def read_metrics_jsonl(path: str | Path, step_key: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _arg(cfg: dict, nested: str, flat: str):
+    """An OpenRLHF argument: nested (0.11: ``rollout.batch_size``) or flat (older: ``rollout_batch_size``)."""
+    node = cfg
+    for part in nested.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if node is not None else cfg.get(flat)
+
+
+def _logged_samples(steps: pd.DataFrame, key: str, expected: int | None, where: Path):
+    """The samples of each step where OpenRLHF logs them (``rollout/num_samples``), checked against
+    the arguments' count; None when not logged."""
+    if key not in steps.columns:
+        return None
+    v = pd.to_numeric(steps.sort_values("step")[key], errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(~np.isfinite(v) | (v < 1) | (v != np.round(v)))
+    if bad.size:
+        raise PreregError(f"{where}: step {int(bad[0]) + 1}: {key} is {v[bad[0]]!r}, expected a whole number >= 1")
+    if expected is not None and (v != expected).any():
+        k = int(np.flatnonzero(v != expected)[0])
+        raise PreregError(f"{where}: step {k + 1}: {key} = {int(v[k])}, but the arguments give {expected} samples per step")
+    return v
+
+
 def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, args: str | Path | dict | None = None,
                     updates_per_step: int | None = None, keys: dict[str, str] | None = None,
                     evaluations: str | Path | None = None, eval_set: str | None = None, eval_seed: int | None = None,
@@ -82,31 +111,33 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
     args_path = Path(args) if isinstance(args, (str, Path)) else None
     cfg = json.loads(args_path.read_text()) if args_path else dict(args or {})
     where_args = str(args_path) if args_path else "--args"
-    if cfg.get("dynamic_filtering"):
-        raise PreregError(f"{where_args}: dynamic_filtering is on: the filtered-out groups' tokens are not logged")
-    samples = (cfg.get("rollout_batch_size") or 0) * (cfg.get("n_samples_per_prompt") or 1)
+    if _arg(cfg, "algo.dynamic_filtering_enable", "dynamic_filtering"):
+        raise PreregError(f"{where_args}: dynamic filtering is on: the filtered-out groups' tokens are not logged")
+    mapping = {**PRESET, **(keys or {})}
+    unknown = sorted(set(keys or {}) - set(PRESET))
+    if unknown:
+        raise PreregError(f"--key: {unknown[0]!r} is not a column the preset maps (have: {', '.join(sorted(PRESET))})")
+    steps = read_metrics_jsonl(p, mapping["step"])
+    if "dynamic_filtering_pass_rate" in steps.columns:
+        raise PreregError(f"{p}: dynamic_filtering_pass_rate is logged: dynamic filtering was on, and the "
+                          "filtered-out groups' tokens are not logged")
+    samples = (_arg(cfg, "rollout.batch_size", "rollout_batch_size") or 0) * (_arg(cfg, "rollout.n_samples_per_prompt", "n_samples_per_prompt") or 1)
     if responses_per_step is None and samples:
         responses_per_step = int(samples)
-    if responses_per_step is None:
+    per_step = _logged_samples(steps, _strip(mapping[SAMPLES]), responses_per_step, p)
+    if per_step is None and responses_per_step is None:
         raise PreregError(f"{p}: the samples per step are not logged: give --responses-per-step "
-                          "(rollout_batch_size x n_samples_per_prompt) or --args")
+                          "(rollout.batch_size x rollout.n_samples_per_prompt) or --args")
     if updates_per_step is None:
-        tbs = cfg.get("train_batch_size")
+        tbs = _arg(cfg, "train.batch_size", "train_batch_size")
         if not tbs:
-            raise PreregError(f"{where_args}: train_batch_size needed for the updates per step (or give --updates-per-step)")
-        updates_per_step = max(int(cfg.get("max_epochs", 1)) * responses_per_step // int(tbs), 1)
-    mapping = {**PRESET, **(keys or {})}
-    unknown = sorted(set(keys or {}) - set(PRESET) - {STEP_SECONDS, "truncation_rate"})
-    if unknown:
-        raise PreregError(f"--key: {unknown[0]!r} is not a column the preset maps (have: "
-                          f"{', '.join(sorted(set(PRESET) | {STEP_SECONDS, 'truncation_rate'}))})")
-    if STEP_SECONDS not in mapping:
-        raise PreregError(f"{p}: OpenRLHF logs no per-step training time we know of that leaves out evaluation and "
-                          f"checkpointing: name the key that has it (--key {STEP_SECONDS}=KEY)")
-    steps = read_metrics_jsonl(p, mapping["step"])
+            raise PreregError(f"{where_args}: train.batch_size needed for the updates per step (or give --updates-per-step)")
+        n = responses_per_step or int(per_step[0])
+        updates_per_step = max(int(_arg(cfg, "train.max_epochs", "max_epochs") or 1) * n // int(tbs), 1)
     optional = {c: _strip(mapping[c]) for c in ("reward_mean", "truncation_rate", "total_length_mean") if c in mapping}
     iterations = iterations_from_lengths(steps, where=str(p), length_key=_strip(mapping["length_mean"]),
-                                         responses_per_step=responses_per_step, seconds_key=_strip(mapping[STEP_SECONDS]),
+                                         responses_per_step=per_step if per_step is not None else responses_per_step,
+                                         seconds_key=_strip(mapping[STEP_SECONDS]),
                                          updates_per_step=updates_per_step, optional=optional)
     if "total_length_mean" in iterations.columns:  # prompt + response mean: never below the response mean
         bad = (iterations["total_length_mean"] < iterations["length_mean"] - 1e-9).to_numpy().nonzero()[0]
@@ -123,7 +154,9 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
             ev["eval_seed"] = int(eval_seed)
     else:
         ev = pd.DataFrame(columns=["iteration", "eval_set", "problem_id", "samples", "correct"])
-    notes = ["stages not split: seconds_step only (stage shares unavailable)"]
+    notes = ["stages not split: seconds_step only (stage shares unavailable)",
+             "tokens: mean response length x " + ("the logged samples of each step" if per_step is not None
+                                                  else f"{responses_per_step} samples per step")]
     return ImportedRun(trainer=trainer, importer="openrlhf", iterations=iterations, evaluations=ev, config=cfg,
                        source={"files": files, "key_map": mapping, "responses_per_step": responses_per_step,
                                "updates_per_step": updates_per_step, "notes": notes},

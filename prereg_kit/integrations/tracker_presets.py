@@ -20,11 +20,16 @@ VERL_STAGES: dict[str, tuple[str, ...]] = {
     "seconds_weight_sync": ("timing_s/update_weights",),
 }
 
-# OpenRLHF (0.5-0.8 PPOTrainer; its W&B / TensorBoard loggers prefix ``train/``): per global step,
-# mean lengths and reward; no stage timers. Key names assumed from those versions, not checked
-# against a release (docs/integrations.md says so). One table for both importers.
-OPENRLHF: dict[str, str] = {"step": "train/global_step", "length_mean": "train/response_length",
-                            "reward_mean": "train/reward", "total_length_mean": "train/total_length"}
+# OpenRLHF 0.11 (checked against its source, openrlhf/trainer/ppo_trainer.py: ``_compute_rollout_stats``
+# and the ``timing/*`` keys; its W&B / TensorBoard loggers prefix ``train/``): per global step, the
+# mean response length and the number of samples (so generated tokens are exact per step), reward,
+# truncation, and ``timing/step_total`` = generation + make_experience + ppo_train + broadcast,
+# taken before evaluation and checkpointing. make_experience computes rewards together with the old
+# and reference log-probabilities (credit and update in our stages), so the time is kept unsplit.
+# One table for both importers.
+OPENRLHF: dict[str, str] = {"step": "train/global_step", "length_mean": "train/rollout/response_length_mean",
+                            "samples_per_step": "train/rollout/num_samples", "reward_mean": "train/rollout/reward_mean",
+                            "truncation_rate": "train/rollout/truncated_rate", "seconds_step": "train/timing/step_total"}
 
 PRESETS: dict[str, dict[str, str]] = {
     # TRL GRPOTrainer (0.14–0.2x): one logged step per optimizer step, completion metrics of the
@@ -48,7 +53,7 @@ PRESETS: dict[str, dict[str, str]] = {
         "generation_batches": "batch/num_gen_batches",
         **{f"{stage}+{key.rsplit('/', 1)[1]}": key for stage, keys in VERL_STAGES.items() for key in keys},
     },
-    "openrlhf": {k: v for k, v in OPENRLHF.items() if k != "step"},
+    "openrlhf": {k: v for k, v in OPENRLHF.items() if k not in ("step", "samples_per_step")},
 }
 
 
