@@ -131,7 +131,10 @@ def import_trl_state(path: str | Path, *, completions_per_step: int | None = Non
             ev["eval_seed"] = int(eval_seed)
     else:
         ev = pd.DataFrame(columns=["iteration", "eval_set", "problem_id", "samples", "correct"])
-    notes = ["stages not split: seconds_step only (stage shares unavailable)"]
+    # TRL times GRPOTrainer.training_step (generation, weight sync to vLLM, forward and backward of
+    # every micro-step) but not the optimizer step that follows it (trl 1.16): an undercount, said
+    notes = ["stages not split: seconds_step only (stage shares unavailable)",
+             "seconds_step = TRL's step_time, which leaves out the optimizer step itself"]
     if eval_seed is None:
         notes.append("evaluation sampling seed not known")
     return ImportedRun(trainer=trainer, importer="trl-state", iterations=iterations, evaluations=ev, config=cfg,
