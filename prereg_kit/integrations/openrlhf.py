@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..errors import PreregError
 from .importing import STEP_SECONDS, ImportedRun, file_record, iterations_from_lengths
-from .rescore import read_outputs
+from .rescore import json_lines, outputs_evaluations
 from .tracker_presets import OPENRLHF
 
 SAMPLES = "samples_per_step"
@@ -50,28 +50,21 @@ def read_metrics_jsonl(path: str | Path, step_key: str) -> pd.DataFrame:
     p = Path(path)
     rows, seen = [], {}
     sk = _strip(step_key)
-    with open(p, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PreregError(f"{p}:{n}: not a JSON line ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise PreregError(f"{p}:{n}: expected a JSON object of logged keys")
-            rec = {_strip(k): v for k, v in rec.items()}
-            if sk not in rec:
-                continue
-            step = rec[sk]
-            if isinstance(step, float) and step.is_integer():
-                step = int(step)
-            if not isinstance(step, int) or isinstance(step, bool):
-                raise PreregError(f"{p}:{n}: key {step_key!r}: expected an integer step, got {step!r}")
-            if step in seen:
-                raise PreregError(f"{p}:{n}: step {step} logged again (first at line {seen[step]})")
-            seen[step] = n
-            rows.append({**rec, "step": step, "line": n})
+    for n, rec in json_lines(p):
+        if not isinstance(rec, dict):
+            raise PreregError(f"{p}:{n}: expected a JSON object of logged keys")
+        rec = {_strip(k): v for k, v in rec.items()}
+        if sk not in rec:
+            continue
+        step = rec[sk]
+        if isinstance(step, float) and step.is_integer():
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise PreregError(f"{p}:{n}: key {step_key!r}: expected an integer step, got {step!r}")
+        if step in seen:
+            raise PreregError(f"{p}:{n}: step {step} logged again (first at line {seen[step]})")
+        seen[step] = n
+        rows.append({**rec, "step": step, "line": n})
     if not rows:
         raise PreregError(f"{p}: no line has the step key {step_key!r}")
     return pd.DataFrame(rows)
@@ -144,16 +137,8 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
         if bad.size and not math.isnan(iterations["total_length_mean"].iloc[int(bad[0])]):
             raise PreregError(f"{p}: step {int(bad[0]) + 1}: total_length_mean is below response_length: the keys are swapped?")
     files = [file_record(p, p.parent)] + ([file_record(args_path, args_path.parent)] if args_path else [])
-    if evaluations is not None:
-        try:
-            ev = read_outputs(evaluations, eval_set=eval_set)
-        except ValueError as e:
-            raise PreregError(str(e)) from None
-        files.append(file_record(evaluations, Path(evaluations).parent) | {"kind": "evaluation outputs"})
-        if eval_seed is not None:
-            ev["eval_seed"] = int(eval_seed)
-    else:
-        ev = pd.DataFrame(columns=["iteration", "eval_set", "problem_id", "samples", "correct"])
+    ev, more = outputs_evaluations(evaluations, eval_set=eval_set, eval_seed=eval_seed)
+    files += more
     notes = ["stages not split: seconds_step only (stage shares unavailable)",
              "tokens: mean response length x " + ("the logged samples of each step" if per_step is not None
                                                   else f"{responses_per_step} samples per step")]

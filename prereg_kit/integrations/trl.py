@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from prereg_kit import __version__
-from prereg_kit.errors import PreregError, ViolationError
+from prereg_kit.errors import PreregError
 from prereg_kit.jobs import planned_runs, require_locked
 from prereg_kit.plan import load_plan
-from prereg_kit.runlog import RunLogWriter, RunMeta, read_meta, read_table, utc_now
+from prereg_kit.runlog import RunLogWriter, RunMeta, read_table, utc_now
 from prereg_kit.seal import seal_runs
 from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters, Schedule

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..errors import PreregError
 from .importing import ImportedRun, file_record, iterations_from_lengths
-from .rescore import read_outputs
+from .rescore import outputs_evaluations
 
 STATE_FILE = "trainer_state.json"
 LENGTH, TIME = "completions/mean_length", "step_time"
@@ -121,16 +121,8 @@ def import_trl_state(path: str | Path, *, completions_per_step: int | None = Non
                               f"{completions_per_step} completions is {iterations['tokens_rollout'].iloc[i]}: the completions "
                               "per step are wrong")
     files = [file_record(p, p.parent)] + ([file_record(args_path, args_path.parent)] if args_path else [])
-    if evaluations is not None:
-        try:
-            ev = read_outputs(evaluations, eval_set=eval_set)
-        except ValueError as e:
-            raise PreregError(str(e)) from None
-        files.append(file_record(evaluations, Path(evaluations).parent) | {"kind": "evaluation outputs"})
-        if eval_seed is not None:
-            ev["eval_seed"] = int(eval_seed)
-    else:
-        ev = pd.DataFrame(columns=["iteration", "eval_set", "problem_id", "samples", "correct"])
+    ev, more = outputs_evaluations(evaluations, eval_set=eval_set, eval_seed=eval_seed)
+    files += more
     # TRL times GRPOTrainer.training_step (generation, weight sync to vLLM, forward and backward of
     # every micro-step) but not the optimizer step that follows it (trl 1.16): an undercount, said
     notes = ["stages not split: seconds_step only (stage shares unavailable)",

@@ -45,7 +45,7 @@ import pandas as pd
 
 from ..errors import PreregError
 from .importing import ImportedRun, file_record
-from .rescore import score_problems
+from .rescore import json_lines, score_problems
 from .tracker_presets import VERL_STAGES
 
 GEN, UPDATE_ACTOR, STEP = "timing_s/gen", "timing_s/update_actor", "timing_s/step"
@@ -93,22 +93,15 @@ def read_file_logger(path: str | Path) -> pd.DataFrame:
     "data": {...}}`` or a step logged twice is refused naming the line."""
     p = Path(path)
     rows, seen = [], {}
-    with open(p, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PreregError(f"{p}:{n}: not a JSON line ({e.msg})") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or not isinstance(rec.get("data"), dict):
-                raise PreregError(f"{p}:{n}: expected {{\"step\": <int>, \"data\": {{...}}}} (verl's file logger)")
-            step = rec["step"]
-            if step in seen:
-                raise PreregError(f"{p}:{n}: step {step} logged again (first at line {seen[step]}): a resumed run? "
-                                  "keep only the lines of the run that continued")
-            seen[step] = n
-            rows.append({"step": step, "line": n, **rec["data"]})
+    for n, rec in json_lines(p):
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or not isinstance(rec.get("data"), dict):
+            raise PreregError(f"{p}:{n}: expected {{\"step\": <int>, \"data\": {{...}}}} (verl's file logger)")
+        step = rec["step"]
+        if step in seen:
+            raise PreregError(f"{p}:{n}: step {step} logged again (first at line {seen[step]}): a resumed run? "
+                              "keep only the lines of the run that continued")
+        seen[step] = n
+        rows.append({"step": step, "line": n, **rec["data"]})
     if not rows:
         raise PreregError(f"{p}: no steps logged")
     return pd.DataFrame(rows)
@@ -193,23 +186,16 @@ def read_validation_dumps(folder: str | Path, *, eval_set: str | None) -> tuple[
     frames = []
     for f in files:
         recs = []
-        with open(f, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise PreregError(f"{f}:{n}: not a JSON line ({e.msg})") from None
-                missing = [k for k in ("input", "output", "gts") if not isinstance(rec, dict) or k not in rec]
-                if missing:
-                    raise PreregError(f"{f}:{n}: key {missing[0]!r} missing (verl's validation dump has input, output, gts, score)")
-                name = eval_set or rec.get("data_source")
-                if not isinstance(name, str) or not name:
-                    raise PreregError(f"{f}:{n}: no data_source in the dump: give the plan's evaluation set (--eval-set)")
-                score = rec.get("score")
-                recs.append({"eval_set": name, "problem_id": _problem_id(rec), "output": str(rec["output"]),
-                             "answer": str(rec["gts"]), "tool_score": float(score) if isinstance(score, (int, float)) else np.nan})
+        for n, rec in json_lines(f):
+            missing = [k for k in ("input", "output", "gts") if not isinstance(rec, dict) or k not in rec]
+            if missing:
+                raise PreregError(f"{f}:{n}: key {missing[0]!r} missing (verl's validation dump has input, output, gts, score)")
+            name = eval_set or rec.get("data_source")
+            if not isinstance(name, str) or not name:
+                raise PreregError(f"{f}:{n}: no data_source in the dump: give the plan's evaluation set (--eval-set)")
+            score = rec.get("score")
+            recs.append({"eval_set": name, "problem_id": _problem_id(rec), "output": str(rec["output"]),
+                         "answer": str(rec["gts"]), "tool_score": float(score) if isinstance(score, (int, float)) else np.nan})
         if not recs:
             raise PreregError(f"{f}: empty validation dump")
         df = pd.DataFrame(recs)
