@@ -68,3 +68,17 @@ def test_refusals(tmp_path):
     p.write_text("\n".join(lines + [lines[0]]) + "\n")
     with pytest.raises(PreregError, match=r"history.jsonl:8: step 1 logged again \(first at line 1\)"):
         import_openrlhf(p, args=ARGS)
+
+
+def test_a_line_that_is_not_json_is_refused_naming_file_and_line(tmp_path):
+    """Torn or edited lines in the history or the outputs file are refused, never skipped."""
+    p = _files(tmp_path)
+    lines = p.read_text().splitlines()
+    p.write_text("\n".join(lines[:1] + ['{"train/global_step": 2,'] + lines[2:]) + "\n")
+    with pytest.raises(PreregError, match=r"history.jsonl:2: not a JSON line"):
+        import_openrlhf(p, args=ARGS)
+    p.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text(out.read_text() + "not json\n")
+    with pytest.raises(PreregError, match=r"out.jsonl:\d+: not a JSON line"):
+        import_openrlhf(p, args=ARGS, evaluations=out, eval_set="test")

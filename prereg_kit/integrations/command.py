@@ -103,8 +103,8 @@ def verl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="verl's
 @handles_errors
 def openrlhf_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="Per-step metrics as JSON lines (OpenRLHF's logged keys).")],
                  configuration: Configuration, seed: Seed,
-                 responses_per_step: Annotated[int | None, typer.Option("--responses-per-step", min=1, help="rollout_batch_size x n_samples_per_prompt.")] = None,
-                 args: Annotated[Path | None, typer.Option("--args", help="OpenRLHF's arguments as JSON (rollout_batch_size, n_samples_per_prompt, ...).")] = None,
+                 responses_per_step: Annotated[int | None, typer.Option("--responses-per-step", min=1, help="Samples per step when the history does not log rollout/num_samples (rollout.batch_size x rollout.n_samples_per_prompt).")] = None,
+                 args: Annotated[Path | None, typer.Option("--args", help="OpenRLHF's arguments as JSON (0.11: rollout.batch_size, rollout.n_samples_per_prompt, train.batch_size, train.max_epochs; older flat names too).")] = None,
                  updates_per_step: Annotated[int | None, typer.Option("--updates-per-step", min=1, help="Optimizer steps a logged step.")] = None,
                  key: Annotated[list[str] | None, typer.Option("--key", help="Override the preset: column=logged_key (repeatable).")] = None,
                  evaluations: Annotated[Path | None, typer.Option("--evaluations", help="Evaluation outputs as JSON lines: step, input, output, answer.")] = None,
