@@ -8,19 +8,18 @@ exits 2; any other unexpected exception is a bug in prereg-kit: one line, exit 3
 
 from __future__ import annotations
 
-import functools
-import os
 import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
+from .cli_base import (INTERNAL_ERROR, RUNNER_HELP, TRACEBACK_ENV, err, handles_errors, out, out_console,  # noqa: F401
+                       seed_list as _seed_list, split_values)
+from .cli_run import run
 from .errors import PreregError
 from .plan import PLAN_FILE
 
@@ -31,59 +30,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-def _console(stderr: bool = False) -> Console:
-    c = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
-    if not c.is_terminal:
-        c.width = 160  # tables in logs and pipes: don't squeeze them to 80 columns
-    return c
-
-
-out = out_console = _console()
-err = _console(stderr=True)
-
-
-INTERNAL_ERROR = 3  # exit code of a bug in prereg-kit: never 1, which means a violation
-TRACEBACK_ENV = "PREREG_TRACEBACK"
-
-
-RUNNER_HELP = "Trainer to use when several are installed (entry points of group prereg_kit.runners)."
-
-
-def handles_errors(fn):
-    """Turn :class:`PreregError` into its lines on stderr and its exit code; never show a traceback.
-
-    Memory or stack exhausted by an input is unusable input (exit 2); any other exception is
-    reported in one line as an internal error (exit 3) unless ``PREREG_TRACEBACK`` is set.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except PreregError as e:
-            for line in e.lines:
-                err.print(f"[red]error:[/red] {escape(line)}" if not line.startswith("  ") else escape(line), soft_wrap=True)
-            raise typer.Exit(e.exit_code) from None
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-            raise  # the command's own exit
-        except (MemoryError, RecursionError) as e:
-            if os.environ.get(TRACEBACK_ENV):
-                raise
-            what = "memory" if isinstance(e, MemoryError) else "the stack"
-            err.print(f"[red]error:[/red] the input exhausted {what} ({type(e).__name__}): it is too large or nested too deep",
-                      soft_wrap=True)
-            raise typer.Exit(2) from None
-        except Exception as e:  # noqa: BLE001 - the last line of defence against a traceback
-            if os.environ.get(TRACEBACK_ENV):
-                raise
-            first = " ".join(str(e).split())[:300]
-            err.print(f"[red]error:[/red] internal error in prereg-kit: {escape(type(e).__name__)}: {escape(first)} "
-                      f"(a bug; {TRACEBACK_ENV}=1 shows the traceback)", soft_wrap=True)
-            raise typer.Exit(INTERNAL_ERROR) from None
-
-    return wrapper
 
 
 def _version(value: bool) -> None:
@@ -317,43 +263,7 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
     out_console.print(escape(f"synthetic study: {res.folder}; report: {res.folder / 'report' / 'report.md'}"))
 
 
-@app.command()
-@handles_errors
-def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding plan.toml).")],
-        stage: Annotated[str, typer.Option(help="Stage to run: main (needs a locked plan), smoke, pilot, calibration.")] = "main",
-        configs: Annotated[list[str] | None, typer.Option("--configs", help="Configurations to run (comma-separated or repeated); default all.")] = None,
-        seeds: Annotated[list[str] | None, typer.Option("--seeds", help="Seeds to run: 0,1 or 0-3 (repeatable); default all.")] = None,
-        jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Runs at once (default: one per GPU; 1 on CPU).")] = None,
-        runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
-    """Train every configuration x seed of the plan's stage; skip complete runs, resume incomplete ones."""
-    from .runners import load_runner
-
-    backend = load_runner(runner, command="run")
-
-    def split(values: list[str] | None) -> list[str] | None:
-        return None if not values else [x.strip() for v in values for x in v.split(",") if x.strip()]
-
-    seed_list = _seed_list(split(seeds) or []) if seeds else None
-    if not backend.run(study_dir, stage=stage, configs=split(configs), seeds=seed_list, n_jobs=jobs, console=err):
-        raise typer.Exit(1)
-    if stage == "calibration":  # the budget and truncation rules, written as an amendment
-        from .calibrate import apply_calibration
-
-        out.print(escape("\n".join(apply_calibration(study_dir).lines())))
-
-
-def _seed_list(items: list[str]) -> list[int]:
-    """``["0", "2-4"]`` → ``[0, 2, 3, 4]``; a malformed item or a range of over 100000 seeds is refused."""
-    out: list[int] = []
-    for item in items:
-        lo, _, hi = item.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
-        first, last = int(lo), int(hi or lo)
-        if last < first or last - first >= 100_000:
-            raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
-        out += list(range(first, last + 1))
-    return out
+app.command()(run)  # prereg_kit/cli_run.py
 
 
 @app.command("gradient-test")

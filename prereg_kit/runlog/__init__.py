@@ -30,7 +30,7 @@ Numbers in a run log are finite: ``inf`` or ``nan`` where a value is required is
 the file, line and field. Parquet files are written with page checksums, verified on read.
 
 Modules: :mod:`.schema` (file names, columns, metadata, problems), :mod:`.folder` (where a run
-lives, metadata written atomically), :mod:`.writerlock` (one writer per run), :mod:`.reader` (one
+lives, metadata written atomically), :mod:`.writerlock` (one writer per run), :mod:`.jobrecord` (the executor job behind a run), :mod:`.reader` (one
 run), :mod:`.writer` (the crash-safe appender and compaction), :mod:`.study` (a study's runs).
 """
 
@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from ..stages import STAGES, Stage
 from .folder import find_runs, read_meta, run_dir, write_meta
+from .jobrecord import (JOB_RECORD, read_job_record, record_exited, record_started, record_submitted,
+                        write_job_record)
 from .reader import RunLog, add_derived, check_consistency, read_run, read_table
 from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS, META_FILE,
                      SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, STEP_SECONDS, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
@@ -48,6 +50,7 @@ from .writer import RunLogWriter, finalize
 from .writerlock import RunLock, run_busy
 
 __all__ = [
+    "JOB_RECORD", "read_job_record", "record_exited", "record_started", "record_submitted", "write_job_record",
     "EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "uses_elected_anchor", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS", "META_FILE",
     "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "STEP_SECONDS", "TOKEN_KINDS", "WRITER_LOCK", "WRITER_NOTE",
     "Column", "LogProblem", "RunBusyError", "RunLock", "RunLog", "RunLogError", "RunLogWarning", "RunLogWriter",

@@ -1,0 +1,90 @@
+"""What every ``prereg`` command shares: the consoles, the error handler, option parsing helpers.
+
+Command modules (``cli``, ``cli_run``, ``cli_status``) import from here, so a command can live in
+a module of its own without importing ``cli`` (which imports them).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import click
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from .errors import PreregError
+
+
+def _console(stderr: bool = False) -> Console:
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+    if not c.is_terminal:
+        c.width = 160  # tables in logs and pipes: don't squeeze them to 80 columns
+    return c
+
+
+out = out_console = _console()
+err = _console(stderr=True)
+
+
+INTERNAL_ERROR = 3  # exit code of a bug in prereg-kit: never 1, which means a violation
+TRACEBACK_ENV = "PREREG_TRACEBACK"
+
+
+RUNNER_HELP = "Trainer to use when several are installed (entry points of group prereg_kit.runners)."
+
+
+def handles_errors(fn):
+    """Turn :class:`PreregError` into its lines on stderr and its exit code; never show a traceback.
+
+    Memory or stack exhausted by an input is unusable input (exit 2); any other exception is
+    reported in one line as an internal error (exit 3) unless ``PREREG_TRACEBACK`` is set.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PreregError as e:
+            for line in e.lines:
+                err.print(f"[red]error:[/red] {escape(line)}" if not line.startswith("  ") else escape(line), soft_wrap=True)
+            raise typer.Exit(e.exit_code) from None
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise  # the command's own exit
+        except (MemoryError, RecursionError) as e:
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            what = "memory" if isinstance(e, MemoryError) else "the stack"
+            err.print(f"[red]error:[/red] the input exhausted {what} ({type(e).__name__}): it is too large or nested too deep",
+                      soft_wrap=True)
+            raise typer.Exit(2) from None
+        except Exception as e:  # noqa: BLE001 - the last line of defence against a traceback
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            first = " ".join(str(e).split())[:300]
+            err.print(f"[red]error:[/red] internal error in prereg-kit: {escape(type(e).__name__)}: {escape(first)} "
+                      f"(a bug; {TRACEBACK_ENV}=1 shows the traceback)", soft_wrap=True)
+            raise typer.Exit(INTERNAL_ERROR) from None
+
+    return wrapper
+
+
+def seed_list(items: list[str]) -> list[int]:
+    """``["0", "2-4"]`` → ``[0, 2, 3, 4]``; a malformed item or a range of over 100000 seeds is refused."""
+    out: list[int] = []
+    for item in items:
+        lo, _, hi = item.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise PreregError(f"--seeds: expected seeds such as 0,1 or 0-3, got {item!r}")
+        first, last = int(lo), int(hi or lo)
+        if last < first or last - first >= 100_000:
+            raise PreregError(f"--seeds: {item!r} is not a range of at most 100000 seeds with first <= last")
+        out += list(range(first, last + 1))
+    return out
+
+
+def split_values(values: list[str] | None) -> list[str] | None:
+    """``["a,b", "c"]`` → ``["a", "b", "c"]``; None or empty → None (an option that was not given)."""
+    return None if not values else [x.strip() for v in values for x in v.split(",") if x.strip()]
+
