@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from . import readings as rd
+from .audit import DeviceSummary, device_summary, run_devices
 from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
 from .margin import margin_bounds
@@ -83,6 +84,7 @@ class Analysis:
     dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)  # training dynamics to B per configuration
     extrapolations: dict = field(default_factory=dict)  # contrast id → its extrapolated reading (figures)
     gradient: GradientResults | None = None  # the plan's gradient tests, from their sealed results
+    devices: DeviceSummary = field(default_factory=DeviceSummary)  # main runs per device type; notes on time contrasts
 
 
 # ---------------------------------------------------------------------------------------- stats
@@ -363,7 +365,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
-        checks=checks, check_seeds=check_seeds, extrapolations=extrapolations,
+        checks=checks, check_seeds=check_seeds, extrapolations=extrapolations, devices=device_summary(plan, run_devices(st.meta)),
         gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 

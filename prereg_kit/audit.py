@@ -22,6 +22,15 @@ start before a plan is final. Rules, applied to each run's ``meta.json`` (main r
   trainers differ in more than the intervention (their generation, timing and evaluation code),
   so pooling them must be preregistered. When the plan's ``[study] trainer`` names one trainer
   other than ``builtin`` or ``external``, every main run must carry that name.
+- a contrast read at matched training time (``time``: T*, paper 1 Appendix D; ``control_time``:
+  the control's time to B, S35 L5153-5156; ``time_to_target``: seconds to the control's accuracy,
+  L4678-4680) compares seconds, and seconds on two kinds of device measure the devices as well as
+  the configurations. The main runs its configurations and seeds name must share one device type
+  (:func:`device_type`) unless the locked plan says ``[study] mixed_devices = true``; one
+  violation per such contrast names each device type with its runs. Contrasts read at tokens,
+  updates, iterations or spans of evaluations are never refused for devices, and nothing else
+  reads seconds to decide a verdict (``[budget] time_hours`` is only reported; the training-time
+  axes of the figures are pictures, noted when the devices differ: :func:`device_summary`).
 """
 
 from __future__ import annotations
@@ -29,8 +38,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
+from .errors import PreregError
 from .lock import Chain, format_time
+from .plan import Contrast, Plan, validate_plan
 from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta, uses_elected_anchor
 
 
@@ -41,6 +53,7 @@ class AuditReport:
     admitted: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     n_runs: int = 0
+    devices: "DeviceSummary | None" = None  # the main runs' device types, checked against time contrasts
 
 
 def _applies_to(key: str, configuration: str) -> bool:
@@ -57,6 +70,7 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
         by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
     election_now = election_sha256(study_dir)
     trainers: Counter[str] = Counter()
+    devices: dict[tuple[str, int], str] = {}
     for folder in find_runs(study_dir, all_stages=True):
         try:
             meta = read_meta(folder)
@@ -75,9 +89,16 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
         report.violations.extend(_main_run_violations(name, meta, chain, by_hash))
         _check_election(report, name, meta, election_now, Path(study_dir) / ELECTION_FILE)
         trainers[meta.trainer] += 1
+        devices[(meta.configuration, meta.seed)] = device_type(meta)
     study = chain.last["content"].get("study", {})  # the plan as locked
     report.violations.extend(trainer_violations(trainers, plan_trainer=str(study.get("trainer", "builtin")),
                                                 mixed=study.get("mixed_trainers", False) is True))
+    try:  # the plan as locked; one that no longer validates is reported by `prereg verify` itself
+        locked = validate_plan(chain.last["content"], source=str(chain.path))
+    except PreregError:
+        return report
+    report.devices = device_summary(locked, devices)
+    report.violations.extend(report.devices.violations)
     return report
 
 
@@ -137,3 +158,109 @@ def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[s
             out.append(f"{name}: main run under superseded entry {idx}; amendment {later['index']} "
                        f"({later['time']}) changed {', '.join(keys[:4])}{' …' if len(keys) > 4 else ''}")
     return out
+
+
+# ------------------------------------------------------------------------------- device types
+
+# Reading points whose value is decided by training seconds (prereg_kit.readings.points, spans).
+TIME_KINDS = ("time", "control_time", "time_to_target")
+_MAX_NAMED = 4  # runs named per device type before "(+n more)"
+REMEDY = "preregister `[study] mixed_devices = true`, or read the contrast at matched tokens"
+
+
+def device_type(meta: Any) -> str:
+    """What a run's seconds were measured on: ``meta.device`` (``"cpu"``, ``"cuda:NVIDIA H200"``,
+    ``"unknown"`` for an import that did not say), and for CPU runs ``"cpu (<meta.cpu>)"`` when the
+    run recorded its CPU model and kernel capability (CPU timing differs across CPU models).
+    ``meta``: a :class:`RunMeta` or a mapping (a row of ``load_study``'s meta frame)."""
+    get = meta.get if isinstance(meta, Mapping) else (lambda k, d=None: getattr(meta, k, d))
+    device = str(get("device", "") or "").strip() or "unknown"
+    cpu = get("cpu", None)
+    if device == "cpu" and isinstance(cpu, str) and cpu.strip():
+        return f"cpu ({cpu.strip()})"
+    return device
+
+
+def split_device(text: str) -> tuple[str, str | None]:
+    """A device type as :func:`device_type` writes it → (``meta.device``, ``meta.cpu``):
+    ``"cpu (AMD EPYC 7763 / AVX2)"`` → ``("cpu", "AMD EPYC 7763 / AVX2")``; others unchanged."""
+    t = text.strip()
+    if t.startswith("cpu (") and t.endswith(")") and len(t) > 6:
+        return "cpu", t[5:-1].strip()
+    return t, None
+
+
+def check_device(text: str, option: str = "--device") -> str:
+    """A device an import states: ``cpu``, ``cpu (<model>)``, ``<kind>:<name>`` (``cuda:NVIDIA H100
+    80GB HBM3``, as ``torch.cuda.get_device_name`` gives it) or ``unknown``; a bare name is refused,
+    since it could never match the built-in trainer's ``cuda:<name>``."""
+    t = " ".join(text.split())
+    kind, sep, name = t.partition(":")
+    if t in ("cpu", "unknown") or split_device(t)[1] or (sep and kind.strip() and name.strip() and " " not in kind):
+        return t
+    raise PreregError(f"{option}: {text!r} is not a device: write cpu, \"cpu (<CPU model>)\", unknown or <kind>:<name> "
+                      "as torch names it, e.g. \"cuda:NVIDIA H100 80GB HBM3\"")
+
+
+def time_matched(c: Contrast) -> bool:
+    """Whether training seconds decide the contrast's reading (its point is one of TIME_KINDS)."""
+    return c.reading_point.kind in TIME_KINDS
+
+
+@dataclass
+class DeviceSummary:
+    """The main runs' device types: ``counts`` (device type → main runs), ``violations`` (one per
+    time-matched contrast whose runs ran on more than one device type, unless the plan allows it)
+    and ``notes`` (what the report says beside the time-matched contrasts when it does)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _listing(groups: dict[str, list[str]]) -> str:
+    parts = []
+    for dev, names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        more = len(names) - _MAX_NAMED
+        parts.append(f"{dev!r} ({', '.join(names[:_MAX_NAMED])}{f' … (+{more} more)' if more > 0 else ''})")
+    return ", ".join(parts)
+
+
+def device_summary(plan: Plan, devices: Mapping[tuple[str, int], str]) -> DeviceSummary:
+    """Check the device types of the main runs (``(configuration, seed)`` → :func:`device_type`)
+    against the plan's time-matched contrasts: the runs of each such contrast's configurations on
+    the seeds it reads must share one device type unless ``[study] mixed_devices = true``."""
+    out = DeviceSummary(counts=dict(sorted(Counter(devices.values()).items())))
+    timed = []
+    for c in plan.contrasts:
+        if not time_matched(c):
+            continue
+        names, seeds = c.configuration_names(), set(plan.contrast_seeds(c))
+        runs = sorted(((conf, s) for conf, s in devices if conf in names and s in seeds),
+                      key=lambda r: (names.index(r[0]), r[1]))
+        groups: dict[str, list[str]] = {}
+        for conf, s in runs:
+            groups.setdefault(devices[(conf, s)], []).append(f"{conf}/seed-{s}")
+        timed.append(c.id)
+        if len(groups) < 2:
+            continue
+        what = f"contrast {c.id} (at {c.reading_point}, matched training time): its main runs ran on {len(groups)} device types: {_listing(groups)}"
+        if plan.study.mixed_devices:
+            out.notes.append(f"{what}; the plan preregisters `[study] mixed_devices = true`, so its training times "
+                             "compare the devices as well as the configurations")
+        else:
+            hint = ("; an import that did not state its device records 'unknown' (`prereg import ... --device`)"
+                    if "unknown" in groups else "")
+            out.violations.append(f"{what}; training seconds on different devices are not matched compute: {REMEDY}{hint}")
+    if len(out.counts) > 1 and not out.notes:
+        out.notes.append(f"the main runs ran on {len(out.counts)} device types ("
+                         + ", ".join(f"{d!r}: {n}" for d, n in out.counts.items()) + "): "
+                         + ("no contrast is read at matched time; " if not timed else "")
+                         + "training hours and the time axes of the figures compare the devices as well as the configurations")
+    return out
+
+
+def run_devices(meta: Any) -> dict[tuple[str, int], str]:
+    """``(configuration, seed)`` → device type of each main run in ``load_study``'s meta frame."""
+    main = meta[meta["stage"] == "main"]
+    return {(str(r["configuration"]), int(r["seed"])): device_type(r) for r in main.to_dict("records")}

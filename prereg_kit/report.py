@@ -212,7 +212,8 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
         "exclusions": _records(a.exclusions),
         "checks": _records(a.checks),
         "check_seeds": _records(a.check_seeds),
-        "notes": a.notes,
+        "notes": a.notes + a.devices.notes,
+        "devices": a.devices.counts,  # device type -> main runs (prereg_kit.audit.device_type)
         # stated only when off, so the results of studies that use them read as before
         **({} if plan.evaluation.common_random_numbers else {"common_random_numbers": False}),
         **({"gradient_tests": {"synthetic": a.gradient.synthetic, **{k: _records(getattr(a.gradient, k)) for k in
@@ -295,7 +296,7 @@ def render_markdown(a: Analysis) -> str:
             "welch: unpaired groups, Welch's t, n = both groups); 95% t "
             "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
-            "", contrast_table(a.contrasts), ""] + crn_sentence(plan) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
+            "", contrast_table(a.contrasts), ""] + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
     if len(a.checks):
         out += ["## Manipulation checks", "",
                 "Each check averages a per-iteration run-log column over the iterations up to its reading point, "

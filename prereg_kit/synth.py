@@ -39,6 +39,7 @@ import pandas as pd
 from scipy.special import expit
 
 from . import __version__
+from .audit import split_device
 from .runlog import RunLogWriter, RunMeta, run_dir
 
 T = TypeVar("T")
@@ -70,6 +71,19 @@ def _per_config(value: T | Mapping[str, T], name: str, configs: Iterable[str]) -
             raise ValueError(f"{name}: no value for configuration {missing[0]!r}")
         return {c: value[c] for c in configs}
     return {c: value for c in configs}
+
+
+def _run_devices(devices: str | Mapping[str, str | Mapping[int, str]], configs: list[str],
+                 seeds: list[int]) -> dict[tuple[str, int], dict[str, str]]:
+    """(configuration, seed) → the RunMeta fields of its device (``device``, and ``cpu`` for ``"cpu (<model>)"``)."""
+    out = {}
+    for c, d in _per_config(devices, "devices", configs).items():
+        for s in seeds:
+            if isinstance(d, Mapping) and s not in d:
+                raise ValueError(f"devices: configuration {c!r} names no device for seed {s}")
+            dev, cpu = split_device(d[s] if isinstance(d, Mapping) else d)
+            out[(c, s)] = {"device": dev, **({"cpu": cpu} if cpu else {})}
+    return out
 
 
 def _shape(f: np.ndarray, rate: float) -> np.ndarray:
@@ -193,6 +207,7 @@ def generate_study(
     unsplit_time: bool = False,
     strict_columns: bool = True,
     eval_seeds: Literal["common", "differ", "unknown"] = "common",
+    devices: str | Mapping[str, str | Mapping[int, str]] = "synthetic",
 ) -> SynthStudy:
     """Write a synthetic study to ``<study_dir>/runs/<configuration>/seed-<n>/`` and return the truth.
 
@@ -221,7 +236,9 @@ def generate_study(
     ``meta.trainer``; ``unsplit_time`` logs one ``seconds_step`` per iteration instead of the five
     stages; ``strict_columns=False`` leaves out ``correct_strict`` and ``boxed``; ``eval_seeds``
     ``"differ"`` logs a different sampling seed per configuration (the outcomes still use common
-    random numbers) and ``"unknown"`` logs none.
+    random numbers) and ``"unknown"`` logs none. ``devices``: ``meta.device`` of every run, per
+    configuration, or per configuration a ``{seed: device}`` naming each of its seeds;
+    ``"cpu (<model>)"`` is written as device ``cpu`` with ``meta.cpu`` (``prereg_kit.audit.device_type``).
     """
     configs = list(configurations)
     seeds = [int(s) for s in seeds]
@@ -233,6 +250,7 @@ def generate_study(
     dshare = _per_config(discard_share, "discard_share", configs)
     ext = _per_config(extend_to, "extend_to", configs)
     trainers = _per_config(trainer, "trainer", configs)
+    run_device = _run_devices(devices, configs, seeds)
     if eval_seeds not in ("common", "differ", "unknown"):
         raise ValueError(f"eval_seeds must be 'common', 'differ' or 'unknown', not {eval_seeds!r}")
     drift = dict(drift or {})
@@ -343,8 +361,8 @@ def generate_study(
             meta = RunMeta(
                 study=study, configuration=c, seed=s, stage=stage, plan_hash=plan_hash,
                 config={"synthetic": True, "effect": configurations[c], "budget_tokens": B, "extend_to": ext[c]},
-                started_at=started + spacing * len(runs), device="synthetic", tool_version=__version__,
-                trainer=trainers[c],
+                started_at=started + spacing * len(runs), tool_version=__version__,
+                trainer=trainers[c], **run_device[(c, s)],
             )
             w = RunLogWriter(folder, meta, fsync=fsync)
             w.log_iterations(iters)

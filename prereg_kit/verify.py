@@ -109,6 +109,8 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
     report.info.extend(audit.admitted)
     if audit.n_runs:
         report.info.append(f"{audit.n_runs} run(s) audited")
+    if audit.devices and audit.devices.counts:
+        report.info.append("main runs by device: " + ", ".join(f"{d!r} ({n})" for d, n in audit.devices.counts.items()))
     try:  # the design as locked, whatever the file says now
         locked = validate_plan(chain.last["content"], source=f"{chain.path} (entry {chain.last['index']})")
     except PreregError as e:

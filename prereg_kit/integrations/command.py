@@ -39,7 +39,9 @@ EndedAt = Annotated[str | None, typer.Option("--ended-at", help="UTC end of trai
 EvalSet = Annotated[str | None, typer.Option("--eval-set", help="The plan's evaluation set the evaluation outputs belong to.")]
 EvalSeed = Annotated[int | None, typer.Option("--eval-seed", help="Sampling seed of the evaluations, if known (default: not known).")]
 Trainer = Annotated[str | None, typer.Option("--trainer", help="Name recorded as meta.trainer (default: the tool's).")]
-Device = Annotated[str, typer.Option("--device", help="What it trained on, recorded in meta.json.")]
+Device = Annotated[str, typer.Option("--device", help="What it trained on, recorded as meta.device: cuda:<GPU name as torch "
+                                     "names it> (e.g. \"cuda:NVIDIA H100 80GB HBM3\"), cpu, \"cpu (<CPU model>)\" or unknown; "
+                                     "contrasts read at matched time need one device type.")]
 
 
 def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:

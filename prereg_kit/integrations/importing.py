@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
+from ..audit import check_device, split_device
 from ..errors import PreregError
 from ..jobs import require_locked
 from ..plan import load_plan
@@ -210,9 +211,10 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
     evals = place_evaluations(iterations, run.evaluations)
     _check_sets(pf, evals)
     source = {**run.source, "importer": run.importer, "imported_at": utc_now().isoformat(), "importer_version": __version__}
+    device, cpu = split_device(check_device(run.device))  # "cpu (<model>)" → device cpu, meta.cpu <model>
     meta = RunMeta(study=pf.plan.study.id, configuration=configuration, seed=seed, stage=stage,
-                   plan_hash=pf.content_sha256, config=run.config, started_at=run.started_at, device=run.device,
-                   tool_version=__version__, trainer=run.trainer, source=source)
+                   plan_hash=pf.content_sha256, config=run.config, started_at=run.started_at, device=device,
+                   tool_version=__version__, trainer=run.trainer, source=source, **({"cpu": cpu} if cpu else {}))
     created = not folder.exists()
     w = RunLogWriter(folder, meta)
     try:

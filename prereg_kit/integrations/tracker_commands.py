@@ -27,6 +27,9 @@ Updates = Annotated[Optional[int], typer.Option("--updates-per-step", help="opti
 Wallclock = Annotated[bool, typer.Option("--wallclock", help="time steps by the tracker's clock (includes evaluation and checkpoint time)")]
 Prefix = Annotated[str, typer.Option("--prefix", help="strip this prefix from logged keys (transformers' callbacks log 'train/<key>')")]
 Stage = Annotated[str, typer.Option("--stage", help="the plan stage of the run")]
+Device = Annotated[str, typer.Option("--device", help="what it trained on, recorded as meta.device: cuda:<GPU name as torch "
+                                     "names it> (e.g. \"cuda:NVIDIA H100 80GB HBM3\"), cpu, \"cpu (<CPU model>)\" or unknown; "
+                                     "contrasts read at matched time need one device type")]
 
 
 def _preset(preset: str) -> str | dict[str, str]:
@@ -41,9 +44,10 @@ def _preset(preset: str) -> str | dict[str, str]:
     raise TrackerError(f"--preset {preset!r}: not one of {', '.join(PRESETS)} nor a .json mapping file")
 
 
-def _write(study_dir: Path, configuration: str, seed: int, run, stage: str) -> None:
+def _write(study_dir: Path, configuration: str, seed: int, run, stage: str, device: str) -> None:
     from .importing import write_imported_run  # noqa: PLC0415 - the import core writes and seals
 
+    run.device = device  # trackers do not log the device; the user states it (time contrasts compare it)
     folder = write_imported_run(study_dir, configuration, seed, run, stage=stage)
     n_ev = run.evaluations[["iteration"]].drop_duplicates().shape[0] if len(run.evaluations) else 0
     typer.echo(f"{folder}: {len(run.iterations)} iterations, {n_ev} evaluations from {run.importer} ({run.source.get('preset')})")
@@ -55,7 +59,7 @@ def _write(study_dir: Path, configuration: str, seed: int, run, stage: str) -> N
 def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a TensorBoard run folder or event file")],
                 configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None, evals: Evals = None,
                 completions_per_step: PerStep = None, updates_per_step: Updates = None, wallclock: Wallclock = False,
-                prefix: Prefix = "", stage: Stage = "main") -> None:
+                prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
     """Import a run from TensorBoard event files (float32: cumulative token counters refused)."""
     from .tensorboard import import_tensorboard  # noqa: PLC0415
 
@@ -63,14 +67,14 @@ def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a T
     run = import_tensorboard(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), prefix=prefix,
                              evals=evals, completions_per_step=completions_per_step,
                              updates_per_step=updates_per_step, wallclock=wallclock)
-    _write(study_dir, configuration, seed, run, stage)
+    _write(study_dir, configuration, seed, run, stage, device)
 
 
 def mlflow(study_dir: Study, path: Annotated[Path, typer.Argument(help="an MLflow run folder, file store (mlruns) or mlflow.db")],
            configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None,
            run_id: Annotated[Optional[str], typer.Option("--run-id", help="the MLflow run, when the store holds several")] = None,
            evals: Evals = None, completions_per_step: PerStep = None, updates_per_step: Updates = None,
-           wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main") -> None:
+           wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
     """Import a run from an MLflow store (file store or SQLite; '_at_' read back as '@')."""
     from .mlflow import import_mlflow  # noqa: PLC0415
 
@@ -78,14 +82,14 @@ def mlflow(study_dir: Study, path: Annotated[Path, typer.Argument(help="an MLflo
     run = import_mlflow(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), run_id=run_id,
                         prefix=prefix, evals=evals, completions_per_step=completions_per_step,
                         updates_per_step=updates_per_step, wallclock=wallclock)
-    _write(study_dir, configuration, seed, run, stage)
+    _write(study_dir, configuration, seed, run, stage, device)
 
 
 def wandb(study_dir: Study, path: Annotated[Path, typer.Argument(help="a W&B Parquet history file or folder (not the UI's CSV)")],
           configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None,
           step_key: Annotated[str, typer.Option("--step-key", help="the step axis column")] = "_step",
           evals: Evals = None, completions_per_step: PerStep = None, updates_per_step: Updates = None,
-          wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main") -> None:
+          wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
     """Import a run from a W&B run's Parquet history."""
     from .wandb import import_wandb  # noqa: PLC0415
 
@@ -93,7 +97,7 @@ def wandb(study_dir: Study, path: Annotated[Path, typer.Argument(help="a W&B Par
     run = import_wandb(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), step_key=step_key,
                        prefix=prefix, evals=evals, completions_per_step=completions_per_step,
                        updates_per_step=updates_per_step, wallclock=wallclock)
-    _write(study_dir, configuration, seed, run, stage)
+    _write(study_dir, configuration, seed, run, stage, device)
 
 
 COMMANDS = {"tensorboard": tensorboard, "mlflow": mlflow, "wandb": wandb}

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..canonical import content_hash, sha256_hex
 from ..errors import PlanError
@@ -279,7 +280,7 @@ def _explain(err: dict, data: Any) -> tuple[tuple, str]:
     kind, msg = err["type"], err["msg"]
     loc = _toml_path(err["loc"], data, missing=kind == "missing")
     if kind == "extra_forbidden":
-        return loc, "unknown key"
+        return loc, "unknown key" + _near_key(err["loc"])
     if kind == "missing":
         return loc, "required key is missing"
     if kind == "value_error":
@@ -287,6 +288,28 @@ def _explain(err: dict, data: Any) -> tuple[tuple, str]:
     got = err.get("input")
     shown = _short(got) if not isinstance(got, (dict, list)) else type(got).__name__
     return loc, f"{msg[0].lower() + msg[1:]} (got {shown})"
+
+
+def _near_key(loc: tuple) -> str:
+    """``; did you mean 'x'?`` for an unknown key: the closest key of the table it was found in
+    (``mixed_device`` → ``mixed_devices``), or nothing when none is close."""
+    model: Any = Plan
+    for part in loc[:-1]:
+        fields = getattr(model, "model_fields", {})
+        if isinstance(part, str) and part in fields:
+            model = _table_of(fields[part].annotation) or model
+    near = difflib.get_close_matches(str(loc[-1]), list(getattr(model, "model_fields", {})), n=1, cutoff=0.75)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def _table_of(annotation: Any) -> Any:
+    """The pydantic model inside an annotation (``Budget | None``, ``list[Contrast]``, ``dict[Name, Configuration]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if (found := _table_of(arg)) is not None:
+            return found
+    return None
 
 
 def load_plan(path: str | Path) -> PlanFile:

@@ -22,7 +22,8 @@ class StudyRuns:
     """Every run of a study folder, as tidy frames.
 
     ``meta``: one row per run (configuration, seed, study, stage, status, plan_hash, started_at,
-    ended_at, device, tool_version, path, n_iterations, n_evals, trainer: what trained it). ``iterations`` / ``evals``: all
+    ended_at, device, tool_version, path, n_iterations, n_evals, trainer: what trained it, cpu: the CPU model
+    a CPU run recorded, else None). ``iterations`` / ``evals``: all
     rows with ``configuration`` and ``seed`` columns first. ``problems``: what was reported
     (torn lines, missing files, runs that could not be read).
     """
@@ -65,7 +66,7 @@ def load_study(study_dir: str | Path, *, progress: bool | None = None, strict: b
             "status": m.status, "plan_hash": m.plan_hash, "started_at": m.started_at, "ended_at": m.ended_at,
             "device": m.device, "tool_version": m.tool_version, "path": str(folder),
             "n_iterations": len(run.iterations), "n_evals": int(run.evals["eval_index"].nunique()) if len(run.evals) else 0,
-            "trainer": m.trainer,
+            "trainer": m.trainer, "cpu": getattr(m, "cpu", None),  # CPU model of a CPU run (audit.device_type)
         })
         for frames, df in ((its, run.iterations), (evs, run.evals)):
             df = df.copy()
@@ -96,7 +97,7 @@ def load_study(study_dir: str | Path, *, progress: bool | None = None, strict: b
         return empty
 
     meta_cols = ["configuration", "seed", "study", "stage", "status", "plan_hash", "started_at", "ended_at",
-                 "device", "tool_version", "path", "n_iterations", "n_evals", "trainer"]
+                 "device", "tool_version", "path", "n_iterations", "n_evals", "trainer", "cpu"]
     meta = pd.DataFrame(metas, columns=meta_cols)
     if len(meta):
         meta = meta.sort_values(["configuration", "seed"], ignore_index=True)
