@@ -62,6 +62,10 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
+def _short(plan_hash: str) -> str:
+    return plan_hash.removeprefix("sha256:")[:12]
+
+
 def worker_job_id() -> str | None:
     """The executor's id of this job as the worker sees it (Slurm array task, Ray task), if any."""
     if os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID"):
@@ -102,7 +106,7 @@ class RunTask:
             raise RunFailed(f"{self.name}: refused at start: {' '.join(e.lines)}") from None
         if pf.content_sha256 != self.plan_hash:
             print(f"{self.name}: the plan was amended since submission: the run follows the amended plan "
-                  f"({self.plan_hash[:12]}… → {pf.content_sha256[:12]}…)", flush=True)
+                  f"({_short(self.plan_hash)}… → {_short(pf.content_sha256)}…)", flush=True)
         return jobs[0]
 
     def wait_free(self, folder: Path) -> None:
