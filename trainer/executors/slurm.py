@@ -35,8 +35,8 @@ def executor_parameters(opts: SlurmOptions, job_name: str) -> dict[str, Any]:
         params["cpus_per_task"] = opts.cpus_per_run
     if opts.mem_gb is not None:
         params["mem_gb"] = opts.mem_gb
-    if opts.backend == "local":
-        return params | {"local_signal_delay_s": opts.signal_delay_s}
+    if opts.backend == "local":  # submitit's LocalExecutor: USR2 30 s before the time limit
+        return params
     params |= {"slurm_array_parallelism": opts.array_parallelism, "slurm_signal_delay_s": opts.signal_delay_s,
                # --requeue: Slurm may requeue a preempted job itself; submitit requeues on USR2
                "slurm_additional_parameters": {"requeue": True} | dict(opts.sbatch)}
@@ -60,10 +60,10 @@ def submit_slurm(study_dir: str | Path, stage: str, configs: Sequence[str] | Non
                  opts: SlurmOptions, say: Callable[[str], None]) -> bool:
     """Submit the stage's runs as one job array; wait and report when ``opts.wait``."""
     t0 = time.perf_counter()
+    ex = make_executor(study_dir, opts, f"prereg-{load_plan(study_dir).plan.study.id}-{stage}")  # options first
     jobs, tasks = planned(study_dir, stage, configs, seeds, "slurm", say)
     if not tasks:
         return report(jobs, t0, say)
-    ex = make_executor(study_dir, opts, f"prereg-{load_plan(study_dir).plan.study.id}-{stage}")
     by_task = {(j.configuration, j.seed): j for j in jobs}
     for t in tasks:  # before submission: a worker that starts at once finds the record
         record_submitted(by_task[t.configuration, t.seed].folder, "slurm", "(submitting)")
