@@ -328,3 +328,38 @@ def test_the_run_process_dies_with_its_parent(tmp_path):
     else:
         os.kill(child, 9)
         pytest.fail("the child outlived its parent")
+
+
+def test_slurm_calibration_without_wait_is_refused(tmp_path):
+    from trainer.executors.dispatch import run_on_executor
+
+    with pytest.raises(PreregError, match="--stage calibration needs --wait"):
+        run_on_executor(tmp_path, stage="calibration", configs=None, seeds=None, executor={"name": "slurm"})
+
+
+@pytest.mark.parametrize("stage, shown", [("main", False), ("smoke", True)])
+def test_the_local_progress_shows_no_accuracy_in_the_main_stage(tmp_path, monkeypatch, stage, shown):
+    """Main-stage blindness: the study stays blind until it is analyzed."""
+    import io
+
+    from rich.console import Console
+
+    import trainer.launch as launch
+
+    d = study(tmp_path, locked=True)
+    seen = []
+
+    def fake_run_jobs(jobs, n_jobs=None, on_progress=lambda j: None, on_done=lambda j: None):
+        for j in jobs:
+            j.progress.update({"iteration": 3, "tokens": 10, "accuracy": 0.625})
+            on_progress(j)
+            j.result = "complete"
+            on_done(j)
+            seen.append(j.configuration)
+        return jobs
+
+    monkeypatch.setattr(launch, "run_jobs", fake_run_jobs)
+    monkeypatch.setattr(launch, "prepare", lambda jobs, log=print: None)
+    buf = io.StringIO()
+    launch.run_study(d, stage=stage, console=Console(file=buf, width=200))
+    assert seen and ("acc 0.625" in buf.getvalue()) is shown, buf.getvalue()

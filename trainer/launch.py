@@ -12,7 +12,13 @@
 * Shared assets (synthetic task, tokenizer, warm start) are built once here, before any run
   process starts, so concurrent runs never race to build them and their time is not a run's.
 * One process per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
-  on CPU one job at a time.
+  on CPU one job at a time. Main-stage and calibration runs never share a device: ``--jobs`` above
+  the number of CUDA devices is refused for them (their seconds are compared, dense-rewards paper
+  §2.3); smoke and pilot runs may share.
+* Each run's ``executor.json`` names this launcher (executor ``local``, job id ``pid <n>``), as the
+  Slurm and Ray executors (``trainer.executors``) name their jobs; ``prereg status`` reads it.
+* The progress bars show the latest evaluation's accuracy except in the main stage, which stays
+  blind until it is analyzed.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from prereg_kit.errors import PreregError
 from trainer.executors.options import RayOptions, SlurmOptions, check_gpu_share, executor_options
 from trainer.executors.ray_exec import run_ray
 from trainer.executors.slurm import submit_slurm
@@ -24,6 +25,9 @@ def run_on_executor(study_dir: str | Path, *, stage: str, configs: Sequence[str]
     if opts is None:
         raise ValueError("run_on_executor: the local launcher is trainer.launch.run_study")
     check_gpu_share(opts.gpus_per_run, stage)
+    if isinstance(opts, SlurmOptions) and stage == "calibration" and not opts.wait:
+        raise PreregError("--executor slurm --stage calibration needs --wait: the calibration amendment is "
+                          "written from the finished runs")
 
     def say(msg: str) -> None:
         if console is not None:
