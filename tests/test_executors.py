@@ -278,7 +278,7 @@ def test_a_worker_refuses_a_seed_removed_from_the_plan(tmp_path):
     amend_plan(plan, "one seed")
     with pytest.raises(RunFailed) as e:
         task()
-    assert "grpo seed 1: refused at start:" in e.value.lines[0] and "1" in e.value.lines[0]
+    assert "grpo seed 1: refused at start:" in e.value.lines[0] and "1 is not a seed of stage 'main'" in e.value.lines[0]
     assert _task(d, seed=0).plan_now().seed == 0
 
 
@@ -363,3 +363,15 @@ def test_the_local_progress_shows_no_accuracy_in_the_main_stage(tmp_path, monkey
     buf = io.StringIO()
     launch.run_study(d, stage=stage, console=Console(file=buf, width=200))
     assert seen and ("acc 0.625" in buf.getvalue()) is shown, buf.getvalue()
+
+
+def test_prereg_and_the_local_launcher_never_import_submitit_or_ray():
+    import subprocess
+    import sys
+
+    code = ("import sys, prereg_kit.cli, prereg_kit.cli_run, trainer.plugin, trainer.launch\n"
+            "bad = [m for m in ('submitit', 'ray') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert res.returncode == 0, res.stderr

@@ -39,6 +39,7 @@ from prereg_kit.runlog import record_exited, record_started, run_busy
 from trainer.launch import plan_jobs, run_one
 
 BUSY_WAIT_S = 300.0  # how long a new attempt waits for an earlier one's process to let go of the run
+STOP_WAIT_S = 60.0  # within Slurm's USR2 warning (120 s): the trainer stops at its next iteration
 _PR_SET_PDEATHSIG = 1
 
 
@@ -158,7 +159,7 @@ class RunTask:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(timeout=max(10.0, self.wait_s / 2))
+                proc.wait(timeout=STOP_WAIT_S)
             except Exception:  # noqa: BLE001  (it will die with this worker; the next attempt waits for it)
                 pass
         if job is not None:
