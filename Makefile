@@ -12,7 +12,7 @@ PREREG = $(PYTHON) -m prereg_kit
 
 .make-installed: pyproject.toml
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[dev,train,trl,tensorboard]"
+	$(PYTHON) -m pip install -q -e ".[dev,train,trl,tensorboard,cluster]"
 	@touch $@
 
 install: .make-installed

@@ -69,7 +69,7 @@ LAYERS = {
         ("interventions", ["trainer.interventions"]),
         ("run", ["trainer.loop", "trainer.probe_grad"]),
         ("commands", ["trainer.launch", "trainer.elect", "trainer.smoke", "trainer.plugin", "trainer.__main__",
-                      "trainer.gradient_test"]),
+                      "trainer.gradient_test", "trainer.executors"]),
     ],
 }
 COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",

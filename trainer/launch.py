@@ -12,7 +12,13 @@
 * Shared assets (synthetic task, tokenizer, warm start) are built once here, before any run
   process starts, so concurrent runs never race to build them and their time is not a run's.
 * One process per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
-  on CPU one job at a time.
+  on CPU one job at a time. Main-stage and calibration runs never share a device: ``--jobs`` above
+  the number of CUDA devices is refused for them (their seconds are compared, dense-rewards paper
+  §2.3); smoke and pilot runs may share.
+* Each run's ``executor.json`` names this launcher (executor ``local``, job id ``pid <n>``), as the
+  Slurm and Ray executors (``trainer.executors``) name their jobs; ``prereg status`` reads it.
+* The progress bars show the latest evaluation's accuracy except in the main stage, which stays
+  blind until it is analyzed.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ from prereg_kit.calibrate import CALIBRATION_ITERATIONS
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
 from prereg_kit.plan import PlanFile
-from prereg_kit.runlog import RunLogError, read_meta, run_busy
+from prereg_kit.runlog import RunLogError, read_meta, record_exited, record_started, run_busy
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
 from trainer.core.program_judge import judge_meta
+from trainer.executors.options import check_local_jobs
 
 SPEC_FILE = "spec.json"
 LOG_FILE = "train.log"
@@ -63,6 +70,7 @@ class Job:
     result: str = ""  # after running: "complete" | "skipped (…)" | "failed (…)"
     progress: dict = field(default_factory=dict)
     process: subprocess.Popen | None = None
+    exit_code: int | None = None  # of the run process, once it has ended
 
 
 def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str] | None = None,
@@ -153,8 +161,8 @@ def default_jobs() -> tuple[int, list[str | None]]:
     return (n, [str(i) for i in range(n)]) if n else (1, [None])
 
 
-def _env(device: str | None) -> dict[str, str]:
-    env = dict(os.environ)
+def _env(device: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ) | (extra or {})
     root = str(Path(__file__).resolve().parents[1])  # run the same code as this launcher
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if device is not None:
@@ -162,14 +170,18 @@ def _env(device: str | None) -> dict[str, str]:
     return env
 
 
-def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = lambda j: None) -> str:
-    """Run one job in its own process (``python -m trainer spec.json``); return its result."""
+def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = lambda j: None, *,
+            env: dict[str, str] | None = None, preexec_fn: Callable[[], None] | None = None) -> str:
+    """Run one job in its own process (``python -m trainer spec.json``); return its result.
+
+    ``env``: extra variables of the run process (``PREREG_EXECUTOR``, ``PREREG_JOB_ID``);
+    ``preexec_fn``: run in the child before exec (an executor makes the run die with its worker)."""
     job.folder.mkdir(parents=True, exist_ok=True)
     spec_path = job.folder / SPEC_FILE
     job.spec.save(spec_path)
     with open(job.folder / LOG_FILE, "ab") as errlog:
         proc = subprocess.Popen([sys.executable, "-m", "trainer", str(spec_path)], stdout=subprocess.PIPE,
-                                stderr=errlog, env=_env(device), text=True)
+                                stderr=errlog, env=_env(device, env), text=True, preexec_fn=preexec_fn)
         job.process = proc
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -179,6 +191,7 @@ def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = l
                 continue
             on_progress(job)
         rc = proc.wait()
+    job.exit_code = rc
     if rc == 0:
         return "complete"
     if rc == 3:  # the trainer found the run complete: another process finished it meanwhile
@@ -204,8 +217,13 @@ def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callab
                     return
                 job = queue.pop(0)
             holder = run_busy(job.folder)
-            job.result = (f"failed (another writer holds this run: {holder})" if holder is not None
-                          else run_one(job, device, on_progress))
+            if holder is not None:
+                job.result = f"failed (another writer holds this run: {holder})"
+            else:  # executor.json: this launcher is the job behind the run (prereg status reads it)
+                job_id = f"pid {os.getpid()}"
+                record_started(job.folder, "local", job_id)
+                job.result = run_one(job, device, on_progress, env={"PREREG_EXECUTOR": "local", "PREREG_JOB_ID": job_id})
+                record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
             on_done(job)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(min(n, len(todo)))]
@@ -235,6 +253,7 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
     con = console or Console(stderr=True)
+    check_local_jobs(n_jobs, default_jobs()[0], stage)  # main-stage runs never share a GPU
     pf, jobs = plan_jobs(study_dir, stage, configs, seeds)
     flat = plan_flat_keys(pf.plan)
     if flat:  # still read; the sectioned names are what docs/trainer.md describes
@@ -260,11 +279,14 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
         tasks = {id(j): bar.add_task(f"{j.configuration} seed {j.seed}", total=_stop(j), info=j.state)
                  for j in jobs if j.state not in ("complete", "busy")}
 
+        blind = stage == "main"  # the main stage stays blind until it is analyzed: no accuracy shown
+
         def on_progress(j: Job) -> None:
             p = j.progress
-            info = f"it {p.get('iteration', 0)}" + (f"  acc {p['accuracy']:.3f}" if "accuracy" in p else "")
+            shown = "accuracy" in p and not blind
+            info = f"it {p.get('iteration', 0)}" + (f"  acc {p['accuracy']:.3f}" if shown else "")
             j.progress.setdefault("_info", "")
-            if "accuracy" in p:
+            if shown:
                 j.progress["_info"] = info
             done_so_far = p.get("tokens", 0) if j.spec.stop_tokens is not None else p.get("iteration", 0)
             bar.update(tasks[id(j)], completed=min(done_so_far, _stop(j)), info=j.progress["_info"] or info)

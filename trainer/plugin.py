@@ -25,9 +25,16 @@ class BuiltinRunner:
     name = "builtin"
 
     def run(self, study_dir: str | Path, *, stage: str = "main", configs: Sequence[str] | None = None,
-            seeds: Sequence[int] | None = None, n_jobs: int | None = None, console: Any = None) -> bool:
+            seeds: Sequence[int] | None = None, n_jobs: int | None = None, console: Any = None,
+            executor: dict | None = None) -> bool:
         """Train every configuration × seed of the stage (complete runs skipped, incomplete ones
-        resumed); True when no run failed."""
+        resumed); True when no run failed. ``executor``: None (or ``{"name": "local"}``) for local
+        processes, else ``{"name": "slurm" | "ray", …options}`` (``trainer.executors``)."""
+        if executor is not None and executor.get("name", "local") != "local":
+            from trainer.executors.dispatch import run_on_executor  # noqa: PLC0415  (submitit/Ray only when asked)
+
+            return run_on_executor(study_dir, stage=stage, configs=configs, seeds=seeds, executor=executor,
+                                   console=console)
         jobs = run_study(study_dir, stage=stage, configs=configs, seeds=seeds, n_jobs=n_jobs, console=console)
         return not any(j.result.startswith("failed") for j in jobs)
 
