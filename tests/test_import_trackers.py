@@ -79,7 +79,7 @@ def test_tensorboard_verl_stages_and_tokens(tmp_path):
     assert it["seconds_update"].tolist() == [3.5] * 4             # old_log_prob + ref + update_actor
     assert it["seconds_selection"].tolist() == [0.0] * 4 and "seconds_step" not in it   # timing_s/step never read
     assert list(it["updates"]) == [4, 8, 12, 16]
-    assert run.evaluations.empty and "--evals" in run.source["derived"]["evaluations"]
+    assert run.evaluations.empty and "--evaluations" in run.source["derived"]["evaluations"]
     assert run.source["files"][0]["path"].startswith("events.out.tfevents")
     assert run.started_at is not None and run.trainer == "verl" and run.importer == "tensorboard"
 
@@ -295,7 +295,7 @@ def test_wandb_csv_export_and_sampled_history_are_refused(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluations (--evals) and the command
+# Evaluations (--evaluations) and the command
 
 
 def _trl_history(tmp_path):
@@ -357,4 +357,5 @@ def test_commands_register_and_pass_the_run_on(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert got["run"].trainer == "mine" and got["run"].source["preset"] == "custom"
     res = CliRunner().invoke(app, [*args[:8], "trll", *args[9:]])
-    assert res.exit_code != 0 and "not one of trl, verl, openrlhf" in str(res.exception)
+    assert res.exit_code == 2 and "not one of trl, verl, openrlhf" in " ".join(res.output.split())  # one line, no traceback
+    assert "Traceback" not in res.output

@@ -53,7 +53,7 @@ def _write(tool: str, folder: Path, seed: int) -> tuple[Path, list[str]]:
 def _import(runner, study: Path, tool: str, root: Path, c: str, s: int, *more: str):
     path, extra = _write(tool, root / tool / c / str(s), s)
     args = ["import", tool, str(study), str(path), "-c", c, "--seed", str(s), "--preset", "verl",
-            "--updates-per-step", "2", "--evals", str(_evals(root / f"{tool}-{c}-{s}.parquet", c, s)), *extra, *more]
+            "--updates-per-step", "2", "--evaluations", str(_evals(root / f"{tool}-{c}-{s}.parquet", c, s)), *extra, *more]
     return runner.invoke(_prereg(), args)
 
 

@@ -13,7 +13,6 @@ the functions, so that ``prereg --help`` stays fast.
 
 from __future__ import annotations
 
-import functools
 import importlib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Annotated, Any, Callable
 
 import typer
 
+from ..cli_base import handles_errors
 from ..errors import PreregError
 
 app = typer.Typer(name="import", help="Import a run another trainer wrote (verl, OpenRLHF, TRL, trackers) into a locked study.",
@@ -42,18 +42,6 @@ Trainer = Annotated[str | None, typer.Option("--trainer", help="Name recorded as
 Device = Annotated[str, typer.Option("--device", help="What it trained on, recorded as meta.device: cuda:<GPU name as torch "
                                      "names it> (e.g. \"cuda:NVIDIA H100 80GB HBM3\"), cpu, \"cpu (<CPU model>)\" or unknown; "
                                      "contrasts read at matched time need one device type.")]
-
-
-def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
-    """The ``prereg`` command's error handling (one line, the error's exit code), looked up when the
-    command runs: ``prereg_kit.cli`` loads this module while it is being imported."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        from ..cli import handles_errors as handle
-
-        return handle(fn)(*args, **kwargs)
-
-    return wrapper
 
 
 def parse_time(value: str | None, option: str) -> datetime | None:

@@ -1,9 +1,9 @@
 """``prereg import tensorboard|mlflow|wandb``: a tracker's export → a run folder of the study.
 
 Each command reads the export through a key preset (trackers.PRESETS, or a JSON mapping file),
-adds per-problem evaluations from ``--evals`` when given, and writes the run with the import
+adds per-problem evaluations from ``--evaluations`` when given, and writes the run with the import
 core (``write_imported_run``: plan checks, never overwriting, sealing main runs). Without
-``--evals`` the run has no evaluations: the analysis then refuses the run by name.
+``--evaluations`` the run has no evaluations: the analysis then refuses the run by name.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..cli_base import handles_errors
 from .tracker_presets import PRESETS, TrackerError
 
 Study = Annotated[Path, typer.Argument(help="the study folder (plan.toml, plan.lock, runs/)")]
@@ -21,7 +22,7 @@ Configuration = Annotated[str, typer.Option("--configuration", "-c", help="the p
 Seed = Annotated[int, typer.Option("--seed", help="the plan's seed this run used")]
 Preset = Annotated[str, typer.Option("--preset", help=f"key preset ({', '.join(PRESETS)}) or a JSON file: our column -> logged key")]
 Trainer = Annotated[Optional[str], typer.Option("--trainer", help="what trained the run (default: the preset's name)")]
-Evals = Annotated[Optional[Path], typer.Option("--evals", help="per-problem evaluation results (.jsonl/.parquet)")]
+Evals = Annotated[Optional[Path], typer.Option("--evaluations", help="per-problem evaluation results, scored (.jsonl/.parquet)")]
 PerStep = Annotated[Optional[int], typer.Option("--completions-per-step", help="completions generated per step (prompts x generations)")]
 Updates = Annotated[Optional[int], typer.Option("--updates-per-step", help="optimizer updates per step, when the log does not count them")]
 Wallclock = Annotated[bool, typer.Option("--wallclock", help="time steps by the tracker's clock (includes evaluation and checkpoint time)")]
@@ -53,7 +54,7 @@ def _write(study_dir: Path, configuration: str, seed: int, run, stage: str, devi
     typer.echo(f"{folder}: {len(run.iterations)} iterations, {n_ev} evaluations from {run.importer} ({run.source.get('preset')})")
     if not n_ev:
         typer.echo("no evaluations: the tracker logs only aggregates; the analysis refuses this run until per-problem "
-                   "results are imported (--evals)")
+                   "results are imported (--evaluations)")
 
 
 def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a TensorBoard run folder or event file")],
@@ -100,7 +101,7 @@ def wandb(study_dir: Study, path: Annotated[Path, typer.Argument(help="a W&B Par
     _write(study_dir, configuration, seed, run, stage, device)
 
 
-COMMANDS = {"tensorboard": tensorboard, "mlflow": mlflow, "wandb": wandb}
+COMMANDS = {"tensorboard": handles_errors(tensorboard), "mlflow": handles_errors(mlflow), "wandb": handles_errors(wandb)}
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,4 @@
-"""Per-problem evaluation results beside a tracker import (``--evals``).
+"""Per-problem evaluation results beside a tracker import (``--evaluations``).
 
 Trackers log only aggregate evaluation metrics (e.g. verl's ``val-core/<set>/reward/mean@4``),
 while the analysis reads one row per evaluation x set x problem (paper 1 L2314-2334: every B/16

@@ -63,7 +63,7 @@ def imported(importer: str, steps: pd.DataFrame, *, preset: str | Mapping[str, s
                                f"but the log has {len(its)} iterations")
     else:
         ev = pd.DataFrame(columns=["iteration", "eval_set", "problem_id", "samples", "correct"])
-        how["evaluations"] = "none: the tracker logs only aggregates; give per-problem results with --evals"
+        how["evaluations"] = "none: the tracker logs only aggregates; give per-problem results with --evaluations"
     name = preset if isinstance(preset, str) else "custom"
     source.update(preset=name, key_map=keymap, derived=how)
     return ImportedRun(trainer=trainer, importer=importer, iterations=its, evaluations=ev,
