@@ -16,7 +16,7 @@ mkdir -p "$dir"
 log="$dir/gpu_check.log"
 missing=$("$py" - <<'PY'
 import importlib.util
-need = ["torch", "transformers", "tokenizers", "numpy", "pydantic", "filelock", "pandas", "scipy", "typer", "rich", "tomli_w"]
+need = ["torch", "transformers", "tokenizers", "numpy", "pandas", "pyarrow", "filelock", "jinja2", "pydantic"]  # what the check imports
 print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
 PY
 )
