@@ -430,6 +430,9 @@ def report(s: dict) -> None:
             print(f"{name}: {e.get('status')}")
             continue
         tps = e["tokens_per_second"]
+        if tps is None:  # the deadline came before the first timed iteration
+            print(f"{name}: no timed iteration (deadline); accounting {'OK' if e['accounting']['ok'] else 'FAILED'}")
+            continue
         print(f"{name}: {tps:,.0f} tokens/s training included ({e['ratio_to_paper']:.2f}× the paper), "
               f"generation alone {e['generation_tokens_per_second']:,.0f} tokens/s; "
               f"{e['iterations_timed']} timed iterations{' (cut short by the deadline)' if e['cut_short'] else ''}")

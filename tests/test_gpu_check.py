@@ -46,31 +46,32 @@ def test_tiny_cpu_run_passes_with_every_field(gc, tmp_path):
                           "--limit", "24", "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "token accounting: OK" in res.stdout and "7,913 generated tokens/s" in res.stdout
-    _check_fields(gc, json.loads(out.read_text(encoding="utf-8")))
+    _check_fields(gc, json.loads(out.read_text(encoding="utf-8")), warmup=1, timed=2)
     assert "vllm" not in json.loads(out.read_text(encoding="utf-8"))["engines"]
 
 
 def test_fields_and_accounting_in_process(gc, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "vllm", None)  # vLLM asked for but not importable: skipped, and said
-    rc, s = _run(gc, tmp_path, "--engines", "hf,vllm", iterations=("--warmup", "1", "--iterations", "2"))
+    rc, s = _run(gc, tmp_path, "--engines", "hf,vllm", iterations=("--warmup", "1", "--iterations", "1"))
     assert rc == 0
-    _check_fields(gc, s)
+    _check_fields(gc, s, warmup=1, timed=1)
     assert s["engines"]["vllm"] == {"status": "skipped: vLLM not installed"}
     out = capsys.readouterr().out
     assert "vLLM: not installed — skipped" in out and "vllm: skipped: vLLM not installed" in out
 
 
-def _check_fields(gc, s: dict) -> None:
+def _check_fields(gc, s: dict, warmup: int, timed: int) -> None:
     assert set(gc.SUMMARY_FIELDS) <= set(s) and s["ok"] and s["accounting_ok"] and s["forced_full_length"]
     hf = s["engines"]["hf"]
     assert set(gc.ENGINE_FIELDS) <= set(hf)
-    assert hf["iterations_timed"] == 2 and hf["iterations_warmup"] == 1
-    assert hf["tokens_timed"] == 2 * 64 * 24  # forced full length: every completion reaches the limit
+    assert hf["iterations_timed"] == timed and hf["iterations_warmup"] == warmup
+    assert hf["tokens_timed"] == timed * 64 * 24  # forced full length: every completion reaches the limit
     assert sum(hf["stage_shares"].values()) == pytest.approx(1.0)
     assert hf["tokens_per_second"] == pytest.approx(hf["tokens_timed"] / hf["train_seconds_timed"])
     assert hf["ratio_to_paper"] == pytest.approx(hf["tokens_per_second"] / (12.25e6 / (0.43 * 3600)))
-    assert hf["peak_gpu_memory_gib"] is None and hf["accounting"] == {"ok": True, "calls_checked": 3, "problems": []}
-    assert [r["tokens_rollout"] for r in hf["rows"]] == [64 * 24] * 3
+    assert hf["peak_gpu_memory_gib"] is None
+    assert hf["accounting"] == {"ok": True, "calls_checked": warmup + timed, "problems": []}
+    assert [r["tokens_rollout"] for r in hf["rows"]] == [64 * 24] * (warmup + timed)
     assert s["cross_engine"]["status"].startswith("not run")
 
 
@@ -191,3 +192,12 @@ def test_engine_names_are_checked(gc, tmp_path):
         gc.parse_args(["--engines", "hf,vLLM "])
     with pytest.raises(SystemExit):
         gc.parse_args(["--engines", ","])
+
+
+def test_deadline_stops_timing_and_says_so(gc, tmp_path, capsys):
+    # past the deadline after the warm-up: no timed iteration, no throughput, the accounting still checked
+    rc, s = _run(gc, tmp_path, "--engines", "hf", "--deadline-s", "0", iterations=("--warmup", "1", "--iterations", "3"))
+    hf = s["engines"]["hf"]
+    assert rc == 0 and hf["cut_short"] and hf["iterations_timed"] == 0 and hf["tokens_per_second"] is None
+    assert hf["accounting"]["calls_checked"] == 1
+    assert "hf: no timed iteration (deadline)" in capsys.readouterr().out
