@@ -6,6 +6,7 @@ What this cannot check — real vLLM sampling and its internal model layout — 
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 
@@ -59,6 +60,7 @@ def policy(tmp_path, monkeypatch):
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = _FakeLLM, _Params
     monkeypatch.setitem(sys.modules, "vllm", fake)
+    _isolated_env(monkeypatch)  # the engine sets VLLM_ENABLE_V1_MULTIPROCESSING; leave the process as found
     pol = Policy(model, tok, torch.device("cpu"), None, TrainerConfig(engine="vllm"), str(tmp_path))
     return pol
 
@@ -90,3 +92,51 @@ def test_clear_error_without_vllm(policy, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(ConfigError, match="needs the vllm package"):
         VLLMEngine(policy)
+
+
+class _FakeV1LLM(_FakeLLM):
+    """vLLM's V1 engine: no ``model_executor`` on ``llm_engine``; ``apply_model`` runs a function
+    on the worker's model (in this process when V1 multiprocessing is off)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.env_at_init = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        self.llm_engine = types.SimpleNamespace()
+        self.model = types.SimpleNamespace(load_weights=lambda it: self.loaded.extend(n for n, _ in it))
+
+    def apply_model(self, func):
+        return [func(self.model)]
+
+
+def _isolated_env(monkeypatch, value=None):
+    """Restore the variable after the test, whatever the engine sets."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "restore-me")
+    if value is None:
+        monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    else:
+        monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", value)
+
+
+def test_sync_weights_v1_engine_through_apply_model(policy, monkeypatch):
+    # the V1 layout has no llm_engine.model_executor: the pre-V1 path would raise AttributeError
+    _isolated_env(monkeypatch)
+    sys.modules["vllm"].LLM = _FakeV1LLM
+    eng = VLLMEngine(policy)
+    assert eng.llm.env_at_init == "0"  # the engine lives in this process, where weights can be copied
+    assert not hasattr(eng.llm.llm_engine, "model_executor")
+    eng.sync_weights()
+    assert eng.llm.loaded == [n for n, _ in policy.model.named_parameters()]
+
+
+def test_refuses_a_multiprocess_v1_engine(policy, monkeypatch):
+    _isolated_env(monkeypatch, "1")
+    with pytest.raises(ConfigError, match="VLLM_ENABLE_V1_MULTIPROCESSING='1'"):
+        VLLMEngine(policy)
+
+
+def test_sync_weights_names_an_unknown_layout(policy, monkeypatch):
+    _isolated_env(monkeypatch)
+    eng = VLLMEngine(policy)
+    eng.llm.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace())  # near miss: no driver_worker
+    with pytest.raises(ConfigError, match="neither LLM.apply_model nor"):
+        eng.sync_weights()

@@ -11,6 +11,7 @@ the batch layout (the coupling evaluation needs across configurations of a seed)
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -205,6 +206,12 @@ class VLLMEngine:
             from vllm import LLM  # noqa: PLC0415
         except ImportError:
             raise ConfigError("engine = 'vllm' needs the vllm package (pip install prereg-kit[vllm])") from None
+        # vLLM's V1 engine runs in a child process by default, where the trainer's weights cannot
+        # be copied in; the colocated engine must live in this process (as verl and TRL run it).
+        mp = os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if mp != "0":
+            raise ConfigError(f"engine = 'vllm' copies weights in-process: VLLM_ENABLE_V1_MULTIPROCESSING={mp!r} "
+                              "must be unset or '0'")
         self.policy = policy
         self.llm = LLM(model=policy.path, dtype="bfloat16", seed=0, enable_prefix_caching=False,
                        gpu_memory_utilization=policy.cfg.engine.vllm_gpu_memory_utilization)
@@ -226,8 +233,20 @@ class VLLMEngine:
                          comp.to(pol.device), limit)
 
     def sync_weights(self) -> None:
-        worker_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        worker_model.load_weights(((n, p.detach()) for n, p in self.policy.model.named_parameters()))
+        """Copy every training parameter into vLLM's model (its ``load_weights`` maps HF names
+        onto its fused layers and casts to bf16). vLLM ≥ 0.8 (V1 engine, the only one from 0.11)
+        has no ``model_executor.driver_worker.model_runner`` on ``llm_engine``: its public
+        ``LLM.apply_model`` runs the copy on the model in the (in-process) worker instead."""
+        weights = [(n, p.detach()) for n, p in self.policy.model.named_parameters()]
+        if hasattr(self.llm, "apply_model"):
+            self.llm.apply_model(lambda model: model.load_weights(iter(weights)))
+            return
+        try:  # vLLM before apply_model: the pre-V1 engine's layout
+            worker_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        except AttributeError:
+            raise ConfigError("engine = 'vllm': this vLLM version has neither LLM.apply_model nor "
+                              "llm_engine.model_executor.driver_worker.model_runner.model; weights cannot be synced") from None
+        worker_model.load_weights(iter(weights))
 
 
 def make_engine(policy: Policy) -> Engine:
