@@ -29,10 +29,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from .calibrate import CALIBRATION_ITERATIONS
 from .errors import PreregError
 from .jobs import planned_runs
 from .plan import load_plan
@@ -153,10 +156,8 @@ class StudyStatus:
                 "done": done, "total": total, "parallel": n,
                 "eta_s": (left / n if known else None) if any(r.state not in ("complete", "failed") for r in planned) else 0.0}
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """One row per run (tidy: one column per field; ``accuracy`` only outside the main stage)."""
-        import pandas as pd  # noqa: PLC0415
-
         rows = [self._row(r) for r in self.runs]
         return pd.DataFrame(rows)
 
@@ -200,8 +201,6 @@ def study_status(study_dir: str | Path, stage: str = "main", *, parallel: int | 
         else:
             unit, b, stop = "iterations", float(budget.iterations), float(int(round(k * budget.iterations)))
         if stage == "calibration":  # the calibration runs stop after iterations 0-2
-            from .calibrate import CALIBRATION_ITERATIONS  # noqa: PLC0415
-
             unit, b, stop = "iterations", b if unit == "iterations" else None, float(CALIBRATION_ITERATIONS)
         rows.append(run_status(run_dir(study, c, s, stage=stage), c, s, stage, unit=unit, budget=b, stop=stop,
                                cache=cache, now=now))
@@ -335,8 +334,6 @@ _ITER_SCHEMA = pa.schema([(c, pa.int64() if c == "iteration" or c in TOKEN_KINDS
 
 
 def _add(t: _Tally, tab: pa.Table) -> None:
-    import pyarrow.compute as pc  # noqa: PLC0415
-
     if not tab.num_rows:
         return
     names = tab.column_names

@@ -293,3 +293,26 @@ def test_watch_ends_by_itself_when_every_run_is_done(tmp_path):
         assert res.stdout.count("blind:") >= 2  # refreshed at least once
     finally:
         child.wait(30)
+
+
+def test_status_writes_nothing_and_reads_a_long_run_once(study):
+    f = run_dir(study, "A", 0)
+    w = RunLogWriter(f, _meta("A", 0), fsync=False)
+    w.log_iterations([_it(i) for i in range(5000)])
+    w.lock.release()
+    tree = {p: p.read_bytes() for p in study.rglob("*") if p.is_file()}
+    cache = StatusCache()
+    r = study_status(study, cache=cache).runs[0]
+    assert (r.iteration, r.tokens) == (5000, 5000 * 1250) and r.train_s == pytest.approx(5000 * 1.65)
+    assert {p: p.read_bytes() for p in study.rglob("*") if p.is_file()} == tree
+    t0 = time.perf_counter()
+    for _ in range(20):  # a refresh with nothing appended reads no rows
+        study_status(study, cache=cache)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_a_calibration_stage_stops_after_three_iterations(study):
+    (study / "plan.toml").write_text(PLAN.replace('[[stages]]\nname = "smoke"', '[[stages]]\nname = "calibration"\nseeds = [7]\n\n[[stages]]\nname = "smoke"'))
+    write_run(run_dir(study, "A", 7, stage="calibration"), n_it=2, meta=_meta("A", 7, stage="calibration"))
+    rows = study_status(study, "calibration").runs
+    assert [(r.configuration, r.unit, r.done, r.stop) for r in rows] == [("A", "iterations", 2, 3), ("B", "iterations", 0, 3)]

@@ -64,6 +64,17 @@ def heartbeat_age(note: dict[str, Any] | None, now: datetime | None = None) -> f
     return max(0.0, ((now or utc_now()) - beat).total_seconds())
 
 
+def _settled_note(folder: Path) -> dict[str, Any] | None:
+    # A note that exists but does not parse is being replaced by a writer that does not rename
+    # atomically (or a shared filesystem lags): look again before calling the run free.
+    for _ in range(5):
+        note = read_note(folder)
+        if note is not None or not (folder / WRITER_NOTE).exists():
+            return note
+        time.sleep(0.02)
+    return None
+
+
 def _foreign_live(note: dict[str, Any] | None, lease: float) -> bool:
     # The OS lock is authoritative on this host; the lease speaks only for other machines.
     if note is None or note.get("host") == socket.gethostname():
@@ -158,7 +169,7 @@ class RunLock:
     def _wait_for_foreign_lease(self) -> dict[str, Any] | None:
         """The note left in the folder once no other host's lease is live; refuses after ``wait_s``."""
         deadline = time.monotonic() + self.wait_s
-        note = read_note(self.folder)
+        note = _settled_note(self.folder)
         while _foreign_live(note, self.lease_s):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -167,7 +178,7 @@ class RunLock:
                                    f"(lease {self.lease_s:.0f} s, on another machine){waited}; nothing was written — "
                                    f"wait for it or stop it (PREREG_LEASE_WAIT_S waits for the lease to expire)")
             time.sleep(min(left, max(0.05, self.lease_s / 12)))
-            note = read_note(self.folder)
+            note = _settled_note(self.folder)
         return note
 
     def _beat_once(self) -> bool:
