@@ -161,3 +161,15 @@ def test_the_lease_length_comes_from_the_environment(monkeypatch):
 def test_the_trainer_waits_as_the_environment_says():
     src = (Path(__file__).resolve().parents[1] / "trainer" / "loop.py").read_text()
     assert 'RunLock(spec.run_dir, wait_s=float(os.environ.get("PREREG_LEASE_WAIT_S", "0")))' in src
+
+
+def test_a_seal_skips_the_note_being_renewed_but_nothing_else(tmp_path):
+    from prereg_kit.seal import run_files
+
+    f = tmp_path / "run"
+    f.mkdir()
+    (f / "meta.json").write_text("{}")
+    (f / f"{WRITER_NOTE}.{'c' * 32}.tmp").write_text("{}")  # a heartbeat between write and rename
+    for near in ("writer.json.x.tmp", ".writer.json.x.tmpx", ".writer.jsonx.tmp"):
+        (f / near).write_text("{}")
+    assert sorted(run_files(f)) == [".writer.json.x.tmpx", ".writer.jsonx.tmp", "meta.json", "writer.json.x.tmp"]
