@@ -244,10 +244,10 @@ def run_status(folder: Path, configuration: str, seed: int, stage: str, *, unit:
     if stop:
         r.fraction = min(1.0, r.done / stop)
     r.state = _state(holder, meta, job)
-    # the run's own rate: wall-clock since it started, or training seconds once it was resumed
-    # (the wall clock would count the time it lay stopped)
-    resumed = bool(getattr(meta, "resumes", None))
-    r.elapsed_s = (r.train_s if resumed or not r.wall_s else r.wall_s) if meta is not None else None
+    # the run's own rate: wall-clock since it started, or training seconds once it was resumed or
+    # while it lies stopped (the wall clock would count the time nobody trained it)
+    wall_ok = meta is not None and not getattr(meta, "resumes", None) and (r.state == "running" or meta.ended_at is not None)
+    r.elapsed_s = (r.wall_s if wall_ok and r.wall_s else r.train_s) if meta is not None else None
     if r.state == "complete":
         r.eta_s = 0.0
     elif stop and r.done > 0 and r.state != "failed" and r.elapsed_s:

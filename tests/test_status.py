@@ -160,6 +160,7 @@ def test_every_state_and_the_numbers(study):
     assert run.eta_s == pytest.approx((1e6 - 12_500) * run.wall_s / 12_500)
     assert run.device == "cpu"
     assert by[("B", 1)].executor == "slurm" and by[("B", 1)].job_id == "77_1" and by[("B", 1)].attempts == 1
+    assert by[("A", 2)].eta_s == pytest.approx((1e6 - 12_500) * 16.5 / 12_500)  # crashed: its wall clock runs on
     assert by[("B", 2)].job_id == "77_2" and by[("B", 2)].tokens == 0 and by[("B", 2)].eta_s is None
     done = by[("A", 0)]  # compacted to Parquet: the same sums
     assert (done.tokens, done.iteration, done.evaluations, done.fraction, done.eta_s) == (12_500, 10, 3, 0.0125, 0.0)
@@ -216,7 +217,7 @@ def test_an_iteration_budget_counts_iterations(study):
     write_run(run_dir(study, "A", 0), n_it=10)
     r = study_status(study).runs[0]
     assert (r.unit, r.done, r.stop, r.fraction, r.tokens) == ("iterations", 10, 40, 0.25, 12_500)
-    assert r.eta_s == pytest.approx(30 * r.wall_s / 10)
+    assert r.eta_s == pytest.approx(30 * 16.5 / 10)  # stopped: its training seconds are the clock
 
 
 def test_json_has_every_run_and_parses(study):
@@ -263,10 +264,13 @@ def test_errors_name_the_path_typed(study, tmp_path):
 
 FINISH_LATER = """
 import sys, time
+from pathlib import Path
 from prereg_kit.runlog import RunLogWriter
 w = RunLogWriter(sys.argv[1], None, resume=True, fsync=False)
 print("holding", flush=True)
-time.sleep(4.0)
+deadline = time.time() + 60
+while not Path(sys.argv[2]).exists() and time.time() < deadline:  # until the watcher saw it running
+    time.sleep(0.05)
 w.log_iteration({"iteration": 10, "tokens_rollout": 1000, "tokens_continuation": 0, "tokens_discarded": 0,
                  "seconds_step": 1.0, "updates": 11})
 w.finish("complete")
@@ -279,19 +283,25 @@ def test_watch_ends_by_itself_when_every_run_is_done(tmp_path):
     (d / "plan.toml").write_text(PLAN.replace("seeds = [0, 1, 2, 3]", "seeds = [0]"))
     write_run(run_dir(d, "A", 0), status="complete")
     write_run(run_dir(d, "B", 0))
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", FINISH_LATER, str(run_dir(d, "B", 0))], stdout=subprocess.PIPE,
-                             env=env, text=True)
+    go = tmp_path / "go"
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen([sys.executable, "-c", FINISH_LATER, str(run_dir(d, "B", 0)), str(go)],
+                             stdout=subprocess.PIPE, env=env, text=True)
     try:
         assert child.stdout.readline().strip() == "holding"
-        t0 = time.time()
-        res = subprocess.run([sys.executable, "-m", "prereg_kit", "status", str(d), "--watch", "0.2"],
-                             capture_output=True, text=True, env=env, timeout=60)
-        assert res.returncode == 0, res.stderr
-        assert time.time() - t0 < 30
-        assert res.stdout.count("running") >= 1 and res.stdout.count("2 complete") == 1
-        assert res.stdout.count("blind:") >= 2  # refreshed at least once
+        watch = subprocess.Popen([sys.executable, "-m", "prereg_kit", "status", str(d), "--watch", "0.2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        seen = []
+        for line in watch.stdout:
+            seen.append(line)
+            if "1 running" in line:
+                go.touch()  # the run completes while the watch goes on
+        assert watch.wait(60) == 0, watch.stderr.read()
+        text = "".join(seen)
+        assert "1 complete, 1 running" in text and text.count("2 complete") == 1 and text.rstrip().endswith(BLIND_NOTE)
+        assert text.count("blind:") >= 2  # refreshed at least once
     finally:
+        go.touch()
         child.wait(30)
 
 
@@ -316,3 +326,18 @@ def test_a_calibration_stage_stops_after_three_iterations(study):
     write_run(run_dir(study, "A", 7, stage="calibration"), n_it=2, meta=_meta("A", 7, stage="calibration"))
     rows = study_status(study, "calibration").runs
     assert [(r.configuration, r.unit, r.done, r.stop) for r in rows] == [("A", "iterations", 2, 3), ("B", "iterations", 0, 3)]
+
+
+def test_a_run_held_by_a_lease_of_another_machine_is_running(study):
+    f = run_dir(study, "A", 0)
+    write_run(f)
+    beat = (utc_now() - timedelta(seconds=5)).isoformat()
+    (f / ".writer.json").write_text(json.dumps({"pid": 4242, "host": "node-b", "since": beat, "token": "e" * 32,
+                                                "heartbeat": beat}))
+    r = study_status(study).runs[0]
+    assert (r.state, r.holder) == ("running", "pid 4242 on node-b") and 4 < r.heartbeat_age_s < 30
+    beat = (utc_now() - timedelta(seconds=500)).isoformat()  # expired: nobody writes it
+    (f / ".writer.json").write_text(json.dumps({"pid": 4242, "host": "node-b", "since": beat, "token": "e" * 32,
+                                                "heartbeat": beat}))
+    r = study_status(study).runs[0]
+    assert (r.state, r.holder) == ("stopped", "")
