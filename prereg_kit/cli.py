@@ -20,6 +20,7 @@ from . import __version__
 from .cli_base import (INTERNAL_ERROR, RUNNER_HELP, TRACEBACK_ENV, err, handles_errors, out, out_console,  # noqa: F401
                        seed_list as _seed_list, split_values)
 from .cli_run import run
+from .cli_status import status
 from .errors import PreregError
 from .plan import PLAN_FILE
 
@@ -264,6 +265,7 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
 
 
 app.command()(run)  # prereg_kit/cli_run.py
+app.command("status")(status)  # prereg_kit/cli_status.py
 
 
 @app.command("gradient-test")

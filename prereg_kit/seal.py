@@ -43,6 +43,11 @@ UNSEALED_DIRS = frozenset({"checkpoint"})
 _CHUNK = 1 << 20
 
 
+def _note_in_flight(name: str) -> bool:
+    # the holder note's lease renewal, between its write and its rename (runlog.writerlock)
+    return name.startswith(".writer.json.") and name.endswith(".tmp")
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -68,7 +73,7 @@ def run_files(folder: str | Path) -> dict[str, str]:
             rel = (rel_root / name).as_posix()
             if p.is_symlink():
                 raise PreregError(f"{p}: a symbolic link in a run folder cannot be sealed")
-            if rel_root == Path(".") and name in UNSEALED:
+            if rel_root == Path(".") and (name in UNSEALED or _note_in_flight(name)):
                 continue
             out[rel] = file_sha256(p)
     return dict(sorted(out.items()))

@@ -36,9 +36,9 @@ LAYERS = {
         ("analysis", ["prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.verdicts", "prereg_kit.gradient_tests",
                       "prereg_kit.gradient_synth", "prereg_kit.extrapolated", "prereg_kit.analyze", "prereg_kit.synth"]),
         ("output", ["prereg_kit.plots", "prereg_kit.extrapolation_plots", "prereg_kit.gradient_report", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
-                    "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe"]),
+                    "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.status"]),
         ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli_base",
-                     "prereg_kit.cli_run", "prereg_kit.cli", "prereg_kit.__main__"]),
+                     "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.cli", "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],
     "prereg_kit.integrations": [
@@ -73,7 +73,7 @@ LAYERS = {
     ],
 }
 COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
-            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli_run", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
+            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 
 def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS) -> list[str]:

@@ -5,6 +5,7 @@ checkpoint. ``setup`` builds (or resumes) everything the loop needs.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
     the launchers do, so a run process started by hand obeys the lock as well."""
     if spec.stage == "main":
         require_locked(spec.study_dir)
-    with RunLock(spec.run_dir) as lock:
+    with RunLock(spec.run_dir, wait_s=float(os.environ.get("PREREG_LEASE_WAIT_S", "0"))) as lock:
         if lock.stale:
             print(f"warning: {spec.run_dir}: {lock.stale}; taking the run over", file=sys.stderr)
         return _train(spec, progress, lock)

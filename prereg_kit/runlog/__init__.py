@@ -25,6 +25,9 @@ as long as the writer lives (the trainer takes it before it reads anything of th
 its holder in ``.writer.json``. A second writer is refused with :class:`RunBusyError`, naming the
 holder; the kernel drops the lock when its process dies, and the note a crashed writer left
 behind is reported as a stale lock when the run is next opened. Locking is :mod:`filelock`'s.
+Across machines the note is a lease (``token``, ``heartbeat`` renewed every ``PREREG_LEASE_S``/6 s):
+another host's fresh lease refuses a writer where the OS lock does not reach, and a writer whose
+lease was taken over writes nothing more.
 
 Numbers in a run log are finite: ``inf`` or ``nan`` where a value is required is an error naming
 the file, line and field. Parquet files are written with page checksums, verified on read.

@@ -160,6 +160,7 @@ class RunLogWriter:
         resumes.append({"at": utc_now().isoformat(), "at_iteration": at_iteration, "at_eval": at_eval})
         self.meta = base.model_copy(update={"status": "running", "ended_at": None, "resumes": resumes})
         self._repair(at_iteration, at_eval)
+        self.lock.check()
         write_meta(self.folder, self.meta, fsync=fsync)
 
     # -- resume ---------------------------------------------------------------------------
@@ -252,6 +253,7 @@ class RunLogWriter:
         return self._last_eval
 
     def _append(self, kind: str, df: pd.DataFrame) -> None:
+        self.lock.check()  # fencing: a writer whose lease was taken over writes nothing more
         data = _to_jsonl(df)
         path = _jsonl_path(self.folder, kind)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -325,6 +327,7 @@ class RunLogWriter:
         if status not in STATUSES:
             raise RunLogError(f"{self.folder}: unknown status {status!r} (one of {', '.join(STATUSES)})")
         try:
+            self.lock.check()
             if compact:
                 finalize(self.folder, keep_jsonl=keep_jsonl, fsync=self.fsync)
             self.meta = self.meta.model_copy(update={"status": status, "ended_at": utc_now()})
