@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from .audit import device_type
 from .calibrate import CALIBRATION_ITERATIONS
 from .errors import PreregError
 from .jobs import planned_runs
@@ -236,7 +237,7 @@ def run_status(folder: Path, configuration: str, seed: int, stage: str, *, unit:
         except RunLogError as e:
             r.note = str(e)
     if meta is not None:
-        r.device = meta.device + (f" ({meta.cpu})" if getattr(meta, "cpu", None) and meta.device == "cpu" else "")
+        r.device = device_type(meta)
         _progress(r, folder, cache or StatusCache(), accuracy=stage != "main")
         end = meta.ended_at if meta.status != "running" and meta.ended_at else now
         r.wall_s = max(0.0, (end - meta.started_at).total_seconds())

@@ -341,3 +341,20 @@ def test_a_run_held_by_a_lease_of_another_machine_is_running(study):
                                                 "heartbeat": beat}))
     r = study_status(study).runs[0]
     assert (r.state, r.holder) == ("stopped", "")
+
+
+def test_an_earlier_attempt_never_overwrites_a_later_attempts_record(tmp_path):
+    """A worker that lost its run to a requeued one ends without touching the new attempt's record."""
+    import os
+    import socket
+
+    from prereg_kit.runlog import read_job_record, record_exited, record_started, write_job_record
+
+    folder = tmp_path / "run"
+    record_started(folder, "slurm", "7_0")
+    write_job_record(folder, host="node-b", pid=4242)  # the requeued attempt started on another node
+    record_exited(folder, 1, "failed (lost the run)")
+    rec = read_job_record(folder)
+    assert rec["state"] == "running" and rec["host"] == "node-b" and rec["result"] == ""
+    write_job_record(folder, host=socket.gethostname(), pid=os.getpid())  # this attempt is the last one
+    assert record_exited(folder, 0, "complete")["state"] == "exited"

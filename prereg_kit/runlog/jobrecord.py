@@ -66,7 +66,13 @@ def record_started(folder: str | Path, executor: str | None = None, job_id: str 
 
 
 def record_exited(folder: str | Path, exit_code: int, result: str) -> dict[str, Any]:
-    """The attempt ended with ``exit_code``; ``result`` is the one line the launcher reports."""
+    """The attempt ended with ``exit_code``; ``result`` is the one line the launcher reports.
+
+    Only the attempt that started last writes its end: an earlier attempt that lost the run to a
+    later one (a requeued or retried worker) leaves the later one's record alone."""
+    rec = read_job_record(folder) or {}
+    if rec.get("state") == "running" and (rec.get("host"), rec.get("pid")) != (socket.gethostname(), os.getpid()):
+        return rec
     return write_job_record(folder, state="exited", exit_code=int(exit_code), result=str(result)[:300],
                             ended_at=utc_now().isoformat())
 
