@@ -17,8 +17,8 @@ import typer
 from rich.markup import escape
 
 from . import __version__
-from .cli_base import (INTERNAL_ERROR, RUNNER_HELP, TRACEBACK_ENV, err, handles_errors, out, out_console,  # noqa: F401
-                       seed_list as _seed_list, split_values)
+from .cli_base import (INTERNAL_ERROR, RUNNER_HELP, TRACEBACK_ENV, PreregGroup, err, handles_errors, out,  # noqa: F401
+                       out_console, seed_list as _seed_list, split_values)
 from .cli_run import run
 from .cli_status import status
 from .errors import PreregError
@@ -30,6 +30,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=PreregGroup,  # flags without `<bool>`, arguments as STUDY_DIR in every --help
 )
 
 

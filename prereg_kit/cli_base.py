@@ -13,6 +13,7 @@ import click
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from .errors import PreregError
 
@@ -88,3 +89,70 @@ def split_values(values: list[str] | None) -> list[str] | None:
     """``["a,b", "c"]`` → ``["a", "b", "c"]``; None or empty → None (an option that was not given)."""
     return None if not values else [x.strip() for v in values for x in v.split(",") if x.strip()]
 
+
+class _Flag(TyperOption):
+    """An on/off option: no value follows it, so its help shows no type (typer ≥ 0.2x writes ``<bool>``)."""
+
+    def display_type_rich(self, ctx: click.Context) -> str | None:
+        return None if self.is_flag else super().display_type_rich(ctx)
+
+
+class _Argument(TyperArgument):
+    """A positional argument shown as click and POSIX usage write it: STUDY_DIR, [STUDY_DIR] when optional.
+
+    typer ≥ 0.2x writes the Python name, and ``{study_dir}`` in the usage line for a required one.
+    """
+
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar if self.metavar is not None else self.name.upper()
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+
+def _plain_param(param) -> None:
+    if type(param) is TyperOption:
+        param.__class__ = _Flag  # same state, one overridden display method
+    elif type(param) is TyperArgument:
+        param.__class__ = _Argument
+
+
+def _plain_help_option(option):
+    """The help option, made by click on first use, gets the same display as the declared options."""
+    if option is not None:
+        _plain_param(option)
+    return option
+
+
+class _PlainCommand(TyperCommand):
+    def get_help_option(self, ctx):
+        return _plain_help_option(super().get_help_option(ctx))
+
+
+class PreregGroup(TyperGroup):
+    """The ``prereg`` group: flags without a type, arguments in capitals in every command's ``--help``.
+
+    Built once per invocation from the finished command tree (plugins' commands included), so no
+    command needs its own setting and nothing global changes.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        _plain_help(self)
+
+    def get_help_option(self, ctx):
+        return _plain_help_option(super().get_help_option(ctx))
+
+
+def _plain_help(command) -> None:
+    """Give ``command``, its parameters and its subcommands, to any depth, the help display above."""
+    if type(command) is TyperCommand:
+        command.__class__ = _PlainCommand  # same state: only the help option's display differs
+    elif type(command) is TyperGroup:
+        command.__class__ = PreregGroup
+    for param in command.params:
+        _plain_param(param)
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)

@@ -273,6 +273,7 @@ def lock_plan(plan_path: str | Path, *, check: PlanFileCheck | None = None) -> L
 def amend_plan(plan_path: str | Path, reason: str, *, check: PlanFileCheck | None = None) -> LockResult:
     """Append a dated amendment (the current time) with its reason and the keys that changed (old → new).
     ``check`` runs on the validated plan first."""
+    resolve_plan_path(plan_path)  # a path that leads to no plan is the first thing to say
     if not reason or not reason.strip():
         raise PreregError("an amendment needs a reason: --reason \"why the plan changed\"")
     pf = load_plan(plan_path)

@@ -181,11 +181,7 @@ def study_status(study_dir: str | Path, stage: str = "main", *, parallel: int | 
     """Read where every run of ``stage`` stands (see the module docstring). The plan is read with
     :func:`~prereg_kit.plan.load_plan` only: no lock is needed to look."""
     study_dir = Path(study_dir)
-    if not study_dir.exists():
-        raise PreregError(f"{study_dir}: no such study folder")
-    if study_dir.is_dir() and not (study_dir / "plan.toml").exists():
-        raise PreregError(f"{study_dir}: no plan.toml there (a study folder holds plan.toml and its runs)")
-    pf = load_plan(study_dir)
+    pf = load_plan(study_dir)  # a missing folder or plan.toml is named as typed (resolve_plan_path)
     plan = pf.plan
     if plan.stage(stage) is None and stage != "main":
         raise PreregError(f"{pf.path}: the plan has no stage {stage!r} (have: {', '.join(s.name for s in plan.stages)})")

@@ -255,7 +255,7 @@ def test_a_smoke_stage_shows_the_last_accuracy(study):
 
 
 def test_errors_name_the_path_typed(study, tmp_path):
-    for path, msg in ((tmp_path / "nowhere", "no such study folder"), (tmp_path, "no plan.toml there")):
+    for path, msg in ((tmp_path / "nowhere", "no such folder"), (tmp_path, "no plan.toml in this folder")):
         res = CliRunner().invoke(app, ["status", str(path)])
         assert res.exit_code != 0 and str(path) in res.output and msg in res.output
     res = CliRunner().invoke(app, ["status", str(study), "--stage", "pilot"])

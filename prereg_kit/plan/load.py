@@ -321,6 +321,17 @@ def load_plan(path: str | Path) -> PlanFile:
 
 
 def resolve_plan_path(path: str | Path) -> Path:
-    """``STUDY_DIR`` → ``STUDY_DIR/plan.toml``; a file path is returned as is."""
+    """``STUDY_DIR`` → ``STUDY_DIR/plan.toml``; a file path is returned as is.
+
+    Every command finds its plan here, so a path that leads to no plan is refused here, naming what
+    was typed: a folder that does not exist, or one without ``plan.toml`` (before any lock or run is
+    looked for, whose absence would only be a consequence).
+    """
     p = Path(path)
-    return p / PLAN_FILE if p.is_dir() else p
+    if p.is_dir():
+        if not (p / PLAN_FILE).exists():
+            raise PlanError(f"{path}: no {PLAN_FILE} in this folder (prereg new {path} writes a template)")
+        return p / PLAN_FILE
+    if not p.exists():
+        raise PlanError(f"{path}: no such plan file" if p.suffix == ".toml" else f"{path}: no such folder")
+    return p
