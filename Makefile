@@ -12,7 +12,7 @@ PREREG = $(PYTHON) -m prereg_kit
 
 .make-installed: pyproject.toml
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[dev,train,trl,tensorboard,cluster]"
+	$(PYTHON) -m pip install -q -e ".[dev,train,trl,tensorboard,cluster,analyses,hub]"
 	@touch $@
 
 install: .make-installed

@@ -42,6 +42,11 @@ on-policy step Delta theta_j = (alpha/n) sum_{i: a_i = j} A_i. :func:`run_recurs
 :func:`iterations_to_reach` run it in a numba kernel (about 0.3 s per 10^6 iterations at
 n = 8 on 2 slow cores; see docs/multi-reward-analyses.md). :func:`sampled_step` is the sampled tabular GRPO update
 it is the expectation of.
+
+numba is the optional extra ``analyses``: the module imports without it (the tables, conditional
+means and sampled steps are numpy), and the two recursion functions then refuse in one line naming
+the extra rather than run the same loops in plain Python, which is about a hundred times slower and
+would turn the figures' 10^7-iteration runs into hours without saying so.
 """
 
 from __future__ import annotations
@@ -50,7 +55,24 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
+
+try:
+    from numba import njit
+except ImportError:  # the extra is absent: kernels stay plain functions, and _kernel refuses to run them
+    njit = None
+
+NUMBA_MISSING = "the tabular recursion needs numba: pip install 'prereg-kit[analyses]'"
+
+
+def _jit(fn):
+    return njit(cache=False)(fn) if njit is not None else fn
+
+
+def _kernel():
+    """The compiled recursion; a one-line ImportError naming the extra when numba is not installed."""
+    if njit is None:
+        raise ImportError(NUMBA_MISSING)
+    return _recurse
 
 RULES = ("grpo", "dr_grpo", "mo_grpo", "pg", "tag")
 GROUP_RULES = ("grpo", "dr_grpo", "mo_grpo", "tag")
@@ -227,7 +249,7 @@ def kappa_n(s: float, n: int) -> float:
 # ----------------------------------------------------------------------------- numba kernels
 
 
-@njit(cache=False)
+@_jit
 def _softmax_into(theta, pi):
     """pi ← softmax(theta) over the three actions (max-shifted for stability)."""
     mx = max(theta[0], max(theta[1], theta[2]))
@@ -239,7 +261,7 @@ def _softmax_into(theta, pi):
         pi[j] /= z
 
 
-@njit(cache=False)
+@_jit
 def _step(theta, pi, laws, configs, table, alpha, pw, mt):
     """One exact recursion step in place; pi must hold softmax(theta) on entry and on exit."""
     k = configs.shape[0]
@@ -262,7 +284,7 @@ def _step(theta, pi, laws, configs, table, alpha, pw, mt):
     _softmax_into(theta, pi)
 
 
-@njit(cache=False)
+@_jit
 def _recurse(theta, laws, configs, table, alpha, max_iter, action, threshold, record_at, traj):
     """Run the recursion from theta (modified in place) for up to max_iter steps.
 
@@ -305,8 +327,9 @@ def iterations_to_reach(pi0, *, rule: str, eta: float, rho: float, n: int, alpha
     """
     if action not in (0, 1, 2):
         raise ValueError("action must be 0, 1 or 2")
+    recurse = _kernel()
     theta, laws, configs, table = _prepare(pi0, rule, eta, rho, n, lam)
-    t = _recurse(theta, laws, configs, table, float(alpha), int(max_iter), int(action), float(threshold),
+    t = recurse(theta, laws, configs, table, float(alpha), int(max_iter), int(action), float(threshold),
                  np.empty(0, dtype=np.int64), np.empty((0, 3)))
     return None if t < 0 else int(t)
 
@@ -321,9 +344,10 @@ def run_recursion(pi0, *, rule: str, eta: float, rho: float, n: int, alpha: floa
     ts = np.arange(steps + 1, dtype=np.int64) if record_at is None else np.unique(np.asarray(record_at, dtype=np.int64))
     if ts.size and (ts[0] < 0 or ts[-1] > steps):
         raise ValueError("record_at must lie in [0, steps]")
+    recurse = _kernel()
     theta, laws, configs, table = _prepare(pi0, rule, eta, rho, n, lam)
     traj = np.empty((ts.size, 3))
-    _recurse(theta, laws, configs, table, float(alpha), int(steps), -1, 2.0, ts, traj)
+    recurse(theta, laws, configs, table, float(alpha), int(steps), -1, 2.0, ts, traj)
     return ts, traj
 
 

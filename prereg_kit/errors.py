@@ -19,6 +19,15 @@ class PreregError(Exception):
         super().__init__("\n".join(self.lines))
 
 
+def needs_extra(what: str, package: str, extra: str) -> str:
+    """The one line for an optional package that is not installed, naming the extra that brings it."""
+    return f"{what} needs the {package} package, which is not installed: pip install 'prereg-kit[{extra}]'"
+
+
+class MissingExtraError(PreregError, ImportError):
+    """An optional package that a feature needs is missing or refuses to run (exit code 2)."""
+
+
 class PlanError(PreregError):
     """A plan file that does not parse or validate (exit code 2)."""
 

@@ -253,7 +253,7 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
                    device=_device_name(policy.device), tool_version=spec.tool_version,
                    engine=cfg.engine.name, threads=torch.get_num_threads(), torch_version=torch.__version__,
                    model_path=str(assets.model_path), model_sha256=assets.model_sha256, train_pool=len(pool),
-                   cpu=cpu_kind(),
+                   cpu=cpu_kind(), packages=optional_packages(),
                    code_sha256=code_sha256([Path(prereg_kit.__file__).parent, Path(trainer.__file__).parent]),
                    **judge_meta(spec))  # code runs: judge_isolation; refuses a weak judge
     folder = spec.run_dir
@@ -307,3 +307,24 @@ def cpu_kind() -> str:
 
         name = platform.processor() or name
     return f"{name} / {torch.backends.cpu.get_cpu_capability()}"
+
+
+# the optional packages a run can use (module → distribution): their versions go into meta.json
+OPTIONAL_PACKAGES = {"transformers": "transformers", "vllm": "vllm", "math_verify": "math-verify",
+                     "datasets": "datasets", "numba": "numba", "trl": "trl"}
+
+
+def optional_packages() -> dict[str, str]:
+    """Versions of the optional packages installed where the run trains (module name → version);
+    found without importing them, and absent ones left out, so a run records what it could use."""
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
+    found: dict[str, str] = {}
+    for module, dist in OPTIONAL_PACKAGES.items():
+        try:
+            if find_spec(module) is not None:
+                found[module] = version(dist)
+        except (PackageNotFoundError, ImportError, ValueError):  # a module without metadata, a broken install
+            continue
+    return found

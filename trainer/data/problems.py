@@ -30,11 +30,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from prereg_kit.errors import MissingExtraError, needs_extra
 from trainer.data.duplicates import DuplicateMatch, find_near_duplicates, normalize_text, shingles, word_tokens
 from trainer.data.verifiers import canonical_answer, extract_boxed, normalize_answer, parse_number
 
 __all__ = [
     "DataError",
+    "HubUnavailableError",
     "ProgramTest",
     "DuplicateMatch",
     "code_problem",
@@ -74,6 +76,10 @@ class ProgramTest:
 
 class DataError(ValueError):
     """A problem file or record that cannot be used; the message names the file and field."""
+
+
+class HubUnavailableError(MissingExtraError, DataError):
+    """``datasets`` (the extra ``hub``) is not installed: a hub name cannot be loaded."""
 
 
 @dataclass(frozen=True)
@@ -282,11 +288,8 @@ def load_hub(
     """Problems from a ``datasets`` hub name, when ``datasets`` is installed and the hub reachable."""
     try:
         import datasets  # noqa: PLC0415 — optional, and slow to import
-    except ImportError:
-        raise DataError(
-            f"dataset {name!r}: the 'datasets' package is not installed; "
-            "download the data and pass a local .jsonl or .parquet file instead"
-        ) from None
+    except ImportError:  # or download the data and pass a local .jsonl or .parquet file
+        raise HubUnavailableError(needs_extra(f"dataset {name!r} from the hub", "datasets", "hub")) from None
     try:
         ds = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # noqa: BLE001 — offline, unknown name, bad split: one message

@@ -35,6 +35,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from prereg_kit.errors import MissingExtraError, needs_extra
 from trainer.data.normalize import (_INVISIBLE_CLASS, _TOKEN, MINUS_SIGNS, _full_token, _has_bidi_control, _last_token,
                                     _token_text_value, canonical_chars,
                                     last_number, normalize_answer, parse_number)
@@ -302,8 +303,8 @@ class UnknownVerifierError(ValueError):
     """A verifier name that is not one of VERIFIER_NAMES."""
 
 
-class VerifierUnavailableError(ImportError, ValueError):
-    """The verifier's optional dependency (math-verify) is not installed."""
+class VerifierUnavailableError(MissingExtraError, ValueError):
+    """The verifier's optional dependency (math-verify, the extra ``math``) is not installed."""
 
 
 @dataclass(frozen=True)
@@ -339,9 +340,7 @@ class MathVerifyVerifier:
         try:
             import math_verify  # noqa: PLC0415 — optional extra, imported lazily
         except ImportError as exc:
-            raise VerifierUnavailableError(
-                "verifier 'math_verify' needs the math-verify package (pip install math-verify)"
-            ) from exc
+            raise VerifierUnavailableError(needs_extra("verifier 'math_verify'", "math-verify", "math")) from exc
         self._mv = math_verify
 
     def __call__(self, completion: str, gold: str | int | float) -> bool:
