@@ -45,8 +45,9 @@ it is the expectation of.
 
 numba is the optional extra ``analyses``: the module imports without it (the tables, conditional
 means and sampled steps are numpy), and the two recursion functions then refuse in one line naming
-the extra rather than run the same loops in plain Python, which is about a hundred times slower and
-would turn the figures' 10^7-iteration runs into hours without saying so.
+the extra rather than run the same loops in plain Python: the same numbers (tested), but about
+490 us an iteration against 0.6 us compiled at n = 8 (measured on 2 busy cores), which would turn
+the figures' long runs into hours without saying so.
 """
 
 from __future__ import annotations

@@ -70,17 +70,26 @@ for call in (lambda: t.iterations_to_reach((0.8, 0.01, 0.19), rule="grpo", eta=0
         call()
     except ImportError as e:
         print(e)
+# the uncompiled kernel computes the same numbers: the refusal is about time, not results
+args = t._prepare((0.8, 0.01, 0.19), "grpo", 0.2, 0.5, 4, 1.0)
+traj = np.empty((3, 3))
+t._recurse(*args, 0.5, 40, -1, 2.0, np.array([0, 7, 40]), traj)
+print(repr(traj.tolist()))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[1:] == ["the tabular recursion needs numba: pip install 'prereg-kit[analyses]'"] * 2
-    from analyses.tabular import conditional_mean_advantages
+    assert lines[1:3] == ["the tabular recursion needs numba: pip install 'prereg-kit[analyses]'"] * 2
     import numpy as np
+
+    from analyses.tabular import conditional_mean_advantages, run_recursion
 
     with_numba = conditional_mean_advantages((0.8, 0.01, 0.19), rule="grpo", eta=0.2, rho=0.5, n=4)
     assert eval(lines[0]) == np.asarray(with_numba).tolist()  # noqa: S307 - our own repr of floats
+    _, traj = run_recursion((0.8, 0.01, 0.19), rule="grpo", eta=0.2, rho=0.5, n=4, alpha=0.5, steps=40,
+                            record_at=[0, 7, 40])
+    assert eval(lines[3]) == traj.tolist() and traj[-1, 2] > 0.19  # noqa: S307 - equal to the last bit
 
 
 def _blocked(monkeypatch, module):
