@@ -95,3 +95,13 @@ def test_every_help_is_clean():
 def test_a_missing_argument_is_named_in_capitals():
     res = CliRunner().invoke(app, ["analyze"])
     assert res.exit_code == 2 and "STUDY_DIR" in res.output
+
+
+def test_an_import_names_a_missing_input_file_as_typed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs").mkdir()
+    for typed, cause in (("x.jsonl", "x.jsonl: no such file"), ("logs", "logs: a folder, not a JSON-lines file")):
+        res = CliRunner().invoke(app, ["import", "verl", "studies/nonexistent", typed, "-c", "a", "-s", "0",
+                                       "--updates-per-step", "1", "--responses-per-step", "4"])
+        assert res.exit_code == 2 and _first_error_line(res.output) == cause, res.output
+        assert "internal error" not in res.output

@@ -60,6 +60,8 @@ def json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
     them (verl's file logger and dumps, W&B histories exported as lines, outputs files); a line
     that is not JSON is refused naming the file and line."""
     p = Path(path)
+    if not p.is_file():  # the path as typed, not an internal error from open()
+        raise PreregError(f"{p}: no such file" if not p.exists() else f"{p}: a folder, not a JSON-lines file")
     with open(p, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
