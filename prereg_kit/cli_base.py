@@ -91,7 +91,7 @@ def split_values(values: list[str] | None) -> list[str] | None:
 
 
 class _Flag(TyperOption):
-    """An on/off option: no value follows it, so its help shows no type (typer ≥ 0.2x writes ``<bool>``)."""
+    """An on/off option: no value follows it, so its help shows no type (typer 0.29 writes ``<bool>``)."""
 
     def display_type_rich(self, ctx: click.Context) -> str | None:
         return None if self.is_flag else super().display_type_rich(ctx)
@@ -100,7 +100,7 @@ class _Flag(TyperOption):
 class _Argument(TyperArgument):
     """A positional argument shown as click and POSIX usage write it: STUDY_DIR, [STUDY_DIR] when optional.
 
-    typer ≥ 0.2x writes the Python name, and ``{study_dir}`` in the usage line for a required one.
+    typer 0.29 writes the Python name, and ``{study_dir}`` in the usage line for a required one.
     """
 
     @property
