@@ -153,6 +153,9 @@ def test_a_run_records_the_weights_hash_and_a_matching_pin_runs(tmp_path, cache)
         torch.set_num_threads(threads)
     meta = read_meta(spec.run_dir)
     assert meta.status == "complete" and meta.model_extra["model_sha256"] == assets.model_sha256
+    from trainer.loop import optional_packages  # noqa: PLC0415
+
+    assert meta.model_extra["packages"] == optional_packages() and "transformers" in meta.model_extra["packages"]
 
 
 def test_prereg_run_refuses_a_warm_start_other_than_the_pinned_one(tmp_path, cache):
