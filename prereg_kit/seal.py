@@ -34,18 +34,19 @@ from . import __version__
 from .errors import PreregError
 from .lock import Chain, append_entries, format_time, parse_time
 from .plan import resolve_plan_path
-from .runlog import META_FILE, RunLogError, find_runs, read_meta, read_run
+from .runlog import JOB_RECORD, META_FILE, RunLogError, find_runs, read_meta, read_run
 
-# Working files of a run folder that are not evidence: the launcher's stderr log and spec, the
-# one-writer lock and its holder note, checkpoints (removed when a run completes, unless kept).
-UNSEALED = frozenset({"train.log", ".writer.lock", ".writer.json"})
+# Working files of a run folder that are not evidence: the launcher's stderr log, the one-writer
+# lock and its holder note, the executor's job record (written again after the run ends),
+# checkpoints (removed when a run completes, unless kept).
+UNSEALED = frozenset({"train.log", ".writer.lock", ".writer.json", JOB_RECORD})
 UNSEALED_DIRS = frozenset({"checkpoint"})
 _CHUNK = 1 << 20
 
 
 def _note_in_flight(name: str) -> bool:
-    # the holder note's lease renewal, between its write and its rename (runlog.writerlock)
-    return name.startswith(".writer.json.") and name.endswith(".tmp")
+    # the holder note's lease renewal or the job record's update, between write and rename
+    return name.startswith((".writer.json.", JOB_RECORD + ".")) and name.endswith(".tmp")
 
 
 def file_sha256(path: Path) -> str:

@@ -160,6 +160,21 @@ def test_working_files_are_not_sealed(sealed):
     assert verify_study(sealed).exit_code == 0
 
 
+def test_the_executor_record_written_after_the_seal_is_not_evidence_but_its_near_misses_are(sealed):
+    """A launcher records how the attempt ended after the run sealed itself; that never breaks the seal."""
+    from prereg_kit.runlog import record_exited, record_started
+
+    run = sealed / "runs" / "trt" / "seed-1"
+    record_started(run, "local", "pid 1")
+    record_exited(run, 0, "complete")
+    (run / "executor.json.77.1.tmp").write_text("{}")  # an update between its write and its rename
+    assert verify_study(sealed).exit_code == 0
+    for near in ("executor.jsonx", "executor.json.bak", "executor.json.tmp.x"):
+        (run / near).write_text("{}")
+        assert verify_study(sealed).violations[0].startswith(f"runs/trt/seed-1/{near}: added since the run was sealed")
+        (run / near).unlink()
+
+
 def test_a_deleted_sealed_run_is_named(sealed):
     for c in ("ctl", "trt"):
         shutil.rmtree(sealed / "runs" / c / "seed-3")

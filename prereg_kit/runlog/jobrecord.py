@@ -11,7 +11,8 @@ retries count), ``host`` and ``started_at`` of the last attempt, ``state`` (``qu
 ``running``, ``exited``), ``exit_code`` and ``result`` of the last attempt that ended.
 
 It is bookkeeping for ``prereg status``, never evidence: the analysis reads only the run log,
-and a missing or unreadable record only means the executor is unknown.
+the seal leaves it out (it is written again after a run ends and is sealed), and a missing or
+unreadable record only means the executor is unknown.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
-from .folder import _atomic_write_bytes
 from .schema import utc_now
 
 JOB_RECORD = "executor.json"
@@ -46,7 +47,9 @@ def write_job_record(folder: str | Path, **fields: Any) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     rec = read_job_record(folder) or {}
     rec.update(fields)
-    _atomic_write_bytes(folder / JOB_RECORD, (json.dumps(rec, sort_keys=True) + "\n").encode(), fsync=False)
+    tmp = folder / f"{JOB_RECORD}.{os.getpid()}.{threading.get_ident()}.tmp"  # two launchers never share a temp file
+    tmp.write_bytes((json.dumps(rec, sort_keys=True) + "\n").encode())
+    tmp.replace(folder / JOB_RECORD)
     return rec
 
 
