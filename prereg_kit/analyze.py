@@ -85,6 +85,7 @@ class Analysis:
     extrapolations: dict = field(default_factory=dict)  # contrast id → its extrapolated reading (figures)
     gradient: GradientResults | None = None  # the plan's gradient tests, from their sealed results
     devices: DeviceSummary = field(default_factory=DeviceSummary)  # main runs per device type; notes on time contrasts
+    synthetic: bool = False  # runs simulated by `prereg dry-run`: every title, table and figure says SYNTHETIC
 
 
 # ---------------------------------------------------------------------------------------- stats

@@ -186,6 +186,7 @@ def dry_run(plan_path: str | Path, effects: dict[str, float], *, out: str | Path
     eff = configuration_effects(pf.plan, effects)
     _generate(pf, folder, eff, seed, **ratios)
     analysis = analyze_study(folder, n_resamples=n_resamples, progress=progress, not_read=True)
+    analysis.synthetic = True
     analysis.notes.insert(0, "SYNTHETIC DATA from `prereg dry-run` with true effects at B: "
                           + ", ".join(f"{k} {v:+.3f}" for k, v in eff.items()))
     write_report(analysis, folder / "report")
