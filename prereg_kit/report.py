@@ -183,21 +183,10 @@ def _records(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def write_report(a: Analysis, out_dir: Path) -> list[Path]:
-    """Write every report file into ``out_dir``; return their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def results_record(a: Analysis) -> dict:
+    """The record ``results.json`` holds (format ``prereg-results/1``); ``prereg analyze --json`` prints it."""
     plan = a.plan
-    written = []
-    # tables first: they are what a reader checks the figures and verdicts against
-    a.contrasts.to_csv(out_dir / "contrasts.csv", index=False)
-    a.per_seed.to_csv(out_dir / "per_seed.csv", index=False)
-    a.configurations.to_csv(out_dir / "configurations.csv", index=False)
-    written += [out_dir / "contrasts.csv", out_dir / "per_seed.csv", out_dir / "configurations.csv"]
-    if len(a.checks):
-        a.checks.to_csv(out_dir / "checks.csv", index=False)
-        written.append(out_dir / "checks.csv")
-
-    results = {
+    return {
         "format": "prereg-results/1",
         "study": plan.study.id,
         "title": plan.study.title,
@@ -219,6 +208,24 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
         **({"gradient_tests": {"synthetic": a.gradient.synthetic, **{k: _records(getattr(a.gradient, k)) for k in
                                                                     ("table", "fit", "conditions")}}} if a.gradient else {}),
     }
+
+
+def write_report(a: Analysis, out_dir: Path) -> list[Path]:
+    """Write every report file into ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan = a.plan
+    written = []
+    # tables first: they are what a reader checks the figures and verdicts against
+    a.contrasts.to_csv(out_dir / "contrasts.csv", index=False)
+    a.per_seed.to_csv(out_dir / "per_seed.csv", index=False)
+    a.configurations.to_csv(out_dir / "configurations.csv", index=False)
+    a.curves.to_csv(out_dir / "curves.csv", index=False)  # what the figures draw, for pk.load_report
+    written += [out_dir / "contrasts.csv", out_dir / "per_seed.csv", out_dir / "configurations.csv", out_dir / "curves.csv"]
+    if len(a.checks):
+        a.checks.to_csv(out_dir / "checks.csv", index=False)
+        written.append(out_dir / "checks.csv")
+
+    results = results_record(a)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
 
