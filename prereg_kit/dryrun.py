@@ -192,7 +192,7 @@ def dry_run(plan_path: str | Path, effects: dict[str, float], *, out: str | Path
     write_report(analysis, folder / "report")
     power = simulate_power(pf, eff, repeat, seed=seed, progress=progress, **ratios) if repeat else None
     if power is not None:
-        power.to_csv(folder / "report" / "power.csv", index=False)
+        power.assign(synthetic=True).to_csv(folder / "report" / "power.csv", index=False)  # as every dry-run table
     return DryRun(folder, analysis, eff, power)
 
 

@@ -1,4 +1,5 @@
-"""The study report: ``report.md``, ``results.json``, ``contrasts.csv``, ``per_seed.csv`` and figures.
+"""The study report: ``report.md``, ``report.html``, ``results.json``, ``contrasts.csv``,
+``contrasts.tex``, ``per_seed.csv`` and figures.
 
 The contrast table follows the layout of paper 1's Tables 3–4: method, configuration pair, n,
 Δ [95% CI], and the test (Holm p for primary contrasts, p for secondary ones, † for exploratory
@@ -8,6 +9,7 @@ ones, TOST p beside them). The columns of ``contrasts.csv`` are documented in
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -19,6 +21,9 @@ import pandas as pd
 from . import plots
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
 from .gradient_report import gradient_markdown, write_gradient
+from .plan import COLLAPSE_K
+from .report_html import write_html
+from .report_tex import contrasts_tex
 
 if TYPE_CHECKING:
     from .analyze import Analysis
@@ -37,6 +42,70 @@ def format_p(p: float) -> str:
 
 def _signed(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:+.3f}"
+
+
+def format_tokens(n: float) -> str:
+    """A token count as text: ``512``, ``30K``, ``30.7K``, ``1.2M``, ``12.25M`` (3 significant digits)."""
+    if n is None or math.isnan(n):
+        return "n/a"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
+TIME_UNITS = (("s", 1.0), ("min", 60.0), ("h", 3600.0))
+
+
+def time_unit(seconds) -> tuple[str, float]:
+    """The unit a column of durations reads in (``s`` below 2 minutes, ``min`` below 2 hours,
+    else ``h``) and its length in seconds, chosen from the column's largest value."""
+    finite = [float(x) for x in seconds if x is not None and math.isfinite(float(x))]
+    top = max(finite, default=0.0)
+    return TIME_UNITS[0] if top < 120 else TIME_UNITS[1] if top < 7200 else TIME_UNITS[2]
+
+
+def cannot_change(plan, configuration: str) -> str | None:
+    """Why a configuration's policy cannot change during training, or None: a learning rate of 0
+    in its resolved recipe (the flat ``learning_rate`` or ``[update] learning_rate``)."""
+    try:
+        cfg = plan.resolved_config(configuration)
+    except KeyError:
+        return None
+    update = cfg.get("update")
+    for lr in (cfg.get("learning_rate"), update.get("learning_rate") if isinstance(update, dict) else None):
+        if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr == 0:
+            return "learning rate 0"
+    return None
+
+
+SYNTHETIC_CAPTION = "*SYNTHETIC: simulated runs from `prereg dry-run`, not results.*"
+
+
+def synthetic_markdown(text: str) -> str:
+    """A dry-run report's markdown: the title begins "SYNTHETIC —" with a banner under it, every
+    table has a caption line saying SYNTHETIC, and nothing is bold (no verdict reads as a finding)."""
+    lines = text.replace("**", "").splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if i == 0 and line.startswith("# "):
+            out += [f"# SYNTHETIC — {line[2:]}", "",
+                    "> **SYNTHETIC.** Every number, verdict and figure below comes from runs simulated by "
+                    "`prereg dry-run` with chosen true effects. It shows what the plan would report; it is not a result."]
+            continue
+        if line.startswith("|") and not (out and out[-1].startswith("|")):
+            out += [SYNTHETIC_CAPTION, ""]
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _mark_csv(path: Path) -> None:
+    """Append a ``synthetic`` column (True on every row) to a written CSV."""
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    with path.open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerows([rows[0] + ["synthetic"]] + [r + ["True"] for r in rows[1:]] if rows else [])
 
 
 def is_target(row) -> bool:
@@ -194,6 +263,7 @@ def results_record(a: Analysis) -> dict:
         "plan_hash": a.plan_hash,
         "lock": a.lock_summary,
         "exploratory": a.exploratory,
+        **({"synthetic": True} if a.synthetic else {}),  # simulated by `prereg dry-run`; absent on real reports
         "contrasts": _records(a.contrasts),
         "per_seed": _records(a.per_seed),
         "hypotheses": _records(a.hypotheses),
@@ -246,8 +316,19 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     ]
     written += figs + extrapolation_figures(a, out_dir)
     written += write_gradient(a.gradient, out_dir, title=f"{plan.study.id}: gradient tests") if a.gradient else []
-    (out_dir / "report.md").write_text(render_markdown(a))
+    markdown = render_markdown(a)
+    (out_dir / "report.md").write_text(markdown)
     written.append(out_dir / "report.md")
+    (out_dir / "contrasts.tex").write_text(contrasts_tex(
+        a.contrasts, caption=f"{plan.study.id}: every contrast, treatment − control (fractions: 0.01 is one point). "
+        "Mean over seeds with its 95% paired-t interval; Holm within each primary family; TOST at the margin in contrasts.csv.",
+        label=f"{plan.study.id}-contrasts", printed_test=printed_test, is_target=is_target, synthetic=a.synthetic))
+    written.append(out_dir / "contrasts.tex")
+    if a.synthetic:  # every table says so, the CSVs by a column of their own
+        for p in written:
+            if p.suffix == ".csv":
+                _mark_csv(p)
+    written.append(write_html(out_dir, markdown, written, synthetic=a.synthetic))  # last: it embeds the figures
     return written
 
 
@@ -287,7 +368,9 @@ def render_markdown(a: Analysis) -> str:
                 "report is exploratory and carries no confirmatory weight.", ""]
     out += ["## Verdicts", ""] + verdict_summary(a) + [""]
     out += ["## Preregistration", "", f"- plan: `{a.plan_path}` (content {a.plan_hash[:23]}…)"]
-    out += [f"- {line}" for line in a.lock_lines]
+    out += [f"- {line}" for line in a.lock_lines] if not a.synthetic else [
+        "- lock and seals: written by `prereg dry-run` over a copy of the plan, for its synthetic runs; they "
+        "preregister nothing and check nothing a real study would"]
     out += ["", "## Exclusions and admission", ""]
     if len(a.exclusions):
         out += ["| configuration | seed | what | reason |", "|---|---|---|---|"]
@@ -317,11 +400,13 @@ def render_markdown(a: Analysis) -> str:
     cf = a.configurations
     rel, col = "relative_accuracy_at_B" in cf.columns, "collapse_rate" in cf.columns
     ref = plan.evaluation.reference
+    unit, per = time_unit(cf["hours_at_B"] * 3600) if len(cf) else TIME_UNITS[0]
+    digits = 2 if len(cf) and (cf["hours_at_B"] * 3600 / per).max() < 10 else 1
     out += ["## Compute per configuration", "",
             "| configuration | seeds | accuracy at B (mean) | "
             + (f"relative to {ref} (mean ratio) | " if rel else "")
             + ("collapsed seeds (pass@4 below evaluation 0) | " if col else "")
-            + "tokens at B (M) | updates at B | training hours to B | "
+            + f"tokens at B | updates at B | training time to B ({unit}) | "
             "continuation share | time share: selection / generation / credit / update / sync |",
             "|---|---|---|" + "---|" * (rel + col) + "---|---|---|---|---|"]
     for _, r in cf.iterrows():
@@ -329,10 +414,15 @@ def render_markdown(a: Analysis) -> str:
         if rel:
             extra += "n/a | " if pd.isna(r["relative_accuracy_at_B"]) else f"{r['relative_accuracy_at_B']:.2f}× | "
         if col:
-            extra += ("n/a | " if pd.isna(r["collapse_rate"]) else
+            frozen = cannot_change(plan, r["configuration"])
+            extra += (f"— (cannot change: {frozen}) | " if frozen else "n/a | " if pd.isna(r["collapse_rate"]) else
                       f"{int(r['n_collapsed'])} / {r['n_seeds']} ({r['collapse_rate']:.0%}) | ")
-        out.append(f"| {r['configuration']} | {r['n_seeds']} | {r['accuracy_at_B']:.3f} | {extra}{r['tokens_at_B'] / 1e6:.3f} | "
-                   f"{r['updates_at_B']:.0f} | {r['hours_at_B']:.3f} | {r['continuation_share']:.0%} | {r['stage_shares']} |")
+        out.append(f"| {r['configuration']} | {r['n_seeds']} | {r['accuracy_at_B']:.3f} | {extra}{format_tokens(r['tokens_at_B'])} | "
+                   f"{r['updates_at_B']:.0f} | {r['hours_at_B'] * 3600 / per:.{digits}f} | {r['continuation_share']:.0%} | {r['stage_shares']} |")
+    if col:
+        out += ["", f"A seed has collapsed when its pass@{COLLAPSE_K} at B is below its own evaluation 0 (the model before "
+                "any update). A configuration that cannot change (learning rate 0) shows —: its flags could only be "
+                "evaluation noise."]
     out += dynamics_table(a.dynamics)
     out += ([""] + gradient_markdown(a.gradient)) if a.gradient is not None else []
     out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
@@ -340,8 +430,9 @@ def render_markdown(a: Analysis) -> str:
         out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]
     out += ["Files: `contrasts.csv` (one row per contrast), `per_seed.csv` (the values behind every row, one "
             "per unit: seed, or (pair, seed) when pooled; `unit` names the pair or Welch group), "
-            "`configurations.csv`, " + ("`checks.csv`, " if len(a.checks) else "") + "`results.json`.", ""]
-    return "\n".join(out)
+            "`configurations.csv`, " + ("`checks.csv`, " if len(a.checks) else "") + "`results.json`, `contrasts.tex` "
+            "(the contrast table in LaTeX, booktabs), `report.html` (this report as one page, figures embedded).", ""]
+    return synthetic_markdown("\n".join(out)) if a.synthetic else "\n".join(out)
 
 
 def console_table(a: "Analysis"):
@@ -349,7 +440,8 @@ def console_table(a: "Analysis"):
     from rich.markup import escape  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
-    t = Table(title=f"{a.plan.study.id}: contrasts" + (" (EXPLORATORY)" if a.exploratory else ""))
+    t = Table(title=("SYNTHETIC — " if a.synthetic else "") + f"{a.plan.study.id}: contrasts"
+              + (" (EXPLORATORY)" if a.exploratory else "") + (" of simulated runs, not results" if a.synthetic else ""))
     for col in ("contrast", "tier", "pair", "at", "n", "Δ [95% CI]", "tested p (Holm if primary)", "TOST p", "verdict"):
         t.add_column(col)
     for _, r in a.contrasts.iterrows():
