@@ -45,12 +45,12 @@ def _signed(x: float) -> str:
 
 
 def format_tokens(n: float) -> str:
-    """A token count as text: ``512``, ``30K``, ``30.7K``, ``1.2M``, ``12.25M`` (3 significant digits)."""
+    """A token count as text: ``512``, ``30K``, ``30.31K``, ``1.2M``, ``12.25M`` (4 significant digits)."""
     if n is None or math.isnan(n):
         return "n/a"
     for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
         if abs(n) >= div:
-            return f"{n / div:.3g}{suffix}"
+            return f"{n / div:.4g}{suffix}"
     return f"{n:.0f}"
 
 

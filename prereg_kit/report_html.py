@@ -29,7 +29,9 @@ img { max-width: 100%; height: auto; display: block; margin: 1rem 0; }
 code { font-size: 0.92em; background: #f3f3f3; padding: 0 0.2em; }
 blockquote { border-left: 4px solid #c33; margin: 1rem 0; padding: 0.3rem 1rem; background: #fbeeee; }
 .missing { color: #a00; font-style: italic; }
-body.synthetic::before { content: "SYNTHETIC \\2014  simulated runs (prereg dry-run), not results"; display: block;
+"""
+# only on a dry run's page: a real report names SYNTHETIC nowhere
+SYNTHETIC_CSS = """body.synthetic::before { content: "SYNTHETIC \\2014  simulated runs (prereg dry-run), not results"; display: block;
        background: #b00; color: #fff; font-weight: bold; padding: 0.4rem 0.8rem; margin-bottom: 1rem; }
 """
 
@@ -58,7 +60,7 @@ def render_html(markdown: str, images: dict[str, bytes], *, synthetic: bool = Fa
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n"
+            f"<title>{html.escape(title)}</title>\n<style>{CSS}{SYNTHETIC_CSS if synthetic else ''}</style>\n</head>\n"
             f"<body{cls}>\n{body}</body>\n</html>\n")
 
 
