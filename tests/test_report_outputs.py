@@ -41,7 +41,8 @@ def reports(tmp_path_factory):
     contrast: its dry-run report, and the same runs analyzed as a real study would be."""
     tmp = tmp_path_factory.mktemp("reports")
     text = (ROOT / "registry" / "cpu-grpo" / "plan.toml").read_text() + EXPLORATORY
-    (tmp / "plan.toml").write_text(text.replace("seeds = { first = 0, last = 5 }", "seeds = { first = 0, last = 2 }"))
+    text = text.replace("seeds = { first = 0, last = 5 }", "seeds = { first = 0, last = 2 }").replace("n_problems = 64", "n_problems = 16")
+    (tmp / "plan.toml").write_text(text)
     res = dry_run(tmp / "plan.toml", {"C1": 0.03}, n_resamples=50, progress=False)
     real = analyze_study(res.folder, n_resamples=50, progress=False)
     written = write_report(real, tmp / "real")
