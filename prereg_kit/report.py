@@ -57,7 +57,7 @@ def format_tokens(n: float) -> str:
 TIME_UNITS = (("s", 1.0), ("min", 60.0), ("h", 3600.0))
 
 
-def time_unit(seconds) -> tuple[str, float]:
+def column_time_unit(seconds) -> tuple[str, float]:
     """The unit a column of durations reads in (``s`` below 2 minutes, ``min`` below 2 hours,
     else ``h``) and its length in seconds, chosen from the column's largest value."""
     finite = [float(x) for x in seconds if x is not None and math.isfinite(float(x))]
@@ -400,7 +400,7 @@ def render_markdown(a: Analysis) -> str:
     cf = a.configurations
     rel, col = "relative_accuracy_at_B" in cf.columns, "collapse_rate" in cf.columns
     ref = plan.evaluation.reference
-    unit, per = time_unit(cf["hours_at_B"] * 3600) if len(cf) else TIME_UNITS[0]
+    unit, per = column_time_unit(cf["hours_at_B"] * 3600) if len(cf) else TIME_UNITS[0]
     digits = 2 if len(cf) and (cf["hours_at_B"] * 3600 / per).max() < 10 else 1
     out += ["## Compute per configuration", "",
             "| configuration | seeds | accuracy at B (mean) | "

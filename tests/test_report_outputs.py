@@ -20,7 +20,7 @@ from prereg_kit.analyze import analyze_study
 from prereg_kit.dryrun import dry_run
 from prereg_kit.plan import load_plan
 from prereg_kit.report import (_mark_csv, cannot_change, console_table, format_tokens, is_target, printed_test,
-                               time_unit, write_report)
+                               column_time_unit, write_report)
 from prereg_kit.report_html import render_html
 from prereg_kit.report_tex import contrasts_tex, tex_test
 
@@ -106,8 +106,8 @@ def test_the_synthetic_column_keeps_every_field_as_written(tmp_path):
 
 
 def test_durations_and_token_counts_read_in_units_that_fit(reports):
-    assert [time_unit([s])[0] for s in (3.0, 119.0, 300.0, 9000.0)] == ["s", "s", "min", "h"]
-    assert time_unit([float("nan"), 5.0]) == ("s", 1.0)
+    assert [column_time_unit([s])[0] for s in (3.0, 119.0, 300.0, 9000.0)] == ["s", "s", "min", "h"]
+    assert column_time_unit([float("nan"), 5.0]) == ("s", 1.0)
     assert [format_tokens(n) for n in (512, 30_000, 30_311.7, 1_200_000, 12_250_000)] == ["512", "30K", "30.31K", "1.2M", "12.25M"]
     md = (reports[1] / "report.md").read_text()
     head = next(ln for ln in md.splitlines() if ln.startswith("| configuration | seeds | accuracy"))
