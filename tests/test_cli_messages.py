@@ -98,10 +98,20 @@ def test_a_missing_argument_is_named_in_capitals():
 
 
 def test_an_import_names_a_missing_input_file_as_typed(tmp_path, monkeypatch):
+    from plans import SMALL_PLAN
+
+    from prereg_kit.lock import lock_plan
+
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "plan.toml").write_text(SMALL_PLAN)
+    lock_plan(tmp_path / "st")
     for typed, cause in (("x.jsonl", "x.jsonl: no such file"), ("logs", "logs: a folder, not a JSON-lines file")):
-        res = CliRunner().invoke(app, ["import", "verl", "studies/nonexistent", typed, "-c", "a", "-s", "0",
+        res = CliRunner().invoke(app, ["import", "verl", "st", typed, "-c", "A", "-s", "0",
                                        "--updates-per-step", "1", "--responses-per-step", "4"])
         assert res.exit_code == 2 and _first_error_line(res.output) == cause, res.output
         assert "internal error" not in res.output
+    # the study is checked before the other trainer's files: a wrong study path is what is named
+    res = CliRunner().invoke(app, ["import", "verl", "studies/nonexistent", "x.jsonl", "-c", "A", "-s", "0"])
+    assert res.exit_code == 2 and _first_error_line(res.output) == "studies/nonexistent: no such folder", res.output
