@@ -297,6 +297,9 @@ def gradient_test_cmd(study_dir: Annotated[Path, typer.Argument(help="Study fold
                       test: Annotated[list[str] | None, typer.Option("--test", help="Gradient test id (repeatable); default all.")] = None,
                       runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
     """Run the locked plan's gradient tests through the trainer and seal each result into the lock chain."""
+    from .plan import resolve_plan_path
+
+    resolve_plan_path(study_dir)  # a wrong path is named before the trainer's modules load
     from .gradient_command import run_gradient_tests, summary_lines
 
     done = run_gradient_tests(study_dir, test, runner_name=runner, log=lambda m: err.print(escape(m), soft_wrap=True))
@@ -438,8 +441,10 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     """Anchor election: a probe per channel, reverse/forward KL from the base; writes election.json."""
     from rich.markup import escape
 
+    from .plan import resolve_plan_path
     from .runners import load_runner
 
+    resolve_plan_path(study_dir)  # a wrong path is named before the trainer (and torch) loads
     backend = load_runner(runner, command="elect")
     seed_list = _seed_list([x.strip() for x in seeds.split(",") if x.strip()]) if seeds else None
     if steps is not None and tokens is not None:
