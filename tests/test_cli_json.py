@@ -152,3 +152,12 @@ def test_recheck_json_one_record_per_printed_test(monkeypatch):
     assert all(r["row"] in text.stdout for r in doc["rows"])
     only = _json(CliRunner().invoke(app, ["recheck", "S01", "--json", "--mismatches"]))
     assert all(r["mismatch"] for r in only["rows"]) and only["counts"] == doc["counts"]
+
+
+def test_verify_json_of_an_unlocked_plan_is_a_document_with_exit_2(tmp_path):
+    """What verify finds, unusable input included, is its document; only a path to no plan is an error."""
+    (tmp_path / "plan.toml").write_text(SMALL_PLAN)
+    res = CliRunner().invoke(app, ["verify", str(tmp_path), "--json"])
+    doc = _json(res)
+    assert res.exit_code == 2 and doc["verdict"] == "UNUSABLE INPUT" and doc["lock"] is None and not doc["ok"]
+    assert doc["problems"][0].startswith(f"{tmp_path / 'plan.lock'}: no lock file")
