@@ -122,7 +122,7 @@ def _check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[li
     bad = rep.violations + rep.problems
     if bad and not exploratory:
         cls = PreregError if rep.problems else ViolationError  # as verify: unusable input (2) first
-        raise cls(*[f"preregistration check failed: {b}" if not b.startswith("  ") else b for b in bad], _HINT)
+        raise cls(*[f"{b} (preregistration check failed)" if not b.startswith("  ") else b for b in bad], _HINT)  # the path first
     if bad:
         notes += [f"preregistration check failed: {b.strip()}" for b in bad]
         lines += [f"FAILED: {b.strip()}" for b in bad]

@@ -19,6 +19,7 @@ from rich.markup import escape
 from . import __version__
 from .cli_base import (INTERNAL_ERROR, RUNNER_HELP, TRACEBACK_ENV, PreregGroup, err, handles_errors, out,  # noqa: F401
                        out_console, seed_list as _seed_list, split_values)
+from .cli_json import JsonOpt, print_json
 from .cli_run import run
 from .cli_status import status
 from .errors import PreregError
@@ -150,7 +151,7 @@ def timestamp_cmd(study_dir: Annotated[Path, typer.Argument(help="Study folder o
 @app.command()
 @handles_errors
 def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
-           tsa_ca: TsaCaOpt = None) -> None:
+           tsa_ca: TsaCaOpt = None, as_json: JsonOpt = False) -> None:
     """Check the lock chain, the plan, its git anchors and timestamps, the seals, the run timing and the design.
 
     Every run folder must be one the plan names and every sealed file as it was sealed.
@@ -161,6 +162,11 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
 
     notes: list[str] = []
     rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes))
+    if as_json:  # the findings are the document; the exit code as without --json
+        from .cli_json import verify_record
+
+        print_json(verify_record(rep, notes))
+        raise typer.Exit(rep.exit_code)
     for line in rep.info + notes:  # plan values and paths are printed as text, never as rich markup
         out.print(f"  {escape(line)}", soft_wrap=True)
     for line in rep.warnings:
@@ -206,7 +212,7 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
                 "--exploratory", help="Analyze despite failed preregistration checks; label every result exploratory.")] = False,
             resamples: Annotated[int, typer.Option(help="Bootstrap resamples (default: the plan's).")] = 0,
             out: Annotated[Path, typer.Option(help="Report folder (default STUDY_DIR/report).")] = None,
-            tsa_ca: TsaCaOpt = None) -> None:
+            tsa_ca: TsaCaOpt = None, as_json: JsonOpt = False) -> None:
     """Verify the lock, read the run logs, compute every contrast at matched compute, write the report.
 
     Exit 1 if the preregistration checks fail (plan changed, runs before the lock); 2 for
@@ -215,9 +221,17 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     from .analyze import analyze_study
     from .report import write_report
 
-    a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None, tsa_ca=tsa_ca)
+    a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None, tsa_ca=tsa_ca,
+                      **({"progress": False} if as_json else {}))
     target = out or Path(study_dir) / "report"
     files = write_report(a, target)
+    if as_json:  # the record results.json holds; notes also on stderr, as without --json
+        from .report import results_record
+
+        print_json(results_record(a))
+        for n in a.notes:
+            err.print(f"[yellow]note:[/yellow] {escape(n)}", soft_wrap=True)
+        return
     _print_contrasts(a)
     for h in a.hypotheses.itertuples():
         out_console.print(escape(f"{h.id}: {h.outcome} → {h.reading}"), soft_wrap=True)
@@ -244,13 +258,21 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
                 time_ratio: Annotated[list[str], typer.Option(
                     "--time-ratio", help="CONFIG=X: training seconds per token relative to the others.")] = [],
                 update_ratio: Annotated[list[str], typer.Option(
-                    "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = []) -> None:
+                    "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = [],
+                as_json: JsonOpt = False) -> None:
     """Simulate the plan on synthetic run logs with chosen effects; report what it would conclude."""
     from .dryrun import dry_run, parse_pairs
 
     res = dry_run(plan, parse_pairs(effect, "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
                   n_resamples=resamples or None, time_ratio=parse_pairs(time_ratio, "--time-ratio", "mc_k4=0.3"),
-                  update_ratio=parse_pairs(update_ratio, "--update-ratio", "mc_k4=0.1"))
+                  update_ratio=parse_pairs(update_ratio, "--update-ratio", "mc_k4=0.1"), **({"progress": False} if as_json else {}))
+    if as_json:  # the synthetic analysis's results record, with the true effects and power.csv's rows
+        from .cli_json import frame_records
+        from .report import results_record
+
+        print_json({**results_record(res.analysis), "effects": res.effects,
+                    "power": None if res.power is None else frame_records(res.power)})
+        return
     out_console.print("true effects at B: " + ", ".join(f"{k} {v:+.3f}" for k, v in res.effects.items()))
     _print_contrasts(res.analysis)
     if res.power is not None:
@@ -275,6 +297,9 @@ def gradient_test_cmd(study_dir: Annotated[Path, typer.Argument(help="Study fold
                       test: Annotated[list[str] | None, typer.Option("--test", help="Gradient test id (repeatable); default all.")] = None,
                       runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
     """Run the locked plan's gradient tests through the trainer and seal each result into the lock chain."""
+    from .plan import resolve_plan_path
+
+    resolve_plan_path(study_dir)  # a wrong path is named before the trainer's modules load
     from .gradient_command import run_gradient_tests, summary_lines
 
     done = run_gradient_tests(study_dir, test, runner_name=runner, log=lambda m: err.print(escape(m), soft_wrap=True))
@@ -297,7 +322,7 @@ def probe(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
 def registry_cmd(root: Annotated[Path, typer.Option(
         help="Registry folder (default: ./registry, else the repository's registry/).")] = None,
         why: Annotated[bool, typer.Option("--why", help="Name, for every configuration the trainer cannot run, why.")] = False,
-        runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
+        runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None, as_json: JsonOpt = False) -> None:
     """List the registry's studies: plan valid, locked, runs, report, reported record, and how many
     configurations the installed trainer can run."""
     from rich.markup import escape
@@ -315,6 +340,12 @@ def registry_cmd(root: Annotated[Path, typer.Option(
     problems = {s.folder: configuration_problems(backend, s.plan) if backend and s.plan else None for s in states}
     if backend is not None and all(p is None for p in problems.values()) and any(s.plan for s in states):
         not_checked = "the installed trainer does not say which configurations it can run"
+    bad = sum(not s.plan_valid or bool(s.reported_error) for s in states)
+    if as_json:
+        from .cli_json import registry_record
+
+        print_json(registry_record(base, states, problems, getattr(backend, "name", runner or ""), not_checked, why))
+        raise typer.Exit(2 if bad else 0)
     t = Table(title=f"registry: {base} ({len(states)} studies)")
     for col in ("study", "id", "title", "plan", "locked", "runs", "report", "reported", "runnable"):
         t.add_column(col, overflow="fold")
@@ -327,7 +358,6 @@ def registry_cmd(root: Annotated[Path, typer.Option(
         t.add_row(escape(s.folder), escape(s.study_id), escape(s.title), plan, s.locked, str(s.runs) if s.runs else "—",
                   "✓" if s.report else "—", rep, runnable)
     out_console.print(t)
-    bad = sum(not s.plan_valid or bool(s.reported_error) for s in states)
     out_console.print(f"{len(states)} studies, {sum(s.plan_valid for s in states)} valid plans, "
                       f"{sum(s.reported_rows is not None for s in states)} reported records" + (f", {bad} with errors" if bad else ""))
     checked = [p for p in problems.values() if p is not None]
@@ -352,7 +382,8 @@ def registry_cmd(root: Annotated[Path, typer.Option(
 def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders or ids (S1, S01, S26).")] = None,
                 all_: Annotated[bool, typer.Option("--all", help="Recheck every study with a reported record.")] = False,
                 root: Annotated[Path, typer.Option(help="Registry folder (default: ./registry, else the repository's).")] = None,
-                mismatches: Annotated[bool, typer.Option("--mismatches", help="Show only inconsistent and explained rows.")] = False) -> None:
+                mismatches: Annotated[bool, typer.Option("--mismatches", help="Show only inconsistent and explained rows.")] = False,
+                as_json: JsonOpt = False) -> None:
     """Recompute every printed p-value from its printed mean, 95% CI and n; list those that do not match.
 
     Exit 0 when every mismatch is explained in its record, 1 otherwise.
@@ -366,6 +397,11 @@ def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders
         raise PreregError("name one or more studies, or use --all")
     base = root or default_root()
     res = recheck(base, None if all_ else list(studies))
+    if as_json:
+        from .cli_json import recheck_record
+
+        print_json(recheck_record(res, [r for r in res.rows if r.mismatch or not mismatches]))
+        raise typer.Exit(res.exit_code)
     style = {"consistent": "green", "explained": "yellow", "inconsistent": "red", "no test": "dim", "not checkable": "dim"}
     t = Table(title="recheck of reported p-values (from printed mean, 95% CI and n; rounding allowed)")
     for col in ("study", "row", "source", "n", "printed Δ [95% CI]", "printed test", "recomputed", "status"):
@@ -405,8 +441,10 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     """Anchor election: a probe per channel, reverse/forward KL from the base; writes election.json."""
     from rich.markup import escape
 
+    from .plan import resolve_plan_path
     from .runners import load_runner
 
+    resolve_plan_path(study_dir)  # a wrong path is named before the trainer (and torch) loads
     backend = load_runner(runner, command="elect")
     seed_list = _seed_list([x.strip() for x in seeds.split(",") if x.strip()]) if seeds else None
     if steps is not None and tokens is not None:

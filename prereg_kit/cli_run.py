@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from .cli_base import RUNNER_HELP, err, handles_errors, out, seed_list, split_values
 from .errors import PreregError
+from .plan import resolve_plan_path
 
 EXECUTORS = ("local", "slurm", "ray")
 # which executors each option belongs to (the option's flag, the dict key the runner gets)
@@ -82,6 +83,7 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
              "mem_gb": mem_gb, "time_min": time_min, "array_parallelism": array_parallelism, "constraint": constraint,
              "sbatch": sbatch or [], "backend": slurm_backend, "wait": wait, "address": ray_address, "retries": retries}
     options = executor_dict(executor, jobs, given)
+    resolve_plan_path(study_dir)  # a wrong path is named before the trainer (and torch) loads
     backend = load_runner(runner, command="run")
     chosen = seed_list(split_values(seeds) or []) if seeds else None
     kwargs: dict[str, Any] = {}

@@ -45,7 +45,7 @@ def require_locked(plan_file: PlanFile | str | Path) -> None:
     try:
         chain = read_chain(path)
     except PreregError as e:
-        raise ViolationError(f"{path}: main-stage runs need a locked plan: {e.lines[0]}") from None
+        raise ViolationError(f"{e.lines[0]}; main-stage runs need a locked plan", *e.lines[1:]) from None  # the lock's path first
     pc = check_plan(path, chain)
     if pc.state == "changed":
         raise ViolationError(*pc.lines(path), f"{path}: main-stage runs refused until the change is recorded with `prereg amend`")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import PreregError
 from .lock import check_plan, lock_path, read_chain
-from .plan import PLAN_FILE, Plan, load_plan, read_toml
+from .plan import PLAN_FILE, Plan, load_plan, read_toml, resolve_plan_path
 from .stats import from_summary
 from .stats.summary import parse_p
 
@@ -31,7 +31,6 @@ STATUSES = ("consistent", "explained", "inconsistent", "no test", "not checkable
 
 
 # --------------------------------------------------------------------------- the record's schema
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -163,7 +162,6 @@ def load_reported(path: str | Path) -> Reported:
 
 # --------------------------------------------------------------------------- finding studies
 
-
 def default_root() -> Path:
     """``./registry`` if the current folder has one, else the repository's ``registry/``."""
     here = Path.cwd() / "registry"
@@ -181,7 +179,9 @@ def study_dirs(root: str | Path) -> list[Path]:
 
 
 def find_study(root: str | Path, name: str) -> Path:
-    """A study folder by folder name or plan id (case-insensitive; ``S1`` finds ``S01``)."""
+    """A study folder by folder name or plan id (case-insensitive; ``S1`` finds ``S01``), or by its path."""
+    if "/" in name or "\\" in name or Path(name).is_dir():  # typed as a path: that folder, or why it is none
+        return resolve_plan_path(name).parent
     want = name.strip().lower()
     dirs = study_dirs(root)
     for d in dirs:
@@ -195,7 +195,7 @@ def find_study(root: str | Path, name: str) -> Path:
         sid = study.get("id", "") if isinstance(study, dict) else ""
         if isinstance(sid, str) and sid.lower() == want:
             return d
-    raise PreregError(f"no study {name!r} in {root} (have: {', '.join(d.name for d in dirs)})")
+    raise PreregError(f"{name}: no study of that folder name or id in {root} (have: {', '.join(d.name for d in dirs)})")
 
 
 @dataclass
@@ -255,7 +255,6 @@ def registry_states(root: str | Path) -> list[StudyState]:
 
 # --------------------------------------------------------------------------- recheck
 
-
 @dataclass
 class CheckedRow:
     """The recheck of one reported row."""
@@ -269,6 +268,7 @@ class CheckedRow:
     test: str
     status: str
     checks: list[str] = field(default_factory=list)  # "holm_p .016 ∈ [.0155, .0165] vs [.0071, .0143]: ok"
+    tests: list[dict] = field(default_factory=list)  # per printed test: test, printed, recomputed [low, high], match
     basis: str = ""  # family size and margin used, with "inferred" where the paper does not state it
     explanation: str = ""
     mean_matches_ci: bool | None = None
@@ -373,8 +373,7 @@ def recheck_row(study: str, row: ReportedRow, plan: Plan | None = None,
         out.checks.append("printed mean is not the centre of any interval that rounds to the printed one")
     for c in r.checks:
         ok &= c.consistent
-        out.checks.append(f"{c.name} {c.reported}: recomputed [{_fmt(c.recomputed_low)}, {_fmt(c.recomputed_high)}]"
-                          + ("" if c.consistent else " MISMATCH"))
+        _tested(out, c.name, c.reported, c.recomputed_low, c.recomputed_high, c.consistent, f"{c.name} {c.reported}: recomputed")
     holm_ranges = dict(holm_exact)
     if "noninferiority_holm_p" in tests and "noninferiority_holm_p" not in holm_ranges:
         holm_ranges["noninferiority_holm_p"] = (r.noninferiority_p_low, min(1.0, m * r.noninferiority_p_high))
@@ -384,16 +383,13 @@ def recheck_row(study: str, row: ReportedRow, plan: Plan | None = None,
         p_lo, p_hi, text = parse_p(tests[key])
         good = p_lo <= hi * (1 + 1e-9) and lo * (1 - 1e-9) <= p_hi
         ok &= good
-        how = " (exact Holm)" if key in holm_exact else ""
-        out.checks.append(f"{key} {text}: recomputed{how} [{_fmt(lo)}, {_fmt(hi)}]" + ("" if good else " MISMATCH"))
+        _tested(out, key, text, lo, hi, good, f"{key} {text}: recomputed" + (" (exact Holm)" if key in holm_exact else ""))
     if "noninferior" in tests:
         alpha = 0.05  # one-sided, the lower bound of the 90% interval above -margin (paper C.1)
-        shown = r.noninferiority_p_low < alpha
-        not_shown = r.noninferiority_p_high >= alpha
-        good = shown if row.noninferior else not_shown
+        good = r.noninferiority_p_low < alpha if row.noninferior else r.noninferiority_p_high >= alpha
         ok &= good
-        out.checks.append(f"non-inferior={'yes' if row.noninferior else 'no'}: NI p in "
-                          f"[{_fmt(r.noninferiority_p_low)}, {_fmt(r.noninferiority_p_high)}]" + ("" if good else " MISMATCH"))
+        _tested(out, "noninferior", tests["noninferior"], r.noninferiority_p_low, r.noninferiority_p_high, good,
+                f"non-inferior={tests['noninferior']}: NI p in")
     if not tests:
         out.status = "no test" if ok else "inconsistent"
         if ok:
@@ -403,6 +399,12 @@ def recheck_row(study: str, row: ReportedRow, plan: Plan | None = None,
     if out.status == "inconsistent" and row.explanation:
         return _explained(out)
     return out
+
+
+def _tested(out: CheckedRow, name: str, printed: str, lo: float, hi: float, good: bool, label: str) -> None:
+    """One printed test rechecked: its line (``label [lo, hi]``) and its record for ``recheck --json``."""
+    out.checks.append(f"{label} [{_fmt(lo)}, {_fmt(hi)}]" + ("" if good else " MISMATCH"))
+    out.tests.append({"test": name, "printed": printed, "recomputed": [lo, hi], "match": bool(good)})
 
 
 def _explained(out: CheckedRow) -> CheckedRow:
@@ -514,6 +516,5 @@ def recheck(root: str | Path, studies: list[str] | None = None) -> RecheckResult
     return RecheckResult(rows, skipped)
 
 
-__all__ = ["Reported", "ReportedRow", "Endpoint", "Amendment", "load_reported", "default_root", "study_dirs",
-           "find_study", "StudyState", "study_state", "registry_states", "CheckedRow", "RecheckResult",
-           "recheck_row", "recheck_study", "recheck", "REPORTED_FILE"]
+__all__ = ["Reported", "ReportedRow", "Endpoint", "Amendment", "load_reported", "default_root", "study_dirs", "find_study",
+           "StudyState", "study_state", "registry_states", "CheckedRow", "RecheckResult", "recheck_row", "recheck_study", "recheck", "REPORTED_FILE"]

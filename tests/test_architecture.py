@@ -38,7 +38,7 @@ LAYERS = {
         ("output", ["prereg_kit.plots", "prereg_kit.extrapolation_plots", "prereg_kit.gradient_report", "prereg_kit.report_tex", "prereg_kit.report_html", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.status"]),
         ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli_base",
-                     "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.cli", "prereg_kit.__main__"]),
+                     "prereg_kit.cli_json", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.cli", "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],
     "prereg_kit.integrations": [

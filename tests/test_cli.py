@@ -98,6 +98,9 @@ def _install(monkeypatch, *runners):
 
 
 def test_run_without_a_trainer_exits_2_with_one_line(tmp_path, monkeypatch):
+    from plans import SMALL_PLAN
+
+    (tmp_path / "plan.toml").write_text(SMALL_PLAN)  # the study path is checked first, then the trainer
     _install(monkeypatch)
     for cmd in (["run", str(tmp_path)], ["elect", str(tmp_path)]):
         res = runner.invoke(app, cmd)
@@ -107,6 +110,9 @@ def test_run_without_a_trainer_exits_2_with_one_line(tmp_path, monkeypatch):
 
 
 def test_run_hands_the_study_to_the_only_or_the_chosen_trainer(tmp_path, monkeypatch):
+    from plans import SMALL_PLAN
+
+    (tmp_path / "plan.toml").write_text(SMALL_PLAN)
     a, b = _Recorder("alpha"), _Recorder("beta", ok=False)
     _install(monkeypatch, a)
     res = runner.invoke(app, ["run", str(tmp_path), "--stage", "smoke", "--configs", "x,y", "--seeds", "0-2", "-j", "2"])

@@ -98,10 +98,66 @@ def test_a_missing_argument_is_named_in_capitals():
 
 
 def test_an_import_names_a_missing_input_file_as_typed(tmp_path, monkeypatch):
+    from plans import SMALL_PLAN
+
+    from prereg_kit.lock import lock_plan
+
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "plan.toml").write_text(SMALL_PLAN)
+    lock_plan(tmp_path / "st")
     for typed, cause in (("x.jsonl", "x.jsonl: no such file"), ("logs", "logs: a folder, not a JSON-lines file")):
-        res = CliRunner().invoke(app, ["import", "verl", "studies/nonexistent", typed, "-c", "a", "-s", "0",
+        res = CliRunner().invoke(app, ["import", "verl", "st", typed, "-c", "A", "-s", "0",
                                        "--updates-per-step", "1", "--responses-per-step", "4"])
         assert res.exit_code == 2 and _first_error_line(res.output) == cause, res.output
         assert "internal error" not in res.output
+    # the study is checked before the other trainer's files: a wrong study path is what is named
+    res = CliRunner().invoke(app, ["import", "verl", "studies/nonexistent", "x.jsonl", "-c", "A", "-s", "0"])
+    assert res.exit_code == 2 and _first_error_line(res.output) == "studies/nonexistent: no such folder", res.output
+
+
+# Every command that takes a study or plan path, with the other arguments it needs to reach the path.
+EVERY_COMMAND = {
+    "lock": [], "amend": ["--reason", "x"], "seal": [], "timestamp": ["--tsa", "http://127.0.0.1:9"], "verify": [],
+    "dry-run": [], "run": [], "status": [], "gradient-test": [], "elect": [], "probe": [], "analyze": [],
+    "evaluate-checkpoints": [], "recheck": [],
+    "import verl": ["x.jsonl", "-c", "A", "-s", "0"], "import openrlhf": ["x.jsonl", "-c", "A", "-s", "0"],
+    "import trl": ["x.json", "-c", "A", "-s", "0"],
+    **{f"import {t}": ["x", "-c", "A", "--seed", "0", "--preset", "trl"] for t in ("tensorboard", "mlflow", "wandb")},
+}
+CAUSES = {"studies/nonexistent": "studies/nonexistent: no such folder",
+          "studies/empty": "studies/empty: no plan.toml in this folder (prereg new studies/empty writes a template)"}
+
+
+def _invoke(command: str, path: str):
+    return CliRunner().invoke(app, [*command.split(), path, *EVERY_COMMAND[command]])
+
+
+@pytest.mark.parametrize("typed", list(CAUSES))
+@pytest.mark.parametrize("command", list(EVERY_COMMAND))
+def test_every_command_names_the_path_as_typed_first(command, typed, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "studies" / "empty").mkdir(parents=True)
+    res = _invoke(command, typed)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines()[0].removeprefix("error: ") == CAUSES[typed], res.stderr
+    assert res.stdout == "" and "Traceback" not in res.output and "internal error" not in res.output
+
+
+# refused before any trainer loads (run and elect load theirs first, then the trainer checks the lock)
+NEED_A_LOCK = ["amend", "seal", "timestamp", "verify", "analyze", "gradient-test", "import verl", "import tensorboard"]
+
+
+@pytest.mark.parametrize("command", NEED_A_LOCK)
+def test_an_unlocked_plan_names_its_lock_file_and_the_lock_command(command, tmp_path, monkeypatch):
+    from plans import SMALL_PLAN
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "studies" / "open").mkdir(parents=True)
+    (tmp_path / "studies" / "open" / "plan.toml").write_text(SMALL_PLAN)
+    res = _invoke(command, "studies/open")
+    assert res.exit_code in (1, 2), res.output  # 1: a main-stage run refused (docs/cli.md), 2: unusable input
+    first = res.stderr.splitlines()[0].removeprefix("error: ")
+    assert first.startswith("studies/open/plan.lock: no lock file") and "`prereg lock studies/open" in first, first
+    assert "Traceback" not in res.output

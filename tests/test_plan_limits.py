@@ -390,7 +390,7 @@ def test_every_command_that_loads_a_plan_exits_2_with_one_line_per_problem(name,
     _write(plan, text)
     for args in (("verify", study), ("amend", plan, "--reason", "edit"), ("analyze", study)):
         res = _cli(*args, code=2)
-        assert set(expected) <= {ln.removeprefix("error: ").removeprefix("preregistration check failed: ")
+        assert set(expected) <= {ln.removeprefix("error: ").removesuffix(" (preregistration check failed)")
                                  for ln in _error_lines(res)}, res.output
 
 

@@ -57,6 +57,14 @@ def parse_time(value: str | None, option: str) -> datetime | None:
     return t.astimezone(timezone.utc)
 
 
+def check_study(study_dir: Path, configuration: str, seed: int, stage: str) -> None:
+    """Refuse a study path, configuration or seed that cannot take the run before any file of the
+    other trainer is read: the path the user typed and its cause come first."""
+    from .importing import check_target
+
+    check_target(study_dir, configuration, seed, stage)
+
+
 def finish(study_dir: Path, configuration: str, seed: int, run: Any, stage: str) -> None:
     """Write an imported run and say where it went."""
     from ..cli import err, out
@@ -81,6 +89,7 @@ def verl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="verl's
              eval_set: EvalSet = None, eval_seed: EvalSeed = None, started_at: StartedAt = None, ended_at: EndedAt = None,
              trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main") -> None:
     """verl: the file logger's JSONL, its config and validation dumps (re-scored with our verifiers)."""
+    check_study(study_dir, configuration, seed, stage)
     from .verl import import_verl
 
     run = import_verl(path, config=config, validation_dir=validation_dir, responses_per_step=responses_per_step,
@@ -101,6 +110,7 @@ def openrlhf_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="Pe
                  eval_set: EvalSet = None, eval_seed: EvalSeed = None, started_at: StartedAt = None, ended_at: EndedAt = None,
                  trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main") -> None:
     """OpenRLHF: per-step metrics (JSON lines) mapped through the OpenRLHF preset."""
+    check_study(study_dir, configuration, seed, stage)
     from .openrlhf import import_openrlhf
 
     run = import_openrlhf(path, responses_per_step=responses_per_step, args=args, updates_per_step=updates_per_step,
@@ -119,6 +129,7 @@ def trl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="TRL's t
             eval_set: EvalSet = None, eval_seed: EvalSeed = None, started_at: StartedAt = None, ended_at: EndedAt = None,
             trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main") -> None:
     """TRL's trainer_state.json (log_history every step); for a live run use PreregCallback instead."""
+    check_study(study_dir, configuration, seed, stage)
     from .trl_state import import_trl_state
 
     run = import_trl_state(path, completions_per_step=completions_per_step, args=args, evaluations=evaluations,
@@ -155,4 +166,4 @@ def register(target: typer.Typer = app) -> typer.Typer:
 
 register()
 
-__all__ = ["COMMANDS", "COMMAND_MODULES", "app", "finish", "parse_time", "register"]
+__all__ = ["COMMANDS", "COMMAND_MODULES", "app", "check_study", "finish", "parse_time", "register"]

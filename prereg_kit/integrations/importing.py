@@ -163,7 +163,10 @@ def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str,
     return out
 
 
-def _check_target(study_dir: str | Path, configuration: str, seed: int, stage: str):
+def check_target(study_dir: str | Path, configuration: str, seed: int, stage: str):
+    """The study's plan if ``configuration`` / ``seed`` are a run of ``stage`` that may be imported
+    (a main-stage run needs a locked, unchanged plan); ``prereg import`` checks this before it reads
+    the other trainer's files, so a wrong study path is named first."""
     pf = load_plan(study_dir)
     plan = pf.plan
     if stage != "main" and plan.stage(stage) is None:
@@ -198,7 +201,7 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
     of an unlocked or changed plan, a folder that already has files, a run without a start time,
     and iteration or evaluation rows the run-log format does not admit. Main runs are sealed.
     """
-    pf = _check_target(study_dir, configuration, seed, stage)
+    pf = check_target(study_dir, configuration, seed, stage)
     study = pf.path.parent
     folder = run_dir(study, configuration, seed, stage=stage)
     if folder.exists() and any(folder.iterdir()):
@@ -234,4 +237,4 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
     return folder
 
 
-__all__ = ["ImportedRun", "STEP_SECONDS", "file_record", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]
+__all__ = ["ImportedRun", "STEP_SECONDS", "check_target", "file_record", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]

@@ -45,6 +45,13 @@ def _preset(preset: str) -> str | dict[str, str]:
     raise TrackerError(f"--preset {preset!r}: not one of {', '.join(PRESETS)} nor a .json mapping file")
 
 
+def _check_study(study_dir: Path, configuration: str, seed: int, stage: str) -> None:
+    """The study path, configuration and seed are checked before the export is read: a wrong study is named first."""
+    from .importing import check_target  # noqa: PLC0415 - pandas loads only when a command runs
+
+    check_target(study_dir, configuration, seed, stage)
+
+
 def _write(study_dir: Path, configuration: str, seed: int, run, stage: str, device: str) -> None:
     from .importing import write_imported_run  # noqa: PLC0415 - the import core writes and seals
 
@@ -62,6 +69,7 @@ def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a T
                 completions_per_step: PerStep = None, updates_per_step: Updates = None, wallclock: Wallclock = False,
                 prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
     """Import a run from TensorBoard event files (float32: cumulative token counters refused)."""
+    _check_study(study_dir, configuration, seed, stage)
     from .tensorboard import import_tensorboard  # noqa: PLC0415
 
     p = _preset(preset)
@@ -77,6 +85,7 @@ def mlflow(study_dir: Study, path: Annotated[Path, typer.Argument(help="an MLflo
            evals: Evals = None, completions_per_step: PerStep = None, updates_per_step: Updates = None,
            wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
     """Import a run from an MLflow store (file store or SQLite; '_at_' read back as '@')."""
+    _check_study(study_dir, configuration, seed, stage)
     from .mlflow import import_mlflow  # noqa: PLC0415
 
     p = _preset(preset)
@@ -92,6 +101,7 @@ def wandb(study_dir: Study, path: Annotated[Path, typer.Argument(help="a W&B Par
           evals: Evals = None, completions_per_step: PerStep = None, updates_per_step: Updates = None,
           wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
     """Import a run from a W&B run's Parquet history."""
+    _check_study(study_dir, configuration, seed, stage)
     from .wandb import import_wandb  # noqa: PLC0415
 
     p = _preset(preset)

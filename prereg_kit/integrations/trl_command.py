@@ -17,9 +17,12 @@ app = typer.Typer(add_completion=False)
 def main(study: Path = typer.Argument(..., help="the study folder (plan.toml, runs/)"),
          stage: str = typer.Option("main", help="the stage whose runs to score")) -> None:
     """Score deferred TRL checkpoints with the plan's evaluations; finish and seal the runs."""
-    from .trl_deferred import evaluate_checkpoints  # the trainer loads only when the command runs
+    from prereg_kit.plan import resolve_plan_path
 
     try:
+        resolve_plan_path(study)  # a wrong path is named before the trainer (and torch) loads
+        from .trl_deferred import evaluate_checkpoints  # the trainer loads only when the command runs
+
         done = evaluate_checkpoints(study, stage=stage, log=typer.echo)
     except PreregError as e:
         typer.echo(f"error: {e}", err=True)
