@@ -133,24 +133,35 @@ def _same(x: pd.DataFrame, y: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(norm(x), norm(y), check_dtype=False, check_index_type=False)
 
 
-def test_a_written_report_loads_back_as_the_analysis(dry, tmp_path):
-    _, a = dry
-    pk.write_report(a, tmp_path / "rep")
-    for where in (tmp_path / "rep", tmp_path / "rep" / "results.json"):
+def test_a_written_report_loads_back_as_the_analysis(walk):
+    """The dry run's analysis, written by write_report, reads back with equal tables, from the
+    study folder, the report folder or its results.json."""
+    dr, folder = walk[2]["dr"], walk[3] / walk[2]["dr"].folder
+    a = dr.analysis
+    for where in (folder, folder / "report", folder / "report" / "results.json"):
         r = pk.load_report(where)
+        assert r.folder == folder / "report"
         for name in TABLES:
             _same(getattr(a, name), getattr(r, name))
-        assert (r.study, r.plan_hash, r.exploratory, r.synthetic) == ("example", a.plan_hash, False, False)
-        assert r.lock == json.loads(json.dumps(a.lock_summary)) and r.notes == a.notes
+        record = json.loads((r.folder / "results.json").read_text())
+        assert (r.study, r.plan_hash, r.exploratory) == ("example", a.plan_hash, False)
+        assert r.synthetic is bool(record.get("synthetic", False))
+        assert r.lock == json.loads(json.dumps(a.lock_summary)) and r.notes == a.notes + a.devices.notes
     _same(r.summary(), a.summary())
     assert repr(r).startswith("<Report of example:")
 
 
-def test_a_dry_run_report_loads_from_its_study_folder(walk):
-    dr, folder = walk[2]["dr"], walk[3]
-    r = pk.load_report(folder / dr.folder)  # the study folder: its report/
-    assert r.folder == folder / dr.folder / "report" and list(r.contrasts["contrast"]) == ["C1", "C2"]
-    assert r.synthetic is bool(json.loads((r.folder / "results.json").read_text()).get("synthetic", False))
+def test_an_empty_table_keeps_its_columns(walk, tmp_path):
+    """results.json keeps no header: an empty table reads its columns from the CSV beside it, or
+    the ones the analysis gives it."""
+    src = walk[3] / walk[2]["dr"].folder / "report"
+    record = json.loads((src / "results.json").read_text())
+    record["per_seed"], record["checks"] = [], []
+    (tmp_path / "results.json").write_text(json.dumps(record))
+    (tmp_path / "per_seed.csv").write_text((src / "per_seed.csv").read_text())
+    r = pk.load_report(tmp_path)
+    assert list(r.per_seed.columns) == list(walk[2]["a"].per_seed.columns) and not len(r.per_seed)
+    assert list(r.checks.columns) == list(walk[2]["a"].checks.columns) and r.curves.empty  # no curves.csv here
 
 
 def test_load_report_refuses_what_is_not_a_report(tmp_path):
@@ -202,3 +213,14 @@ def test_the_python_api_walkthrough_runs_as_printed(walk):
     assert figure, "the walkthrough draws onto the user's own axes"
     if outputs[figure[0]] is not None:
         assert (folder / "my-figure.pdf").stat().st_size > 1000
+
+
+def test_write_report_writes_into_the_study_report_folder_by_default(walk, monkeypatch):
+    import prereg_kit.api as api
+
+    seen = []
+    monkeypatch.setattr(api, "_write_report", lambda a, out: seen.append(out) or [out])
+    a = walk[2]["a"]
+    pk.write_report(a)
+    pk.write_report(a, "elsewhere")
+    assert seen == [a.plan_path.parent / "report", Path("elsewhere")]
