@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def callable_module(name: str, function: Callable[..., Any]) -> None:

@@ -129,7 +129,10 @@ def test_a_dry_run_is_marked_synthetic_in_its_display(dry):
 
 def _same(x: pd.DataFrame, y: pd.DataFrame) -> None:
     """Equal tables up to dtype, None and NaN alike."""
-    norm = lambda d: d.reset_index(drop=True).astype(object).where(d.reset_index(drop=True).notna(), np.nan)  # noqa: E731
+    def norm(d: pd.DataFrame) -> pd.DataFrame:
+        d = d.reset_index(drop=True)
+        return d.astype(object).where(d.notna(), np.nan)
+
     pd.testing.assert_frame_equal(norm(x), norm(y), check_dtype=False, check_index_type=False)
 
 
@@ -216,7 +219,7 @@ def test_the_python_api_walkthrough_runs_as_printed(walk):
 
 
 def test_write_report_writes_into_the_study_report_folder_by_default(walk, monkeypatch):
-    import prereg_kit.api as api
+    from prereg_kit import api
 
     seen = []
     monkeypatch.setattr(api, "_write_report", lambda a, out: seen.append(out) or [out])

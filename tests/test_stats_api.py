@@ -97,7 +97,7 @@ def test_every_result_class_has_a_one_row_frame():
                 assert field.name not in f.columns, (name, field.name)  # a sequence is left out of the row
             else:
                 got = f.loc[0, field.name]
-                assert got == value or (value is None or value != value) and pd.isna(got), (name, field.name, got)
+                assert got == value or (value is None or np.isnan(value)) and pd.isna(got), (name, field.name, got)
 
 
 def test_to_frame_splits_an_interval_and_leaves_out_sequences():
