@@ -111,6 +111,7 @@ def test_to_frame_splits_an_interval_and_leaves_out_sequences():
         values: tuple[float, float, float]
         flags: tuple[bool, bool]
 
-    f = Made(3, (0.1, 0.2), "x", (1.0, 2.0, 3.0), (True, False)).to_frame()
+    f = Made(3, (0.1, 0.2), None, (1.0, 2.0, 3.0), (True, False)).to_frame()
     assert list(f.columns) == ["n", "ci_low", "ci_high", "label"] and f.loc[0, "ci_high"] == 0.2
+    assert f["label"].dtype == float and np.isnan(f.loc[0, "label"])  # None reads NaN
     assert "values" not in f.columns and "flags" not in f.columns  # three numbers, or two flags, are no interval

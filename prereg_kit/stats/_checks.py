@@ -32,7 +32,7 @@ class Result:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
     def to_frame(self) -> Any:
-        """One row, one column per scalar field (None reads NaN in a number column); a pair of
+        """One row, one column per scalar field (None reads NaN); a pair of
         numbers (an interval) becomes ``<field>_low`` and ``<field>_high``; a sequence of results
         or values is left out (``to_dict()`` holds it; ``pd.concat(x.to_frame() for x in ...)``
         makes its table)."""
@@ -43,7 +43,7 @@ class Result:
             if isinstance(value, list) and len(value) == 2 and all(_number(v) for v in value):
                 row[f"{name}_low"], row[f"{name}_high"] = value
             elif not isinstance(value, (list, dict)):
-                row[name] = value
+                row[name] = np.nan if value is None else value
         return pd.DataFrame([row])
 
 
