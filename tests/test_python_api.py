@@ -195,7 +195,11 @@ def test_load_report_refuses_what_is_not_a_report(tmp_path):
     with pytest.raises(pk.PreregError, match=r"bad/results.json: not UTF-8 text"):
         pk.load_report(bad)
     with pytest.raises(pk.PreregError, match="no such folder"):
-        pk.analyze(tmp_path / "nope")  # pk.analyze refuses as `prereg analyze` does
+        pk.analyze(tmp_path / "nope")  # pk.analyze and pk.verify refuse as the commands do
+    with pytest.raises(pk.PreregError, match=f"^{re.escape(str(tmp_path / 'empty'))}: no plan.toml in this folder"):
+        pk.analyze(tmp_path / "empty")
+    with pytest.raises(pk.PreregError, match="empty: no plan.toml in this folder"):
+        pk.verify(tmp_path / "empty")
 
 
 # --- docs/python-api.md: every ```python block ran, in order, in one namespace -------------------
