@@ -41,6 +41,8 @@ import numpy as np
 import pandas as pd
 
 from . import readings as rd
+from .callables import callable_module
+from .notebook import Shown
 from .audit import DeviceSummary, device_summary, run_devices
 from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
@@ -62,8 +64,8 @@ from .verdicts import NOT_READ, adjust_and_read, contrast_statistics, PREDICTION
 
 
 
-@dataclass
-class Analysis:
+@dataclass(repr=False)  # the notebook's short repr (Shown), not every DataFrame
+class Analysis(Shown):
     """Everything a report needs; the DataFrames are the tidy results (see docs/analysis.md)."""
 
     plan: Plan
@@ -501,3 +503,6 @@ def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget
             rows[-1]["n_collapsed"] = int(g_col.sum().get(name, 0))
             rows[-1]["collapse_rate"] = float(g_col.mean().get(name, np.nan))
     return pd.DataFrame(rows)
+
+
+callable_module(__name__, analyze_study)  # pk.analyze(study): the module is callable (prereg_kit.callables)

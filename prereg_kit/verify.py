@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .audit import AuditReport, audit_runs
+from .callables import callable_module
 from .design import unexpected_runs
 from .errors import PreregError
 from .lock import Chain, check_git_anchors, check_plan, read_chain
@@ -129,3 +130,6 @@ def _election_summary(path: Path) -> str:
         return f" (elected {rec['elected']!r}, {rec.get('time', 'time not recorded')})"
     except (OSError, ValueError, KeyError, TypeError):
         return " (unreadable record)"
+
+
+callable_module(__name__, verify_study)  # pk.verify(study): the module is callable (prereg_kit.callables)

@@ -11,7 +11,10 @@ deferred import cannot hide a cycle or an upward edge. ``check`` returns one lin
 * a **deferred import that is not allowed**: an import inside a function of one of our modules is
   accepted only where it keeps torch out of torch-free code (the imported module needs torch,
   the importer does not) or keeps command start-up fast (the importer is a command module);
-* (imports under ``if TYPE_CHECKING:`` never run and are not counted);
+* (imports under ``if TYPE_CHECKING:`` never run and are not counted; nor do the **lazy exports**
+  of a package: imports inside its ``__init__``'s module-level ``__getattr__`` (PEP 562), which
+  run only when a user reads that name on the package, so they place the package's public face
+  above its modules without making it a cycle; they still obey the package rule);
 * a module found by **name in a string** (``importlib.import_module("trainer.x")``), which hides
   an edge from every reader.
 
@@ -40,6 +43,7 @@ class Module:
     lines: dict[str, int] = field(default_factory=dict)  # first line of each edge
     heavy_top: bool = False  # imports torch/transformers/vllm at module level
     strings: list[tuple[str, int]] = field(default_factory=list)  # importlib strings naming ours
+    lazy: dict[str, int] = field(default_factory=dict)  # ours, in a package's __getattr__: name -> line
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -86,11 +90,14 @@ def _heavy(node: ast.AST, mod: Module) -> bool:
 
 class _Visitor(ast.NodeVisitor):
     def __init__(self, mod: Module, known: set[str]) -> None:
-        self.mod, self.known, self.depth = mod, known, 0
+        self.mod, self.known, self.depth, self.in_lazy = mod, known, 0, False
 
     def _function(self, node: ast.AST) -> None:
+        lazy = self.mod.is_package and self.depth == 0 and getattr(node, "name", "") == "__getattr__"
         self.depth += 1
+        self.in_lazy |= lazy
         self.generic_visit(node)
+        self.in_lazy &= not lazy
         self.depth -= 1
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
@@ -111,7 +118,9 @@ class _Visitor(ast.NodeVisitor):
             if t == self.mod.name:
                 continue
             self.mod.lines.setdefault(t, node.lineno)
-            if self.depth == 0:
+            if self.in_lazy:
+                self.mod.lazy.setdefault(t, node.lineno)
+            elif self.depth == 0:
                 self.mod.top.add(t)
             else:
                 self.mod.deferred.setdefault(t, node.lineno)
@@ -263,6 +272,10 @@ def check(mods: Mapping[str, Module], *, packages: Mapping[str, Sequence[str]],
                 if not keeps_torch_out and name not in commands:
                     problems.append(f"{name}:{m.deferred[target]}: imports {target} inside a function; "
                                     "allowed only to keep torch out of torch-free code or in a command module")
+        for target in sorted(set(m.lazy) - m.top - set(m.deferred)):
+            ttop = owner(target, packages)
+            if ttop != top and ttop not in packages.get(top, ()):
+                problems.append(f"{name}:{m.lazy[target]}: imports {target}: {top} may not use {ttop}")
         for s, line in m.strings:
             problems.append(f"{name}:{line}: names module {s!r} in a string; import it instead")
     return problems

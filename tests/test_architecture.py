@@ -29,14 +29,16 @@ PACKAGES = {
 LAYERS = {
     "prereg_kit": [
         ("foundation", ["prereg_kit.__init__", "prereg_kit.errors", "prereg_kit.canonical", "prereg_kit.tomlpos",
-                        "prereg_kit.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.stats"]),
+                        "prereg_kit.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.stats",
+                        "prereg_kit.callables"]),
         ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
         ("records", ["prereg_kit.lock", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal", "prereg_kit.gradient_seal",
                      "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
-        ("analysis", ["prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.verdicts", "prereg_kit.gradient_tests",
+        ("analysis", ["prereg_kit.notebook", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.verdicts", "prereg_kit.gradient_tests",
                       "prereg_kit.gradient_synth", "prereg_kit.extrapolated", "prereg_kit.analyze", "prereg_kit.synth"]),
         ("output", ["prereg_kit.plots", "prereg_kit.extrapolation_plots", "prereg_kit.gradient_report", "prereg_kit.report_tex", "prereg_kit.report_html", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.status"]),
+        ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
         ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli_base",
                      "prereg_kit.cli_json", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.cli", "prereg_kit.__main__"]),
     ],
@@ -171,6 +173,23 @@ def test_a_deferred_import_is_allowed_only_to_keep_torch_out(tmp_path):
 def test_imports_for_type_checking_only_do_not_count(tmp_path):
     files = {"app/low.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n    from app.high import X\n"}
     assert _tiny(tmp_path, files) == []
+
+
+def test_a_package_exports_lazily_only_from_its_own_getattr(tmp_path):
+    """A package's __init__ may name modules above it inside its module-level __getattr__ (read
+    only when a user asks the package for that name); nowhere else, and never another package."""
+    lazy = "def __getattr__(name):\n    from app import high\n    return high\n"
+    assert _tiny(tmp_path, {"app/__init__.py": lazy}) == []
+    problems = _tiny(tmp_path, {"app/__init__.py": "", "app/low.py": "X = 1\n" + lazy})
+    assert any(p.startswith("app.low:3: imports app.high: upward") for p in problems), problems
+    assert any("app.low:3: imports app.high inside a function" in p for p in problems), problems
+    nested = "def f():\n    def __getattr__(name):\n        from app import high\n"
+    assert any("upward" in p for p in _tiny(tmp_path, {"app/__init__.py": nested})), "only the module's own __getattr__"
+    other = {"app/__init__.py": "def __getattr__(name):\n    import plugin\n", "plugin/__init__.py": ""}
+    _package(tmp_path, other)
+    problems = check(scan(tmp_path, ["app", "plugin"]), packages={"app": (), "plugin": ()},
+                     layers={"app": [("low", ["app.__init__", "app.low"]), ("high", ["app.high"])]})
+    assert "app:2: imports plugin: app may not use plugin" in problems, problems
 
 
 def test_a_module_named_in_a_string_fails(tmp_path):

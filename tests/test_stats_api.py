@@ -1,10 +1,11 @@
-"""The fixed public API of prereg_kit.stats: names, keywords, frozen results with to_dict()."""
+"""The fixed public API of prereg_kit.stats: names, keywords, frozen results with to_dict() and to_frame()."""
 
 import dataclasses
 import inspect
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import prereg_kit.stats as st
@@ -58,3 +59,59 @@ def test_paired_t_fields():
 def test_all_exports_exist():
     for name in st.__all__:
         assert hasattr(st, name)
+
+
+def _results() -> dict[str, object]:
+    """One instance of every public result class of prereg_kit.stats."""
+    d = np.array([0.01, 0.004, 0.012, -0.002, 0.008])
+    c = np.array([0.0, 0.001, 0.003, 0.002, -0.001, 0.004])
+    summary = st.from_summary("+0.007", "+0.002", "+0.012", 24, reported={"p": ".008"})
+    return {"PairedT": st.paired_t(d), "Tost": st.tost_paired(d, margin=0.02),
+            "NonInferiority": st.noninferiority(d, margin=0.02), "SeedBootstrap": st.seed_bootstrap(d, margin=0.02),
+            "CrossedBootstrap": st.crossed_bootstrap(np.outer(d, np.ones(4)), n_resamples=100),
+            "SeedsNeeded": st.seeds_needed(0.008, 0.012), "SummaryCheck": summary, "ReportedCheck": summary.checks[0],
+            "Verdict": st.verdict("superiority", p=0.01, estimate=0.01), "WelchT": st.welch_t(d, c),
+            "WelchTost": st.tost_welch(d, c, margin=0.02), "WelchNonInferiority": st.noninferiority_welch(d, c, margin=0.02)}
+
+
+def test_every_result_class_has_a_one_row_frame():
+    """Every result class the statistics define (found by walking the package, so a new one
+    without an instance here fails) gives a one-row DataFrame of its scalar fields."""
+    import importlib
+    import pkgutil
+
+    from prereg_kit.stats._checks import Result
+
+    classes = {obj.__name__ for m in pkgutil.iter_modules(st.__path__)
+               for obj in vars(importlib.import_module(f"{st.__name__}.{m.name}")).values()
+               if isinstance(obj, type) and issubclass(obj, Result) and obj is not Result}
+    results = _results()
+    assert classes == set(results), classes ^ set(results)
+    assert classes <= set(st.__all__), classes - set(st.__all__)
+    for name, r in results.items():
+        f = r.to_frame()
+        assert f.shape[0] == 1, name
+        for field in dataclasses.fields(r):
+            value = getattr(r, field.name)
+            if isinstance(value, (tuple, list, np.ndarray)):
+                assert field.name not in f.columns, (name, field.name)  # a sequence is left out of the row
+            else:
+                got = f.loc[0, field.name]
+                assert got == value or (value is None or np.isnan(value)) and pd.isna(got), (name, field.name, got)
+
+
+def test_to_frame_splits_an_interval_and_leaves_out_sequences():
+    from prereg_kit.stats._checks import Result
+
+    @dataclasses.dataclass(frozen=True)
+    class Made(Result):
+        n: int
+        ci: tuple[float, float]
+        label: str
+        values: tuple[float, float, float]
+        flags: tuple[bool, bool]
+
+    f = Made(3, (0.1, 0.2), None, (1.0, 2.0, 3.0), (True, False)).to_frame()
+    assert list(f.columns) == ["n", "ci_low", "ci_high", "label"] and f.loc[0, "ci_high"] == 0.2
+    assert f["label"].dtype == float and np.isnan(f.loc[0, "label"])  # None reads NaN
+    assert "values" not in f.columns and "flags" not in f.columns  # three numbers, or two flags, are no interval

@@ -23,12 +23,32 @@ ALTERNATIVES = ("two-sided", "greater", "less")
 
 
 class Result:
-    """Mixin for the frozen result dataclasses: ``to_dict()`` with plain Python values."""
+    """Mixin for the frozen result dataclasses: ``to_dict()`` with plain Python values and
+    ``to_frame()``, the same as a one-row pandas DataFrame."""
 
     __slots__ = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    def to_frame(self) -> Any:
+        """One row, one column per scalar field (None reads NaN); a pair of
+        numbers (an interval) becomes ``<field>_low`` and ``<field>_high``; a sequence of results
+        or values is left out (``to_dict()`` holds it; ``pd.concat(x.to_frame() for x in ...)``
+        makes its table)."""
+        import pandas as pd  # noqa: PLC0415 (the statistics need no pandas until a table is asked for)
+
+        row: dict[str, Any] = {}
+        for name, value in self.to_dict().items():
+            if isinstance(value, list) and len(value) == 2 and all(_number(v) for v in value):
+                row[f"{name}_low"], row[f"{name}_high"] = value
+            elif not isinstance(value, (list, dict)):
+                row[name] = np.nan if value is None else value
+        return pd.DataFrame([row])
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _plain(value: Any) -> Any:
