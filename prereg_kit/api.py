@@ -129,11 +129,16 @@ def _table(record: dict[str, Any], name: str, folder: Path) -> pd.DataFrame:
     if not rows:
         csv = folder / _CSV.get(name, "")
         if name in _CSV and csv.is_file():
-            return pd.read_csv(csv, nrows=0)
+            return _without_mark(pd.read_csv(csv, nrows=0))
         return pd.DataFrame(columns=_EMPTY_COLUMNS.get(name, []))
     rows = [{k: math.inf if k in TARGET_SHARES and v == "n.r." else v for k, v in r.items()} for r in rows]
     df = pd.DataFrame.from_records(rows)
     return df.astype(object).where(df.notna(), np.nan).infer_objects()
+
+
+def _without_mark(df: pd.DataFrame) -> pd.DataFrame:
+    """A dry run's CSV without its ``synthetic`` column: the mark is the report's flag, not data."""
+    return df.drop(columns=["synthetic"], errors="ignore")
 
 
 def load_report(study_or_report: str | Path) -> Report:
@@ -146,7 +151,7 @@ def load_report(study_or_report: str | Path) -> Report:
     tables = {k: _table(record, k, folder) for k in ("contrasts", "per_seed", "hypotheses", "configurations",
                                                       "exclusions", "checks", "check_seeds")}
     curves_csv = folder / "curves.csv"
-    curves = pd.read_csv(curves_csv) if curves_csv.is_file() else pd.DataFrame()
+    curves = _without_mark(pd.read_csv(curves_csv)) if curves_csv.is_file() else pd.DataFrame()
     return Report(folder=folder, study=record["study"], title=record.get("title", ""), plan_path=record.get("plan", ""),
                   plan_hash=record.get("plan_hash", ""), lock=record.get("lock") or {},
                   exploratory=bool(record.get("exploratory", False)), synthetic=bool(record.get("synthetic", False)),
