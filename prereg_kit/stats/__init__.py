@@ -7,6 +7,8 @@ Differences are fractions (0.01 is one point). See ``docs/statistics.md``.
 """
 
 from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap
+from .describe import describe
+from .effect_size import EffectSizeArms, EffectSizePaired, effect_size_paired, effect_size_paired_arms
 from .equivalence import NonInferiority, Tost, noninferiority, tost_paired
 from .multiplicity import holm
 from .paired import PairedT, paired_t
@@ -18,6 +20,8 @@ from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch,
 
 __all__ = [
     "CrossedBootstrap",
+    "EffectSizeArms",
+    "EffectSizePaired",
     "NonInferiority",
     "PairedT",
     "ReportedCheck",
@@ -27,6 +31,9 @@ __all__ = [
     "Tost",
     "Verdict",
     "crossed_bootstrap",
+    "describe",
+    "effect_size_paired",
+    "effect_size_paired_arms",
     "from_summary",
     "holm",
     "noninferiority",
