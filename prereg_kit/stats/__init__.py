@@ -16,6 +16,7 @@ from .passk import pass_at_k
 from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
 from .summary import ReportedCheck, SummaryCheck, from_summary
 from .verdict import Verdict, verdict
+from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_tost
 from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
 
 __all__ = [
@@ -52,4 +53,8 @@ __all__ = [
     "noninferiority_welch",
     "tost_welch",
     "welch_t",
+    "WilcoxonPaired",
+    "WilcoxonTost",
+    "wilcoxon_paired",
+    "wilcoxon_tost",
 ]
