@@ -14,6 +14,7 @@ from .multiplicity import holm
 from .paired import PairedT, paired_t
 from .passk import pass_at_k
 from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
+from .signflip import SignFlip, SignFlipInterval, sign_flip_ci, sign_flip_test
 from .summary import ReportedCheck, SummaryCheck, from_summary
 from .verdict import Verdict, verdict
 from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_tost
@@ -45,6 +46,10 @@ __all__ = [
     "power_tost_paired",
     "seed_bootstrap",
     "seeds_needed",
+    "sign_flip_ci",
+    "sign_flip_test",
+    "SignFlip",
+    "SignFlipInterval",
     "tost_paired",
     "verdict",
     "WelchNonInferiority",
