@@ -6,10 +6,12 @@ power and seed-count planning, recomputation of printed rows, and the verdict of
 Differences are fractions (0.01 is one point). See ``docs/statistics.md``.
 """
 
+from .adjust import adjust
 from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap
 from .describe import describe
 from .effect_size import EffectSizeArms, EffectSizePaired, effect_size_paired, effect_size_paired_arms
 from .equivalence import NonInferiority, Tost, noninferiority, tost_paired
+from .minimal_effect import MinimalEffect, minimal_effect_test
 from .multiplicity import holm
 from .paired import PairedT, paired_t
 from .passk import pass_at_k
@@ -21,6 +23,9 @@ from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_to
 from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
 
 __all__ = [
+    "adjust",
+    "MinimalEffect",
+    "minimal_effect_test",
     "CrossedBootstrap",
     "EffectSizeArms",
     "EffectSizePaired",
