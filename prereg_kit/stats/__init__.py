@@ -7,6 +7,7 @@ Differences are fractions (0.01 is one point). See ``docs/statistics.md``.
 """
 
 from .adjust import adjust
+from .aggregates import Aggregate, PerformanceProfile, iqm, performance_profile, probability_of_improvement
 from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap
 from .describe import describe
 from .effect_size import EffectSizeArms, EffectSizePaired, effect_size_paired, effect_size_paired_arms
@@ -23,6 +24,11 @@ from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_to
 from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
 
 __all__ = [
+    "Aggregate",
+    "PerformanceProfile",
+    "iqm",
+    "performance_profile",
+    "probability_of_improvement",
     "adjust",
     "MinimalEffect",
     "minimal_effect_test",
