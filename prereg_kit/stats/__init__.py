@@ -17,6 +17,7 @@ from .multiplicity import holm
 from .paired import PairedT, paired_t
 from .passk import pass_at_k
 from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
+from .sequential import SequentialBoundaries, classical_boundaries, crossing_probabilities, sequential_boundaries
 from .signflip import SignFlip, SignFlipInterval, sign_flip_ci, sign_flip_test
 from .summary import ReportedCheck, SummaryCheck, from_summary
 from .verdict import Verdict, verdict
@@ -57,6 +58,10 @@ __all__ = [
     "power_tost_paired",
     "seed_bootstrap",
     "seeds_needed",
+    "SequentialBoundaries",
+    "classical_boundaries",
+    "crossing_probabilities",
+    "sequential_boundaries",
     "sign_flip_ci",
     "sign_flip_test",
     "SignFlip",
