@@ -108,8 +108,17 @@ def effect_size_paired(diff: Any, confidence: float = 0.95) -> EffectSizePaired:
     """
     confidence = check_confidence(confidence)
     d, n_dropped = paired_differences(diff, min_n=3)
-    n = d.size
-    mean, sd = float(d.mean()), spread(d)
+    return effect_size_from_stats(d.size, float(d.mean()), spread(d), confidence=confidence, n_dropped=n_dropped)
+
+
+def effect_size_from_stats(n: int, mean: float, sd: float, *, confidence: float = 0.95,
+                           n_dropped: int = 0) -> EffectSizePaired:
+    """:func:`effect_size_paired` from ``n``, the mean and the SD of the differences."""
+    confidence = check_confidence(confidence)
+    if n < 3:
+        raise ValueError(f"need at least 3 pairs, got {n}")
+    if not sd >= 0:
+        raise ValueError(f"sd must be non-negative, got {sd!r}")
     dz = safe_ratio(mean, sd)
     j = hedges_correction(n - 1)
     lam_lo, lam_hi = nct_interval(dz * math.sqrt(n), n - 1, confidence)
