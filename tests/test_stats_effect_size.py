@@ -9,7 +9,8 @@ import pytest
 from scipy import special
 from scipy import stats as sps
 
-from prereg_kit.stats import describe, effect_size_paired, effect_size_paired_arms, noninferiority, paired_t, tost_paired
+from prereg_kit.stats import (describe, effect_size_paired, effect_size_paired_arms, minimal_effect_test, noninferiority,
+                              paired_t, sign_flip_test, tost_paired, wilcoxon_paired, wilcoxon_tost)
 from prereg_kit.stats.effect_size import hedges_correction
 
 
@@ -84,5 +85,11 @@ def test_describe_states_the_decision():
     assert "equivalent within the bounds" in describe(tost_paired(d, margin=0.02))
     assert "not shown equivalent" in describe(tost_paired(d, margin=0.005))
     assert "non-inferior at" in describe(noninferiority(d, margin=0.02))
+    d8 = [0.01, 0.004, 0.012, 0.002, 0.008, 0.015, 0.011, 0.006]
+    assert "minimal-effect test" in describe(minimal_effect_test(d8, 0.001))
+    w = describe(wilcoxon_paired(d8))
+    assert w.startswith("Hodges–Lehmann estimate +0.0085") and "(exact), p = 0.00781" in w and "not shown" not in w
+    assert "signed-rank TOST" in describe(wilcoxon_tost(d8, 0.02))
+    assert "exact over 256 sign patterns" in describe(sign_flip_test(d8))
     with pytest.raises(ValueError, match="got dict"):
         describe({})

@@ -3,7 +3,11 @@
 Paired t over seeds, Holm families, TOST equivalence, non-inferiority, the seed bootstrap (with
 exact enumeration at small n) and the crossed seed-by-problem bootstrap, unbiased pass@k, exact
 power and seed-count planning, recomputation of printed rows, and the verdict of a contrast.
-Differences are fractions (0.01 is one point). See ``docs/statistics.md``.
+Beside them: effect sizes with noncentral-t intervals, robust tests (Wilcoxon signed-rank with
+Hodges–Lehmann, the exact sign-flip test), minimal-effect tests, Holm's step-up relatives, BCa and
+studentized seed bootstraps, rliable's aggregates over runs × tasks, power solved for any unknown,
+and group-sequential boundaries. Differences are fractions (0.01 is one point). See
+``docs/statistics.md``.
 """
 
 from .adjust import adjust
