@@ -5,8 +5,8 @@ sees (:func:`prereg_kit.plots.subplots`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 

@@ -4,7 +4,10 @@ profiles it cannot put on one axis."""
 import numpy as np
 import pytest
 
-from prereg_kit.aggregate_plots import draw_performance_profile, performance_profile_figure
+from prereg_kit.aggregate_plots import (
+    draw_performance_profile,
+    performance_profile_figure,
+)
 from prereg_kit.stats import performance_profile
 
 
@@ -13,7 +16,7 @@ def test_profile_lines_are_the_computed_fractions(tmp_path):
     taus = np.linspace(0, 1, 21)
     profiles = {name: performance_profile(rng.normal(mu, 0.15, (6, 3)), taus, n_resamples=200, seed=1)
                 for name, mu in (("dense", 0.6), ("outcome", 0.5))}
-    fig, ax = draw_performance_profile(profiles, title="CPU study")
+    _, ax = draw_performance_profile(profiles, title="CPU study")
     lines = ax.get_lines()
     assert [ln.get_label() for ln in lines] == ["dense", "outcome"]
     for ln, prof in zip(lines, profiles.values()):

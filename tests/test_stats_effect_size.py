@@ -9,8 +9,18 @@ import pytest
 from scipy import special
 from scipy import stats as sps
 
-from prereg_kit.stats import (describe, effect_size_paired, effect_size_paired_arms, minimal_effect_test, noninferiority,
-                              paired_t, sign_flip_test, tost_paired, wilcoxon_paired, wilcoxon_tost)
+from prereg_kit.stats import (
+    describe,
+    effect_size_paired,
+    effect_size_paired_arms,
+    minimal_effect_test,
+    noninferiority,
+    paired_t,
+    sign_flip_test,
+    tost_paired,
+    wilcoxon_paired,
+    wilcoxon_tost,
+)
 from prereg_kit.stats.effect_size import hedges_correction
 
 

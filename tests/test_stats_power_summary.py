@@ -8,8 +8,14 @@ import pingouin as pg
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from prereg_kit.stats import (effect_size_paired, paired_t, seeds_needed, solve_power_paired, tost_paired,
-                              tost_summary)
+from prereg_kit.stats import (
+    effect_size_paired,
+    paired_t,
+    seeds_needed,
+    solve_power_paired,
+    tost_paired,
+    tost_summary,
+)
 
 SM_ALT = {"two-sided": "two-sided", "greater": "larger", "less": "smaller"}
 

@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from prereg_kit.stats import classical_boundaries, crossing_probabilities, sequential_boundaries
+from prereg_kit.stats import (
+    classical_boundaries,
+    crossing_probabilities,
+    sequential_boundaries,
+)
 
 
 @pytest.mark.parametrize("k, published", [

@@ -60,7 +60,8 @@ def as_scores(x: Any, name: str) -> np.ndarray:
     if m.ndim != 2:
         raise ValueError(f"{name} must be a runs × tasks matrix, got shape {m.shape}")
     if not np.isfinite(m).all():
-        raise ValueError(f"{name} has {int((~np.isfinite(m)).sum())} NaN/infinite score(s); aggregates need every run of every task")
+        bad = int((~np.isfinite(m)).sum())
+        raise ValueError(f"{name} has {bad} NaN/infinite score(s); aggregates need every run of every task")
     if m.shape[0] < 2 or m.shape[1] < 1:
         raise ValueError(f"{name} needs at least 2 runs and 1 task, got {m.shape[0]} × {m.shape[1]}")
     return m

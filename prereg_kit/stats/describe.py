@@ -71,7 +71,8 @@ def describe(result: Any, alpha: float = 0.05) -> str:
         null = {"two-sided": "different from", "greater": "greater than", "less": "less than"}[result.alternative]
         value = "0" if result.null == 0 else _num(result.null)
         verdict = f"{null} {value}" if result.p < alpha else f"not shown {null} {value}"
-        how = f"exact over {result.n_resamples} sign patterns" if result.exact else f"{result.n_resamples} random sign patterns"
+        how = (f"exact over {result.n_resamples} sign patterns" if result.exact
+               else f"{result.n_resamples} random sign patterns")
         return (f"Mean difference {_num(result.mean)}, sign-flip permutation test ({how}) {_p(result.p)}: "
                 f"{verdict} at α = {alpha:g}.")
     raise ValueError(f"describe() takes a PairedT, Tost, NonInferiority, MinimalEffect, WilcoxonPaired, "

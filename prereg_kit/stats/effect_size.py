@@ -85,7 +85,7 @@ def nct_interval(t_obs: float, df: float, confidence: float) -> tuple[float, flo
         return v if math.isfinite(v) else 1.0 - float(sps.nct.sf(t_obs, df, lam))
 
     def root(target: float) -> float:
-        f = lambda lam: cdf(lam) - target  # noqa: E731
+        f = lambda lam: cdf(lam) - target
         lo, hi = t_obs - 2.0 * step, t_obs + 2.0 * step
         while f(lo) < 0:
             lo -= step
@@ -139,7 +139,8 @@ def effect_size_paired_arms(treatment: Any, control: Any) -> EffectSizeArms:
     """
     t, c = as_vector(treatment, "treatment"), as_vector(control, "control")
     if t.shape != c.shape:
-        raise ValueError(f"treatment and control have different lengths ({t.size} vs {c.size}); pairs must match by seed")
+        raise ValueError(f"treatment and control have different lengths ({t.size} vs {c.size}); "
+                         "pairs must match by seed")
     keep = ~(np.isnan(t) | np.isnan(c))
     n_dropped = int(t.size - keep.sum())
     t, c = t[keep], c[keep]

@@ -9,7 +9,13 @@ from typing import Any
 
 from scipy import stats as sps
 
-from ._checks import Result, check_alpha, equivalence_bounds, paired_differences, safe_ratio
+from ._checks import (
+    Result,
+    check_alpha,
+    equivalence_bounds,
+    paired_differences,
+    safe_ratio,
+)
 from .paired import spread
 
 

@@ -86,7 +86,7 @@ def solve_power_paired(*, n: float | None = None, effect: float | None = None, s
     elif what == "alpha":
         alpha = _root(lambda a: _power(n, effect / sd, a, alternative) - power, 1e-12, 1 - 1e-12, "alpha")
     elif what == "effect":
-        f = lambda e: _power(n, sign * e, alpha, alternative) - power  # noqa: E731
+        f = lambda e: _power(n, sign * e, alpha, alternative) - power
         hi = 0.5
         while f(hi) < 0 and hi < 1e3:
             hi *= 2.0
@@ -94,7 +94,7 @@ def solve_power_paired(*, n: float | None = None, effect: float | None = None, s
         effect = sign * es * sd
     else:
         es = effect / sd
-        f = lambda k: _power(k, es, alpha, alternative) - power  # noqa: E731
+        f = lambda k: _power(k, es, alpha, alternative) - power
         hi = 4.0
         while f(hi) < 0:  # double rather than bracket wide: scipy's nct fails far out
             hi *= 2.0
@@ -104,5 +104,5 @@ def solve_power_paired(*, n: float | None = None, effect: float | None = None, s
         n_int = max(2, math.ceil(n_cont - 1e-9))
         return PowerSolution(solved_for="n", n=n_int, n_continuous=n_cont, effect=float(effect), sd=float(sd),
                              alpha=float(alpha), power=_power(n_int, es, alpha, alternative), alternative=alternative)
-    return PowerSolution(solved_for=what, n=int(math.ceil(n)), n_continuous=float(n), effect=float(effect),
+    return PowerSolution(solved_for=what, n=math.ceil(n), n_continuous=float(n), effect=float(effect),
                          sd=float(sd), alpha=float(alpha), power=float(power), alternative=alternative)

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize
-from scipy.special import ndtr
 from scipy import stats as sps
+from scipy.special import ndtr
 
 from ._checks import Result, check_alpha, positive_int
 
@@ -149,7 +149,7 @@ def sequential_boundaries(n_looks: int, alpha: float = 0.05, spending: str = "ob
         if inc <= 1e-15 or rec.crossing(tk, Z_MAX) >= inc:
             c = math.inf
         else:
-            c = float(optimize.brentq(lambda x: rec.crossing(tk, x) - inc, 1e-6, Z_MAX, xtol=1e-10))
+            c = float(optimize.brentq(lambda x, tk=tk, inc=inc: rec.crossing(tk, x) - inc, 1e-6, Z_MAX, xtol=1e-10))
         z.append(c)
         rec.advance(tk, c)
     return SequentialBoundaries(spending=spending, alpha=alpha, rho=float(rho) if spending == "power" else None,

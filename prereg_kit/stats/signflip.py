@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import Result, check_alternative, check_confidence, make_rng, paired_differences, positive_int
+from ._checks import (
+    Result,
+    check_alternative,
+    check_confidence,
+    make_rng,
+    paired_differences,
+    positive_int,
+)
 
 #: Largest n enumerated exactly (2^20 ≈ 10^6 sign patterns).
 EXACT_MAX_N = 20

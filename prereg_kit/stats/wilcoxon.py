@@ -12,7 +12,14 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from ._checks import Result, check_alpha, check_alternative, check_confidence, equivalence_bounds, paired_differences
+from ._checks import (
+    Result,
+    check_alpha,
+    check_alternative,
+    check_confidence,
+    equivalence_bounds,
+    paired_differences,
+)
 
 #: Largest number of non-zero differences with an exact p-value (scipy's ``method="auto"`` rule).
 EXACT_MAX_N = 50
@@ -93,7 +100,7 @@ def _signed_rank_p(x: np.ndarray, alternative: str) -> tuple[float, float, float
     if n <= EXACT_MAX_N and not ties and n_zero == 0:
         counts = signed_rank_counts(n)
         total = 2.0**n
-        k = int(round(t_plus))
+        k = round(t_plus)
         p_less = counts[: k + 1].sum() / total
         p_greater = counts[k:].sum() / total
         p = {"greater": p_greater, "less": p_less}.get(alternative, min(1.0, 2.0 * min(p_less, p_greater)))
@@ -140,7 +147,8 @@ def walsh_interval(x: np.ndarray, confidence: float) -> tuple[float, float, floa
         k = max(1, int(np.searchsorted(cdf, a * (1 - 1e-12), side="left")))
         level = 1.0 - 2.0 * float(cdf[k - 1])
     else:
-        k = max(1, int(math.floor(n * (n + 1) / 4.0 - sps.norm.ppf(1 - a) * math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0))))
+        sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
+        k = max(1, math.floor(n * (n + 1) / 4.0 - float(sps.norm.ppf(1 - a)) * sd))
         level = confidence
     return float(w[k - 1]), float(w[m - k]), level
 
