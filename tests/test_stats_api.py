@@ -71,7 +71,14 @@ def _results() -> dict[str, object]:
             "CrossedBootstrap": st.crossed_bootstrap(np.outer(d, np.ones(4)), n_resamples=100),
             "SeedsNeeded": st.seeds_needed(0.008, 0.012), "SummaryCheck": summary, "ReportedCheck": summary.checks[0],
             "Verdict": st.verdict("superiority", p=0.01, estimate=0.01), "WelchT": st.welch_t(d, c),
-            "WelchTost": st.tost_welch(d, c, margin=0.02), "WelchNonInferiority": st.noninferiority_welch(d, c, margin=0.02)}
+            "WelchTost": st.tost_welch(d, c, margin=0.02), "WelchNonInferiority": st.noninferiority_welch(d, c, margin=0.02),
+            "EffectSizePaired": st.effect_size_paired(d), "EffectSizeArms": st.effect_size_paired_arms(d + 0.5, np.full(5, 0.5) + c[:5]),
+            "MinimalEffect": st.minimal_effect_test(d, -0.02, 0.02), "PowerSolution": st.solve_power_paired(effect=0.01, sd=0.01, power=0.8),
+            "SequentialBoundaries": st.sequential_boundaries(2), "SignFlip": st.sign_flip_test(d),
+            "SignFlipInterval": st.sign_flip_ci(d), "TostSummary": st.tost_summary(5, 0.006, 0.005, margin=0.02),
+            "WilcoxonPaired": st.wilcoxon_paired(d), "WilcoxonTost": st.wilcoxon_tost(d, -0.02, 0.02),
+            "Aggregate": st.iqm(np.outer(np.linspace(0.2, 0.8, 6), np.ones(3)) + np.arange(3) * 0.01, n_resamples=50),
+            "PerformanceProfile": st.performance_profile(np.outer(np.linspace(0.2, 0.8, 6), np.ones(3)), [0.3, 0.5], n_resamples=50)}
 
 
 def test_every_result_class_has_a_one_row_frame():

@@ -3,21 +3,55 @@
 Paired t over seeds, Holm families, TOST equivalence, non-inferiority, the seed bootstrap (with
 exact enumeration at small n) and the crossed seed-by-problem bootstrap, unbiased pass@k, exact
 power and seed-count planning, recomputation of printed rows, and the verdict of a contrast.
-Differences are fractions (0.01 is one point). See ``docs/statistics.md``.
+Beside them: effect sizes with noncentral-t intervals, robust tests (Wilcoxon signed-rank with
+Hodges–Lehmann, the exact sign-flip test), minimal-effect tests, Holm's step-up relatives, BCa and
+studentized seed bootstraps, rliable's aggregates over runs × tasks, power solved for any unknown,
+and group-sequential boundaries. Differences are fractions (0.01 is one point). See
+``docs/statistics.md``.
 """
 
+from .adjust import adjust
+from .aggregates import Aggregate, PerformanceProfile, iqm, performance_profile, probability_of_improvement
 from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap
-from .equivalence import NonInferiority, Tost, noninferiority, tost_paired
+from .describe import describe
+from .effect_size import (EffectSizeArms, EffectSizePaired, effect_size_from_stats, effect_size_paired,
+                          effect_size_paired_arms)
+from .equivalence import (NonInferiority, Tost, noninferiority, noninferiority_from_stats, tost_from_stats,
+                          tost_paired)
+from .minimal_effect import MinimalEffect, minimal_effect_test
 from .multiplicity import holm
-from .paired import PairedT, paired_t
+from .paired import PairedT, paired_t, paired_t_from_stats
 from .passk import pass_at_k
+from .power_solve import PowerSolution, solve_power_paired
 from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
+from .sequential import SequentialBoundaries, classical_boundaries, crossing_probabilities, sequential_boundaries
+from .signflip import SignFlip, SignFlipInterval, sign_flip_ci, sign_flip_test
 from .summary import ReportedCheck, SummaryCheck, from_summary
+from .summary_stats import TostSummary, tost_summary
 from .verdict import Verdict, verdict
+from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_tost
 from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
 
 __all__ = [
+    "effect_size_from_stats",
+    "noninferiority_from_stats",
+    "paired_t_from_stats",
+    "PowerSolution",
+    "solve_power_paired",
+    "tost_from_stats",
+    "TostSummary",
+    "tost_summary",
+    "Aggregate",
+    "PerformanceProfile",
+    "iqm",
+    "performance_profile",
+    "probability_of_improvement",
+    "adjust",
+    "MinimalEffect",
+    "minimal_effect_test",
     "CrossedBootstrap",
+    "EffectSizeArms",
+    "EffectSizePaired",
     "NonInferiority",
     "PairedT",
     "ReportedCheck",
@@ -27,6 +61,9 @@ __all__ = [
     "Tost",
     "Verdict",
     "crossed_bootstrap",
+    "describe",
+    "effect_size_paired",
+    "effect_size_paired_arms",
     "from_summary",
     "holm",
     "noninferiority",
@@ -37,6 +74,14 @@ __all__ = [
     "power_tost_paired",
     "seed_bootstrap",
     "seeds_needed",
+    "SequentialBoundaries",
+    "classical_boundaries",
+    "crossing_probabilities",
+    "sequential_boundaries",
+    "sign_flip_ci",
+    "sign_flip_test",
+    "SignFlip",
+    "SignFlipInterval",
     "tost_paired",
     "verdict",
     "WelchNonInferiority",
@@ -45,4 +90,8 @@ __all__ = [
     "noninferiority_welch",
     "tost_welch",
     "welch_t",
+    "WilcoxonPaired",
+    "WilcoxonTost",
+    "wilcoxon_paired",
+    "wilcoxon_tost",
 ]

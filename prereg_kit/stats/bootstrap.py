@@ -18,6 +18,7 @@ import numpy as np
 
 from ._checks import (Result, check_confidence, equivalence_bounds, make_rng, paired_differences, positive_int,
                       safe_ratio)
+from .bootstrap_ci import METHODS, bca, studentized, weighted_quantile
 from .paired import spread
 
 #: Largest n enumerated exactly when ``exhaustive="auto"`` (paper H.2: every paired row with n ≤ 7).
@@ -54,6 +55,7 @@ class SeedBootstrap(Result):
     p_tost_upper: float | None
     p_tost: float | None
     zero_sd: bool
+    method: str = "percentile"
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,16 +73,6 @@ class CrossedBootstrap(Result):
 
 
 # --------------------------------------------------------------------------- distribution helpers
-
-
-def weighted_quantile(sorted_values: np.ndarray, cum_weights: np.ndarray, total: int, q: float) -> float:
-    """Inverse-CDF quantile: the smallest value whose cumulative (integer) weight reaches ``q·total``."""
-    target = q * total
-    nearest = round(target)
-    if abs(target - nearest) <= 1e-9 * max(1.0, target):
-        target = nearest  # q·total is an integer up to float error (e.g. 0.025 × 10,000)
-    i = int(np.searchsorted(cum_weights, target, side="left"))
-    return float(sorted_values[min(i, sorted_values.size - 1)])
 
 
 def _summarize(means: np.ndarray, weights: np.ndarray | None, observed: float, confidence: float,
@@ -136,6 +128,7 @@ def seed_bootstrap(
     seed: Any = 0,
     exhaustive: bool | str = "auto",
     margin: Any = None,
+    method: str = "percentile",
 ) -> SeedBootstrap:
     """Percentile bootstrap of the mean paired difference over seeds (paper H.2).
 
@@ -150,9 +143,15 @@ def seed_bootstrap(
     enumeration … for the other paired rows with n ≤ 7"), as C(2n−1, n) multisets with
     multinomial weights; ``True`` forces it (n ≤ 10), ``False`` draws ``n_resamples`` with
     ``seed``. NaN differences are dropped (``n_dropped``).
+
+    ``method="bca"`` or ``"studentized"`` replaces the percentile interval, p and TOST by the
+    bias-corrected and accelerated or the bootstrap-t ones over the same resamples
+    (:mod:`prereg_kit.stats.bootstrap_ci`); the default ``"percentile"`` is the paper's.
     """
     confidence = check_confidence(confidence)
     n_resamples = positive_int(n_resamples, "n_resamples")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     if exhaustive not in ("auto", True, False):
         raise ValueError(f"exhaustive must be 'auto', True or False, got {exhaustive!r}")
     bounds = equivalence_bounds(margin) if margin is not None else None
@@ -166,14 +165,18 @@ def seed_bootstrap(
     if enumerate_all:
         counts, weights = multiset_resamples(n)
         means = (counts / n) @ x  # a one-seed resample gives that seed exactly (n/n = 1)
+        sq_means = (counts / n) @ (x * x) if method == "studentized" else None
         n_used, n_distinct = n**n, int(weights.size)
     else:
         means = np.empty(n_resamples)
+        sq_means = np.empty(n_resamples) if method == "studentized" else None
         chunk = max(1, (1 << 20) // n)  # memory: chunk × n indices
         for start in range(0, n_resamples, chunk):
             stop = min(n_resamples, start + chunk)
             idx = rng.integers(0, n, size=(stop - start, n))
             means[start:stop] = x[idx].mean(axis=1)
+            if sq_means is not None:
+                sq_means[start:stop] = (x[idx] ** 2).mean(axis=1)
         weights, n_used, n_distinct = None, n_resamples, None
 
     observed = float(x.mean())
@@ -185,11 +188,17 @@ def seed_bootstrap(
         p_l = float(w[values <= low + zero_tol].sum() / total)
         p_u = float(w[values >= high - zero_tol].sum() / total)
         p_tost = max(p_l, p_u)
+    if method != "percentile":
+        if method == "bca":
+            lo, hi, p, p_l, p_u = bca(x, means, weights, confidence, bounds)
+        else:
+            lo, hi, p, p_l, p_u = studentized(x, means, sq_means, weights, confidence, bounds)
+        p_tost = None if bounds is None else max(p_l, p_u)
     sd = spread(x)
     return SeedBootstrap(n=n, n_dropped=n_dropped, mean=observed, sd=sd, dz=safe_ratio(observed, sd),
                          ci_low=lo, ci_high=hi, p=p, confidence=confidence, exhaustive=enumerate_all,
                          n_resamples=n_used, n_distinct=n_distinct, low=low, high=high, p_tost_lower=p_l,
-                         p_tost_upper=p_u, p_tost=p_tost, zero_sd=sd == 0)
+                         p_tost_upper=p_u, p_tost=p_tost, zero_sd=sd == 0, method=method)
 
 
 # --------------------------------------------------------------------------- crossed bootstrap
