@@ -82,7 +82,7 @@ def efficiency(g: GradientResults, *, ax=None, title: str | None = None, synthet
     on that panel and returns its figure."""
     t = g.table[~g.table["status"].isin([NOT_RUN, REFUSED])] if len(g.table) else g.table
     n = len(t)
-    ax = plots.subplots(figsize=(7.5, 1.3 + 0.45 * max(n, 1)))[1] if ax is None else ax
+    ax = plots.subplots(figsize=(7.5, max(2.6, 1.3 + 0.45 * n)))[1] if ax is None else ax
     ax.axvline(1.0, color="black", lw=0.8, label="baseline (1)")
     for i, (_, r) in enumerate(t.iterrows()):
         y = n - 1 - i

@@ -93,8 +93,10 @@ def marked(title: str | None, synthetic: bool) -> str | None:
 
 def watermark(ax) -> None:
     """A large diagonal SYNTHETIC across the panel, behind the data."""
-    ax.text(0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, rotation=25, ha="center", va="center", fontsize=40,
-            color="#c0392b", alpha=0.15, zorder=0.5, in_layout=False)
+    height = ax.get_position().height * ax.figure.get_figheight() * 72  # points: the mark fits a short panel
+    ax.text(0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, rotation=25 if height > 120 else 8, ha="center",
+            va="center", fontsize=max(14.0, min(40.0, 0.45 * height)), color="#c0392b", alpha=0.15, zorder=0.5,
+            clip_on=True, in_layout=False)
 
 
 def decorate(ax, title: str | None, synthetic: bool, *, width: int = 70, **kw) -> None:
@@ -246,9 +248,10 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
     """Accuracy against generated tokens (left) and training time (right), one line per
     configuration (:func:`accuracy` on each panel), written to ``path`` (PNG) and its PDF."""
     fig, axes = subplots(1, 2, figsize=(12, 4.4), sharey=True)
-    accuracy(curves, x="tokens", ax=axes[0], title="at matched generated tokens", budget_tokens=budget_tokens,
-             synthetic=synthetic, legend=False)
-    accuracy(curves, x="time", ax=axes[1], title="over training time", synthetic=synthetic, legend=False)
+    accuracy(curves, x="tokens", ax=axes[0], title="at matched generated tokens", budget_tokens=budget_tokens, legend=False)
+    accuracy(curves, x="time", ax=axes[1], title="over training time", legend=False)
+    for ax in axes if synthetic else ():  # the suptitle carries the word; each panel its watermark
+        watermark(ax)
     axes[1].set_ylabel("")
     legend_outside(axes[1], *axes[0].get_legend_handles_labels())  # B is drawn on the left panel only
     fig.suptitle(marked(title, synthetic))
