@@ -26,12 +26,14 @@ import textwrap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 SYNTHETIC = "SYNTHETIC (prereg dry-run)"
 TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
+BAND = "seed mean;\nband: min–max"  # what an accuracy line and its band are
 VECTOR = ".pdf"  # the vector copy written beside every PNG
 
 
@@ -91,15 +93,27 @@ def marked(title: str | None, synthetic: bool) -> str | None:
     return f"{SYNTHETIC}: {title}" if title else SYNTHETIC
 
 
+class _Watermark(Text):
+    """SYNTHETIC across a panel, sized when drawn to the panel's final box (after any layout)."""
+
+    def draw(self, renderer):
+        h, w = (v * 72 / self.figure.dpi for v in (self.axes.bbox.height, self.axes.bbox.width))  # points
+        if h >= 100:  # room for the diagonal
+            self.set_rotation(25)
+            self.set_fontsize(max(8.0, min(40.0, 0.3 * h, 0.2 * w)))
+        else:
+            self.set_rotation(0)
+            self.set_fontsize(max(8.0, min(40.0, 0.7 * h, 0.18 * w)))
+        super().draw(renderer)
+
+
 def watermark(ax) -> None:
-    """A large diagonal SYNTHETIC across the panel, behind the data."""
-    height = ax.get_position().height * ax.figure.get_figheight() * 72  # points: the mark fits a short panel
-    ax.text(0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, rotation=25 if height > 120 else 8, ha="center",
-            va="center", fontsize=max(14.0, min(40.0, 0.45 * height)), color="#c0392b", alpha=0.15, zorder=0.5,
-            clip_on=True, in_layout=False)
+    """A large, faint SYNTHETIC across the panel, over the data (it never hides a point)."""
+    ax.add_artist(_Watermark(0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, ha="center", va="center",
+                             color="#c0392b", alpha=0.13, zorder=10, clip_on=True, in_layout=False))
 
 
-def decorate(ax, title: str | None, synthetic: bool, *, width: int = 70, **kw) -> None:
+def decorate(ax, title: str | None, synthetic: bool, *, width: int = 80, **kw) -> None:
     """Set the panel's title (wrapped; SYNTHETIC in front and a watermark when synthetic)."""
     t = marked(title, synthetic)
     if t:
@@ -182,11 +196,11 @@ def accuracy(curves: pd.DataFrame, *, x: str = "tokens", ax=None, title: str | N
     if budget_tokens is not None and x == "tokens":  # no one line for B when it is in iterations
         ax.axvline(budget_tokens / div, color="black", ls="--", lw=0.8, label="B")
     ax.set_xlabel(tokens_label(unit) if x == "tokens" else f"training time ({unit})")
-    ax.set_ylabel("accuracy (fraction): seed mean, band = min–max")
+    ax.set_ylabel("accuracy (fraction)")
     decorate(ax, title, synthetic, fontsize=10)
     ax.grid(alpha=0.3)
     if legend:
-        legend_outside(ax)
+        legend_outside(ax, title=BAND, title_fontsize=8)
     return ax.figure
 
 
@@ -253,7 +267,7 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
     for ax in axes if synthetic else ():  # the suptitle carries the word; each panel its watermark
         watermark(ax)
     axes[1].set_ylabel("")
-    legend_outside(axes[1], *axes[0].get_legend_handles_labels())  # B is drawn on the left panel only
+    legend_outside(axes[1], *axes[0].get_legend_handles_labels(), title=BAND, title_fontsize=8)  # B: left panel only
     fig.suptitle(marked(title, synthetic))
     return save_all(fig, path)
 
