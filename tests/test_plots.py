@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 import subprocess
 import sys
@@ -230,3 +231,11 @@ def test_report_figure_files_leave_no_figure_behind(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
     assert (tmp_path / "a.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_the_figures_example_in_the_docs_runs(reports, tmp_path, monkeypatch):
+    text = (ROOT / "docs" / "analysis.md").read_text()
+    block = re.search(r"### Figures\n.*?```python\n(.*?)```", text, flags=re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "docs/analysis.md", "exec"), {"a": reports[0].analysis})  # noqa: S102 - the docs' own example
+    assert (tmp_path / "figure.pdf").read_bytes()[:4] == b"%PDF"
