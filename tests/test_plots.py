@@ -5,11 +5,13 @@ every PNG, and no matplotlib global state touched."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import re
 from pathlib import Path
 import subprocess
 import sys
+import weakref
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
@@ -129,6 +131,13 @@ def test_writers_of_extrapolation_and_gradient_figures_write_png_and_pdf(tmp_pat
     assert [p.name for p in paths] == ["extrapolated-E1.png", "extrapolated-E1.pdf", "gradient_tests.png",
                                        "gradient_tests.pdf"]
     assert all(p.read_bytes()[:4] in (b"%PDF", b"\x89PNG") for p in paths)
+    # a written figure is kept by nothing once the caller drops it (no pyplot registry)
+    fig = plots.accuracy(_curves(30000, 600))
+    ref = weakref.ref(fig)
+    plots.save_all(fig, tmp_path / "a.png")
+    del fig
+    gc.collect()
+    assert ref() is None
 
 
 def test_figures_draw_on_the_users_axes_and_leave_the_figure_to_them():
@@ -227,7 +236,7 @@ def test_report_figure_files_leave_no_figure_behind(tmp_path):
         "print('ok')\n"
     )
     _curves(30000, 600).to_csv(tmp_path / "curves.csv", index=False)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
     assert (tmp_path / "a.pdf").read_bytes()[:4] == b"%PDF"
@@ -235,7 +244,7 @@ def test_report_figure_files_leave_no_figure_behind(tmp_path):
 
 def test_the_figures_example_in_the_docs_runs(reports, tmp_path, monkeypatch):
     text = (ROOT / "docs" / "analysis.md").read_text()
-    block = re.search(r"### Figures\n.*?```python\n(.*?)```", text, flags=re.S).group(1)
+    block = re.search(r"### Figures\n.*?```python\n(.*?)```", text, flags=re.DOTALL).group(1)
     monkeypatch.chdir(tmp_path)
     exec(compile(block, "docs/analysis.md", "exec"), {"a": reports[0].analysis})  # noqa: S102 - the docs' own example
     assert (tmp_path / "figure.pdf").read_bytes()[:4] == b"%PDF"
