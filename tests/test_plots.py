@@ -1,16 +1,13 @@
 """The report's figures as objects: drawn on a user's axes, units that fit the span, legends off
 the data, SYNTHETIC on every figure of a dry run and on none of a real analysis, a PDF beside
-every PNG, and no matplotlib global state touched."""
+every PNG, and nothing that keeps a written figure (global state: test_core_imports)."""
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import re
 from pathlib import Path
-import subprocess
-import sys
 import weakref
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -214,32 +211,6 @@ def test_forest_legend_covers_no_data_point():
     ax = fig.axes[0]
     ax.legend(handles=ax.get_legend().legend_handles, loc="center", fontsize=20)
     assert _overlaps(fig)
-
-
-def test_report_figure_files_leave_no_figure_behind(tmp_path):
-    """Importing the report and drawing and writing figures selects no backend, loads no pyplot
-    and changes no rcParams (in a fresh interpreter)."""
-    code = (
-        "import sys, matplotlib\n"
-        "def snapshot():\n"
-        "    return {k: dict.__getitem__(matplotlib.rcParams, k) for k in matplotlib.rcParams if k != 'backend'}\n"
-        "backend, rc = matplotlib.rcParams._get_backend_or_none(), snapshot()\n"
-        "import prereg_kit.report, prereg_kit.plots as plots, pandas as pd\n"
-        f"curves = pd.read_csv({str(tmp_path / 'curves.csv')!r})\n"
-        "fig, axes = plots.subplots(1, 2)\n"
-        "plots.accuracy(curves, ax=axes[0], synthetic=True)\n"
-        f"plots.accuracy_curves(curves, __import__('pathlib').Path({str(tmp_path / 'a.png')!r}), title='t', budget_tokens=None, synthetic=True)\n"
-        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
-        "assert matplotlib.rcParams._get_backend_or_none() == backend, matplotlib.rcParams._get_backend_or_none()\n"
-        "changed = [k for k, v in snapshot().items() if rc.get(k) != v]\n"
-        "assert not changed, changed\n"
-        "print('ok')\n"
-    )
-    _curves(30000, 600).to_csv(tmp_path / "curves.csv", index=False)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.stdout.strip() == "ok", out.stderr[-2000:]
-    assert (tmp_path / "a.pdf").read_bytes()[:4] == b"%PDF"
 
 
 def test_the_figures_example_in_the_docs_runs(reports, tmp_path, monkeypatch):
