@@ -10,42 +10,55 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .plots import save, subplots
+from matplotlib.figure import Figure
+
+from .plots import decorate, legend_outside, save_all, subplots, token_unit, tokens_label
 from .readings.extrapolation import Extrapolation, HEURISTIC
 
 if TYPE_CHECKING:
     from .analyze import Analysis
 
 
-def extrapolation_figure(x: Extrapolation, path: Path, *, title: str, treatment: str, control: str) -> Path:
-    """Observed, extrapolated and control accuracy (mean over seeds) against tokens; the span of
-    usable evaluations shaded, the extrapolation drawn only where it is defined."""
+def extrapolation(x: Extrapolation, *, ax=None, title: str | None = None, treatment: str = "treatment",
+                  control: str = "control", synthetic: bool = False) -> Figure:
+    """Observed, extrapolated and control accuracy (mean over seeds) against the treatment's tokens;
+    the span of usable evaluations shaded, the extrapolation drawn only where it is defined. With
+    ``ax`` it draws on that panel and returns its figure; the legend sits outside, to the right."""
     m = x.points.groupby("eval_index", sort=True).agg(tokens=("tokens", "first"), observed=("observed", "mean"),
                                                        extrapolated=("extrapolated", "mean"), control=("control", "mean"),
                                                        usable=("usable", "first"))
-    fig, ax = subplots(figsize=(7.5, 4.2))
+    ax = subplots(figsize=(9.5, 4.2))[1] if ax is None else ax
+    div, unit = token_unit(max(float(m["tokens"].max()), float(x.last_tokens)) if len(m) else 0.0)
     first = float(m.loc[m["usable"], "tokens"].min())
-    tok = m["tokens"].to_numpy() / 1e6
-    ax.axvspan(first / 1e6, x.last_tokens / 1e6, color="#e6eef8", lw=0, label=f"usable: e·t ≤ B ({x.n_usable} evaluations)")
+    tok = m["tokens"].to_numpy() / div
+    ax.axvspan(first / div, x.last_tokens / div, color="#e6eef8", lw=0, label=f"usable: e·t ≤ B ({x.n_usable} evaluations)")
     ax.plot(tok, m["observed"], "o-", color="#1f4e9c", label=f"{treatment} (observed)")
     ext = m["extrapolated"].to_numpy()
     ax.plot(tok[np.isfinite(ext)], ext[np.isfinite(ext)], "s--", color="#c0392b",
             label=f"{control} at e·t (extrapolated, e = {x.e:.3g})")
     ax.plot(tok, m["control"], "^:", color="#555555", label=f"{control} (observed)")
-    ax.set_xlabel(f"{treatment}'s generated tokens t (M)")
+    ax.set_xlabel(tokens_label(unit, f"{treatment}'s generated tokens t"))
     ax.set_ylabel("accuracy (mean over seeds)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
-    return save(fig, path)
+    decorate(ax, title, synthetic, fontsize=10)
+    legend_outside(ax)
+    return ax.figure
+
+
+def extrapolation_figure(x: Extrapolation, path: Path, *, title: str, treatment: str, control: str,
+                         synthetic: bool = False) -> list[Path]:
+    """:func:`extrapolation` written to ``path`` (PNG) and its PDF."""
+    return save_all(extrapolation(x, title=title, treatment=treatment, control=control, synthetic=synthetic), path)
 
 
 def extrapolation_figures(a: Analysis, out_dir: Path) -> list[Path]:
-    """One figure per read extrapolated contrast, ``extrapolated-<id>.png``."""
+    """One figure per read extrapolated contrast, ``extrapolated-<id>.png`` and ``.pdf`` (SYNTHETIC
+    when the analysis is a dry run's)."""
     out = []
     for cid, x in a.extrapolations.items():
         c = a.plan.contrast(cid)
-        out.append(extrapolation_figure(x, out_dir / f"extrapolated-{cid}.png", treatment=c.treatment, control=c.control,
-                                        title=f"{a.plan.study.id} {cid}: observed vs extrapolated (e = {x.e:.3g})"))
+        out += extrapolation_figure(x, out_dir / f"extrapolated-{cid}.png", treatment=c.treatment, control=c.control,
+                                    title=f"{a.plan.study.id} {cid}: observed vs extrapolated (e = {x.e:.3g})",
+                                    synthetic=a.synthetic)
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from matplotlib.figure import Figure
 import pandas as pd
 
 from . import plots
@@ -74,12 +75,14 @@ def gradient_markdown(g: GradientResults) -> list[str]:
     return out
 
 
-def efficiency_figure(g: GradientResults, path: Path, *, title: str) -> Path:
+def efficiency(g: GradientResults, *, ax=None, title: str | None = None, synthetic: bool = False) -> Figure:
     """Per-token efficiency with its 95% interval per configuration (rows: test · configuration),
-    a line at 1 (the baseline) and one at each per-token condition's threshold."""
+    a line at 1 (the baseline) and one at each per-token condition's threshold; the legend below
+    the panel. SYNTHETIC when ``synthetic`` or the results are a dry run's. With ``ax`` it draws
+    on that panel and returns its figure."""
     t = g.table[~g.table["status"].isin([NOT_RUN, REFUSED])] if len(g.table) else g.table
     n = len(t)
-    fig, ax = plots.subplots(figsize=(7.5, 1.3 + 0.45 * max(n, 1)))
+    ax = plots.subplots(figsize=(7.5, max(2.6, 1.3 + 0.45 * n)))[1] if ax is None else ax
     ax.axvline(1.0, color="black", lw=0.8, label="baseline (1)")
     for i, (_, r) in enumerate(t.iterrows()):
         y = n - 1 - i
@@ -98,22 +101,27 @@ def efficiency_figure(g: GradientResults, path: Path, *, title: str) -> Path:
     ax.set_yticks(range(n), [f"{r['test']} · {r['configuration']}" for _, r in t.iloc[::-1].iterrows()])
     ax.set_ylim(-0.7, max(n, 1) - 0.3)
     ax.set_xlabel("per-token efficiency relative to the baseline (95% bootstrap CI)")
-    ax.set_title(title + (" — SYNTHETIC" if g.synthetic else ""))
+    plots.decorate(ax, title, synthetic or g.synthetic)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55 / max(n, 1) - 0.08), fontsize=8, frameon=False)  # below: never over a row
-    return plots.save(fig, path)
+    return ax.figure
 
 
-def write_gradient(g: GradientResults, out_dir: Path, *, title: str) -> list[Path]:
+def efficiency_figure(g: GradientResults, path: Path, *, title: str, synthetic: bool = False) -> list[Path]:
+    """:func:`efficiency` written to ``path`` (PNG) and its PDF."""
+    return plots.save_all(efficiency(g, title=title, synthetic=synthetic), path)
+
+
+def write_gradient(g: GradientResults, out_dir: Path, *, title: str, synthetic: bool = False) -> list[Path]:
     """``gradient_tests.csv`` (one row per test × configuration), ``gradient_fit.csv`` and
-    ``gradient_conditions.csv`` when there are any, and the figure."""
+    ``gradient_conditions.csv`` when there are any, and the figure (PNG and PDF)."""
     written = [out_dir / CSV]
     g.table.to_csv(out_dir / CSV, index=False)
     for name, df in (("gradient_fit.csv", g.fit), ("gradient_conditions.csv", g.conditions)):
         if len(df):
             df.to_csv(out_dir / name, index=False)
             written.append(out_dir / name)
-    written.append(efficiency_figure(g, out_dir / FIGURE, title=title))
+    written += efficiency_figure(g, out_dir / FIGURE, title=title, synthetic=synthetic)
     return written
 
 
-__all__ = ["CSV", "efficiency_figure", "FIGURE", "gradient_markdown", "write_gradient"]
+__all__ = ["CSV", "efficiency", "efficiency_figure", "FIGURE", "gradient_markdown", "write_gradient"]

@@ -3,12 +3,19 @@
 Figures are ``matplotlib.figure.Figure`` objects made by :func:`subplots`, not through pyplot: no
 backend is selected and nothing global changes when this module is imported or a figure is drawn.
 
-- :func:`forest_plot` — every contrast: mean with its 95% CI, per-seed differences as dots, a
+Each figure has a function that draws it and returns its ``Figure``; given ``ax=`` it draws on
+that axes (a notebook's own subplot) and returns ``ax.figure`` without laying out, saving or
+closing it. ``synthetic=True`` (a ``prereg dry-run``) marks the title and watermarks every panel.
+
+- :func:`forest` — every contrast: mean with its 95% CI, per-seed differences as dots, a
   ±margin band (paper 1, Figures 7–8);
-- :func:`accuracy_curves` — accuracy against generated tokens and against training hours per
+- :func:`accuracy` — accuracy against generated tokens or training time (one panel) per
   configuration, mean over seeds with a min–max band;
-- :func:`difference_over_time` — treatment − control against training hours, per-seed curves
-  interpolated onto one grid, mean and 95% t band (paper 1, Figure 3's form).
+- :func:`difference` — treatment − control against training time, per-seed curves interpolated
+  onto one grid, mean and 95% t band (paper 1, Figure 3's form).
+
+The report's files are written by :func:`forest_plot`, :func:`accuracy_curves` (both panels) and
+:func:`difference_over_time`, each as a PNG and a PDF with the same stem (:func:`save_all`).
 """
 
 from __future__ import annotations
@@ -19,9 +26,16 @@ import textwrap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+
+SYNTHETIC = "SYNTHETIC (prereg dry-run)"
+TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
+BAND = "seed mean;\nband: min–max"  # what an accuracy line and its band are
+VECTOR = ".pdf"  # the vector copy written beside every PNG
+
 
 def subplots(nrows: int = 1, ncols: int = 1, **kw):
     """A figure and its axes, as ``pyplot.subplots`` returns them, on a figure pyplot never sees."""
@@ -29,17 +43,23 @@ def subplots(nrows: int = 1, ncols: int = 1, **kw):
     return fig, fig.subplots(nrows, ncols, **kw)
 
 
-TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
-
-
 def save(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, float] | None = None) -> Path:
-    """Lay out (``rect``: the area the axes may fill, leaving room for a suptitle), write and close
-    a figure; return its path (creating the folder)."""
+    """Lay out (``rect``: the area the axes may fill, leaving room for a suptitle) and write a
+    figure to ``path`` in the format its suffix names; return the path (creating the folder).
+    The figure belongs to no pyplot registry, so nothing keeps it once the caller drops it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi, bbox_inches="tight")  # long titles and labels are never cut off
     return path
+
+
+def save_all(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, float] | None = None) -> list[Path]:
+    """Write ``fig`` as the PNG ``path`` and as a PDF beside it (same stem); return both paths."""
+    png = save(fig, path, dpi=dpi, rect=rect)
+    pdf = png.with_suffix(VECTOR)
+    fig.savefig(pdf, bbox_inches="tight")
+    return [png, pdf]
 
 
 def time_unit(seconds: float) -> tuple[float, str]:
@@ -51,12 +71,78 @@ def time_unit(seconds: float) -> tuple[float, str]:
     return 1.0, "seconds"
 
 
-def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, title: str,
-                margin: float = 0.02) -> Path:
-    """One row per contrast: paired-t mean and CI (fractions), dots for the per-seed differences."""
+def token_unit(tokens: float) -> tuple[float, str]:
+    """Divisor and name of the unit that shows a span of tokens legibly: tokens, thousands (K)
+    from 2,000, millions (M) from 2,000,000 — so an axis reads 0–30 thousand, never 0.000–0.030 million."""
+    if tokens >= 2e6:
+        return 1e6, "millions"
+    if tokens >= 2e3:
+        return 1e3, "thousands"
+    return 1.0, "tokens"
+
+
+def tokens_label(unit: str, what: str = "generated tokens") -> str:
+    """An axis label for tokens in ``unit`` (from :func:`token_unit`)."""
+    return what if unit == "tokens" else f"{what} ({unit})"
+
+
+def marked(title: str | None, synthetic: bool) -> str | None:
+    """``title`` with the SYNTHETIC mark in front when the figure shows simulated results."""
+    if not synthetic:
+        return title
+    return f"{SYNTHETIC}: {title}" if title else SYNTHETIC
+
+
+class _Watermark(Text):
+    """SYNTHETIC across a panel, sized when drawn to the panel's final box (after any layout)."""
+
+    def draw(self, renderer):
+        h, w = (v * 72 / self.figure.dpi for v in (self.axes.bbox.height, self.axes.bbox.width))  # points
+        if h >= 100:  # room for the diagonal
+            self.set_rotation(25)
+            self.set_fontsize(max(8.0, min(40.0, 0.3 * h, 0.2 * w)))
+        else:
+            self.set_rotation(0)
+            self.set_fontsize(max(8.0, min(40.0, 0.7 * h, 0.18 * w)))
+        super().draw(renderer)
+
+
+def watermark(ax) -> None:
+    """A large, faint SYNTHETIC across the panel, over the data (it never hides a point)."""
+    ax.add_artist(_Watermark(0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, ha="center", va="center",
+                             color="#c0392b", alpha=0.13, zorder=10, clip_on=True, in_layout=False))
+
+
+def decorate(ax, title: str | None, synthetic: bool, *, width: int = 80, **kw) -> None:
+    """Set the panel's title (wrapped; SYNTHETIC in front and a watermark when synthetic)."""
+    t = marked(title, synthetic)
+    if t:
+        ax.set_title(textwrap.fill(t, width), **kw)
+    if synthetic:
+        watermark(ax)
+
+
+def legend_outside(ax, handles=None, labels=None, **kw):
+    """The legend to the right of the panel, outside the axes: it never covers a data point."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    kw = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0, "fontsize": 8, **kw}
+    return ax.legend(handles, labels, **kw) if labels is not None else ax.legend(handles=handles, **kw)
+
+
+def _axes(ax, figsize):
+    return subplots(figsize=figsize)[1] if ax is None else ax
+
+
+def forest(contrasts: pd.DataFrame, per_seed: pd.DataFrame, *, ax=None, title: str | None = None,
+           margin: float = 0.02, synthetic: bool = False) -> Figure:
+    """One row per contrast: paired-t mean and CI (fractions), dots for the per-seed differences,
+    the ±margin band; the legend outside the panel, to its right."""
     n = len(contrasts)
-    fig, ax = subplots(figsize=(8.5, 1.2 + 0.55 * max(n, 1)))
-    ax.axvspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0, label=f"±{margin:g} margin")
+    ax = _axes(ax, (9.5, 1.2 + 0.55 * max(n, 1)))
+    ax.axvspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
     ax.axvline(0, color="black", lw=0.8)
     rng = np.random.default_rng(0)  # jitter only; fixed for reproducible figures
     for i, row in enumerate(contrasts.itertuples(index=False)):
@@ -72,88 +158,133 @@ def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, 
              else contrasts["treatment"].astype(str) + " − " + contrasts["control"].astype(str))
     ax.set_yticklabels([f"{r.contrast}: {pair} @ {r.at}" + ("" if m == "accuracy" else f" [{m}]")
                         for r, m, pair in zip(contrasts.itertuples(), metrics, pairs)][::-1])
+    ax.set_ylim(-0.6, max(n, 1) - 0.4)
     what = "accuracy" if set(metrics) == {"accuracy"} else "the metric in [ ] (else accuracy)"
     ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point)\nmean and 95% CI; dots: seeds")
-    ax.set_title(textwrap.fill(title, 70))
-    handles = [Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items()
-               if t in set(contrasts["tier"])]
-    ax.legend(handles=[*handles, Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")],
-              loc="best", fontsize=8)
+    decorate(ax, title, synthetic)
+    tiers = set(contrasts["tier"]) if "tier" in contrasts else set()
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items() if t in tiers]
+    legend_outside(ax, [*handles, Line2D([], [], marker="o", ls="", ms=3, color="#999999", label="seed"),
+                        Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")])
     ax.grid(axis="x", alpha=0.3)
-    return save(fig, path)
+    return ax.figure
 
 
-def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_tokens: int | None) -> Path:
-    """Accuracy against generated tokens (left) and training hours (right), one line per configuration.
+def accuracy(curves: pd.DataFrame, *, x: str = "tokens", ax=None, title: str | None = None,
+             budget_tokens: int | None = None, synthetic: bool = False, legend: bool = True) -> Figure:
+    """Accuracy against generated tokens (``x="tokens"``) or training time (``x="time"``), one line
+    per configuration: the mean over seeds at each evaluation, the band min–max over seeds.
 
-    ``curves``: configuration, seed, tokens, train_seconds, accuracy (one row per evaluation).
+    ``curves``: configuration, seed, eval_index, tokens, train_seconds, accuracy (one row per
+    evaluation). Tokens are shown in tokens, thousands or millions and time in seconds, minutes
+    or hours, by the span; ``budget_tokens`` draws B on the tokens axis.
     """
-    fig, axes = subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    div, unit = time_unit(float(curves["train_seconds"].max()) if len(curves) else 0.0)
+    if x not in ("tokens", "time"):
+        raise ValueError(f"accuracy(x={x!r}): x is 'tokens' or 'time'")
+    ax = _axes(ax, (7.5, 4.2))
+    col = "tokens" if x == "tokens" else "train_seconds"
+    span = float(curves[col].max()) if len(curves) else 0.0
+    if x == "tokens":
+        div, unit = token_unit(max(span, float(budget_tokens or 0)))
+    else:
+        div, unit = time_unit(span)
     for name, g in curves.groupby("configuration", sort=True):
         by_eval = g.groupby("eval_index")
-        x_tok = by_eval["tokens"].mean() / 1e6
-        x_h = by_eval["train_seconds"].mean() / div
-        m, lo, hi = by_eval["accuracy"].mean(), by_eval["accuracy"].min(), by_eval["accuracy"].max()
-        for ax, x in zip(axes, (x_tok, x_h)):
-            (line,) = ax.plot(x, m, marker=".", label=str(name))
-            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
-    if budget_tokens is not None:  # no one line for B when it is in iterations
-        axes[0].axvline(budget_tokens / 1e6, color="black", ls="--", lw=0.8, label="B")
-    axes[0].set_xlabel("generated tokens (millions)")
-    axes[1].set_xlabel(f"training time ({unit})")
-    axes[0].set_ylabel("accuracy (fraction): seed mean, band = min–max")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    return save(fig, path)
+        xs = by_eval[col].mean() / div
+        (line,) = ax.plot(xs, by_eval["accuracy"].mean(), marker=".", label=str(name))
+        ax.fill_between(xs, by_eval["accuracy"].min(), by_eval["accuracy"].max(), color=line.get_color(), alpha=0.15, lw=0)
+    if budget_tokens is not None and x == "tokens":  # no one line for B when it is in iterations
+        ax.axvline(budget_tokens / div, color="black", ls="--", lw=0.8, label="B")
+    ax.set_xlabel(tokens_label(unit) if x == "tokens" else f"training time ({unit})")
+    ax.set_ylabel("accuracy (fraction)")
+    decorate(ax, title, synthetic, fontsize=10)
+    ax.grid(alpha=0.3)
+    if legend:
+        legend_outside(ax, title=BAND, title_fontsize=8)
+    return ax.figure
 
 
-def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], path: Path, *,
-                         title: str, margin: float = 0.02, grid_points: int = 60) -> Path:
-    """Treatment − control accuracy against training hours for each (label, treatment, control),
-    written to ``path`` (:func:`difference_figure`)."""
-    fig, _ = difference_figure(curves, pairs, title=title, margin=margin, grid_points=grid_points)
-    return save(fig, path)
+def difference(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, ax=None, title: str | None = None,
+               margin: float = 0.02, synthetic: bool = False, grid_points: int = 60) -> Figure:
+    """Treatment − control accuracy against training time for each (label, treatment, control):
+    the mean over seeds and its 95% t band, the ±margin band in grey (:func:`difference_data`)."""
+    ax = _axes(ax, (9, 4.2))
+    _draw_difference(ax, curves, pairs, margin, grid_points)
+    decorate(ax, title, synthetic)
+    return ax.figure
 
 
-def difference_figure(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, title: str,
-                      margin: float = 0.02, grid_points: int = 60):
-    """The figure of :func:`difference_over_time` and its data: one row per (label, grid point)
-    with the training seconds, the mean difference over seeds, the band's half-width and n.
+def difference_data(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], grid_points: int = 60) -> pd.DataFrame:
+    """What :func:`difference` draws: one row per (label, grid point) with the training seconds,
+    the mean difference over seeds, the band's half-width and n.
 
     Per seed, both runs' accuracy is interpolated linearly in training time on a common grid up
     to the shorter run's last evaluation; the line is the mean over seeds, the band a 95% t
-    interval; the grey band is ±margin.
+    interval.
     """
-    fig, ax = subplots(figsize=(8, 4.2))
-    div, unit = time_unit(float(curves["train_seconds"].max()) if len(curves) else 0.0)
-    ax.axhspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
-    ax.axhline(0, color="black", lw=0.8)
     data = []
     for label, tr, co in pairs:
         diffs, grid = _interpolated_differences(curves, tr, co, grid_points)
         if diffs is None:
             continue
-        m = diffs.mean(axis=0)
-        n = diffs.shape[0]
-        if n > 1:
-            half = sps.t.ppf(0.975, n - 1) * diffs.std(axis=0, ddof=1) / np.sqrt(n)
-        else:
-            half = np.zeros_like(m)
-        (line,) = ax.plot(grid / div, m, label=f"{label}: {tr} − {co} (n={n})")
-        ax.fill_between(grid / div, m - half, m + half, color=line.get_color(), alpha=0.2, lw=0)
+        m, n = diffs.mean(axis=0), diffs.shape[0]
+        half = sps.t.ppf(0.975, n - 1) * diffs.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(m)
         data.append(pd.DataFrame({"label": label, "treatment": tr, "control": co, "train_seconds": grid,
                                   "difference": m, "half_width": half, "n": n}))
+    cols = ["label", "treatment", "control", "train_seconds", "difference", "half_width", "n"]
+    return pd.concat(data, ignore_index=True) if data else pd.DataFrame(columns=cols)
+
+
+def _draw_difference(ax, curves, pairs, margin, grid_points) -> pd.DataFrame:
+    div, unit = time_unit(float(curves["train_seconds"].max()) if len(curves) else 0.0)
+    ax.axhspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
+    ax.axhline(0, color="black", lw=0.8)
+    data = difference_data(curves, pairs, grid_points)
+    for (label, tr, co), g in data.groupby(["label", "treatment", "control"], sort=False):
+        x, m, half = g["train_seconds"].to_numpy() / div, g["difference"].to_numpy(), g["half_width"].to_numpy()
+        (line,) = ax.plot(x, m, label=f"{label}: {tr} − {co} (n={int(g['n'].iloc[0])})")
+        ax.fill_between(x, m - half, m + half, color=line.get_color(), alpha=0.2, lw=0)
     ax.set_xlabel(f"training time ({unit})")
     ax.set_ylabel("difference in accuracy (fraction)")
-    ax.set_title(title)
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    cols = ["label", "treatment", "control", "train_seconds", "difference", "half_width", "n"]
-    return fig, (pd.concat(data, ignore_index=True) if data else pd.DataFrame(columns=cols))
+    legend_outside(ax)
+    return data
+
+
+def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, title: str,
+                margin: float = 0.02, synthetic: bool = False) -> list[Path]:
+    """The report's forest plot (:func:`forest`) written to ``path`` (PNG) and its PDF."""
+    return save_all(forest(contrasts, per_seed, title=title, margin=margin, synthetic=synthetic), path)
+
+
+def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_tokens: int | None,
+                    synthetic: bool = False) -> list[Path]:
+    """Accuracy against generated tokens (left) and training time (right), one line per
+    configuration (:func:`accuracy` on each panel), written to ``path`` (PNG) and its PDF."""
+    fig, axes = subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    accuracy(curves, x="tokens", ax=axes[0], title="at matched generated tokens", budget_tokens=budget_tokens, legend=False)
+    accuracy(curves, x="time", ax=axes[1], title="over training time", legend=False)
+    for ax in axes if synthetic else ():  # the suptitle carries the word; each panel its watermark
+        watermark(ax)
+    axes[1].set_ylabel("")
+    legend_outside(axes[1], *axes[0].get_legend_handles_labels(), title=BAND, title_fontsize=8)  # B: left panel only
+    fig.suptitle(marked(title, synthetic))
+    return save_all(fig, path)
+
+
+def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], path: Path, *,
+                         title: str, margin: float = 0.02, grid_points: int = 60, synthetic: bool = False) -> list[Path]:
+    """Treatment − control accuracy against training time (:func:`difference`) written to
+    ``path`` (PNG) and its PDF."""
+    return save_all(difference(curves, pairs, title=title, margin=margin, synthetic=synthetic,
+                               grid_points=grid_points), path)
+
+
+def difference_figure(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, title: str,
+                      margin: float = 0.02, grid_points: int = 60, synthetic: bool = False):
+    """The figure of :func:`difference` and its data (:func:`difference_data`)."""
+    fig = difference(curves, pairs, title=title, margin=margin, synthetic=synthetic, grid_points=grid_points)
+    return fig, difference_data(curves, pairs, grid_points)
 
 
 def _interpolated_differences(curves: pd.DataFrame, tr: str, co: str, k: int):

@@ -301,21 +301,22 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
 
     margin = float(a.contrasts["margin_high"].max()) if len(a.contrasts) else plan.statistics.margin
     paired = [c for c in plan.contrasts if c.design == "paired"]  # a curve of T − C over time needs one seed-paired pair
+    syn = a.synthetic  # a dry run's figures say SYNTHETIC
     figs = [
-        plots.forest_plot(a.contrasts[[not is_target(r) and r.get("status") != "not read" for _, r in a.contrasts.iterrows()]],
-                          a.per_seed,
-                          out_dir / "forest.png",
-                          title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin),
-        plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,
-                              title=f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}"),
-        plots.difference_over_time(
+        *plots.forest_plot(a.contrasts[[not is_target(r) and r.get("status") != "not read" for _, r in a.contrasts.iterrows()]],
+                           a.per_seed,
+                           out_dir / "forest.png",
+                           title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin, synthetic=syn),
+        *plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,
+                               title=f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}", synthetic=syn),
+        *plots.difference_over_time(
             a.curves, [(c.id, c.treatment, c.control) for c in paired if c.tier == "primary"] or
             [(c.id, c.treatment, c.control) for c in paired[:1]],
-            out_dir / "difference_vs_hours.png", margin=margin,
-            title=f"{plan.study.id}: primary differences over training time"),
+            out_dir / "difference_vs_time.png", margin=margin,
+            title=f"{plan.study.id}: primary differences over training time", synthetic=syn),
     ]
     written += figs + extrapolation_figures(a, out_dir)
-    written += write_gradient(a.gradient, out_dir, title=f"{plan.study.id}: gradient tests") if a.gradient else []
+    written += write_gradient(a.gradient, out_dir, title=f"{plan.study.id}: gradient tests", synthetic=syn) if a.gradient else []
     markdown = render_markdown(a)
     (out_dir / "report.md").write_text(markdown)
     written.append(out_dir / "report.md")
@@ -425,7 +426,7 @@ def render_markdown(a: Analysis) -> str:
                 "evaluation noise."]
     out += dynamics_table(a.dynamics)
     out += ([""] + gradient_markdown(a.gradient)) if a.gradient is not None else []
-    out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_hours.png)", ""]
+    out += ["", "![accuracy curves](accuracy.png)", "", "![difference over time](difference_vs_time.png)", ""]
     if a.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]
     out += ["Files: `contrasts.csv` (one row per contrast), `per_seed.csv` (the values behind every row, one "

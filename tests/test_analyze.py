@@ -82,7 +82,7 @@ def test_results_json_fields(dry):
     assert {r["contrast"] for r in res["contrasts"]} == {"P1", "P2", "E1", "N1", "X1"}
     assert len(res["per_seed"]) == 5 * 8 and res["hypotheses"][0]["id"] == "H1"
     assert res["lock"]["exit_code"] == 0 and res["configurations"][0]["n_seeds"] == 8
-    for name in ("report.md", "forest.png", "accuracy.png", "difference_vs_hours.png", "contrasts.csv"):
+    for name in ("report.md", "forest.png", "accuracy.png", "difference_vs_time.png", "contrasts.csv"):
         assert (dry.folder / "report" / name).stat().st_size > 0
     md = (dry.folder / "report" / "report.md").read_text()
     assert "| P1 | primary | big − ctl | B | 8 |" in md and "X1 †" in md and "SYNTHETIC" in md

@@ -83,8 +83,8 @@ def test_no_core_source_imports_the_trainer():
 
 
 def test_figures_leave_matplotlib_global_state_alone():
-    """Importing the report's plots and every figure builder, and drawing a figure, selects no
-    backend, loads no pyplot and changes no rcParams."""
+    """Importing the report's plots and every figure builder, and drawing a figure and writing
+    one as the report does, selects no backend, loads no pyplot and changes no rcParams."""
     code = (
         "import sys, pkgutil, importlib, matplotlib\n"
         "def snapshot():  # reading rcParams['backend'] would itself resolve a backend through pyplot\n"
@@ -96,6 +96,11 @@ def test_figures_leave_matplotlib_global_state_alone():
         "fig, ax = plots.subplots(figsize=(2, 2))\n"
         "ax.plot([0, 1], [0, 1])\n"
         "import io; fig.savefig(io.BytesIO(), format='png')\n"
+        "import pathlib, tempfile, pandas as pd, prereg_kit.report\n"  # the report's writers: PNG + PDF, SYNTHETIC marks
+        "c = pd.DataFrame({'contrast': ['C1'], 'tier': ['primary'], 'treatment': ['t'], 'control': ['c'], 'at': ['B'],\n"
+        "                  'mean': [0.01], 'ci_low': [0.0], 'ci_high': [0.02]})\n"
+        "plots.forest_plot(c, pd.DataFrame({'contrast': ['C1'], 'difference': [0.01]}),\n"
+        "                  pathlib.Path(tempfile.mkdtemp()) / 'f.png', title='t', synthetic=True)\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
         "assert matplotlib.rcParams._get_backend_or_none() == backend, matplotlib.rcParams._get_backend_or_none()\n"
         "changed = [k for k, v in snapshot().items() if rc.get(k) != v]\n"

@@ -1,0 +1,221 @@
+"""The report's figures as objects: drawn on a user's axes, units that fit the span, legends off
+the data, SYNTHETIC on every figure of a dry run and on none of a real analysis, a PDF beside
+every PNG, and nothing that keeps a written figure (global state: test_core_imports)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import re
+from pathlib import Path
+import weakref
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
+import numpy as np
+import pandas as pd
+import pytest
+
+from plans import plan_text
+from prereg_kit import extrapolation_plots, gradient_report, plots
+from prereg_kit.dryrun import dry_run
+from prereg_kit.gradient_tests import GradientResults
+from prereg_kit.readings.extrapolation import Extrapolation
+from prereg_kit.report import write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ("forest", "accuracy", "difference_vs_time")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """A small dry run (SYNTHETIC) and the same analysis written as a real one, with every
+    Figure the report writers saved, by file name."""
+    d = tmp_path_factory.mktemp("plots")
+    (d / "plan.toml").write_text(plan_text(id="figs", comparator="outcome", seeds="[0, 1, 2]", tokens=30000,
+                                           configurations="[configurations.outcome]\n[configurations.critic_filter]\n",
+                                           eval_every="B/4", n_problems=20, treatment="critic_filter"))
+    figs: dict[str, dict] = {"dry": {}, "real": {}}
+    save_all, into = plots.save_all, figs["dry"]
+
+    def spy(fig, path, **kw):
+        into[Path(path).stem] = fig
+        return save_all(fig, path, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "save_all", spy)
+        mp.setattr(extrapolation_plots, "save_all", spy)
+        dry = dry_run(d / "plan.toml", {"C1": 0.05}, seed=3, progress=False, n_resamples=50)
+        into = figs["real"]
+        real = dataclasses.replace(dry.analysis, synthetic=False)
+        written = write_report(real, d / "real")
+    return dry, figs, written
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
+
+
+def _curves(tokens_end: float, seconds_end: float) -> pd.DataFrame:
+    rows = [{"configuration": c, "seed": s, "eval_index": i, "tokens": tokens_end * i / 4,
+             "train_seconds": seconds_end * i / 4, "accuracy": 0.3 + 0.05 * i + 0.02 * s + (0.03 if c == "t" else 0)}
+            for c in ("c", "t") for s in range(3) for i in range(5)]
+    return pd.DataFrame(rows)
+
+
+def _contrasts(n: int = 4):
+    c = pd.DataFrame({"contrast": [f"C{i}" for i in range(n)], "tier": ["primary"] * 2 + ["exploratory"] * (n - 2),
+                      "treatment": "t", "control": "c", "at": "B", "mean": np.linspace(-0.03, 0.06, n)})
+    c["ci_low"], c["ci_high"] = c["mean"] - 0.02, c["mean"] + 0.02
+    seeds = pd.DataFrame([{"contrast": r.contrast, "seed": s, "difference": r.mean + 0.01 * (s - 1)}
+                          for r in c.itertuples() for s in range(3)])
+    return c, seeds
+
+
+def _extrapolation() -> Extrapolation:
+    pts = pd.DataFrame([{"seed": s, "eval_index": i, "tokens": 5000.0 * i, "observed": 0.3 + 0.04 * i,
+                         "extrapolated": 0.3 + 0.03 * i if i <= 3 else np.nan, "control": 0.3 + 0.02 * i,
+                         "usable": i <= 3} for s in range(2) for i in range(1, 6)])
+    return Extrapolation(e=1.5, per_seed=pd.DataFrame(), points=pts, n_usable=3, last_usable=3, last_tokens=15000.0)
+
+
+def _gradient(synthetic: bool) -> GradientResults:
+    table = pd.DataFrame({"test": "G1", "configuration": ["a", "b"], "status": "measured", "per_token": [1.2, 0.9],
+                          "per_token_ci_low": [1.0, 0.7], "per_token_ci_high": [1.4, 1.1]})
+    conds = pd.DataFrame({"test": ["G1"], "configuration": ["a"], "metric": ["per_token"], "bound": [1.1],
+                          "direction": [">"]})
+    return GradientResults(table=table, fit=pd.DataFrame(), conditions=conds, synthetic=synthetic)
+
+
+def test_every_figure_of_a_dry_run_says_synthetic_and_none_of_a_real_analysis(reports):
+    _, figs, _ = reports
+    assert set(figs["dry"]) == set(figs["real"]) == set(FIGURES)
+    for name, fig in figs["dry"].items():
+        titles = [fig._suptitle.get_text() if fig._suptitle else ""] + [ax.get_title() for ax in fig.axes]
+        assert any(t.startswith(plots.SYNTHETIC) for t in titles), (name, titles)
+        for ax in fig.axes:  # every panel carries the watermark
+            assert "SYNTHETIC" in [t.get_text() for t in ax.texts], name
+    for name, fig in figs["real"].items():
+        assert not [t for t in _texts(fig) if "SYNTHETIC" in t], name
+
+
+def test_extrapolation_and_gradient_figures_are_marked_when_synthetic():
+    x = _extrapolation()
+    assert any("SYNTHETIC" in t for t in _texts(extrapolation_plots.extrapolation(x, title="E1", synthetic=True)))
+    assert not any("SYNTHETIC" in t for t in _texts(extrapolation_plots.extrapolation(x, title="E1")))
+    # a dry run's gradient results say so even when the caller passes nothing
+    assert any("SYNTHETIC" in t for t in _texts(gradient_report.efficiency(_gradient(True), title="g")))
+    assert any("SYNTHETIC" in t for t in _texts(gradient_report.efficiency(_gradient(False), title="g", synthetic=True)))
+    assert not any("SYNTHETIC" in t for t in _texts(gradient_report.efficiency(_gradient(False), title="g")))
+
+
+def test_report_writes_a_pdf_beside_every_png(reports):
+    dry, _, written = reports
+    names = {p.name for p in written}
+    for stem in FIGURES:
+        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+        for folder in (dry.folder / "report", written[0].parent):
+            assert (folder / f"{stem}.pdf").read_bytes()[:4] == b"%PDF"
+            assert (folder / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
+    assert "difference_vs_time.png" in (dry.folder / "report" / "report.md").read_text()
+    assert not list((dry.folder / "report").glob("difference_vs_hours*"))
+
+
+def test_writers_of_extrapolation_and_gradient_figures_write_png_and_pdf(tmp_path):
+    paths = extrapolation_plots.extrapolation_figure(_extrapolation(), tmp_path / "extrapolated-E1.png", title="E1",
+                                                     treatment="t", control="c")
+    paths += gradient_report.efficiency_figure(_gradient(False), tmp_path / "gradient_tests.png", title="g")
+    assert [p.name for p in paths] == ["extrapolated-E1.png", "extrapolated-E1.pdf", "gradient_tests.png",
+                                       "gradient_tests.pdf"]
+    assert all(p.read_bytes()[:4] in (b"%PDF", b"\x89PNG") for p in paths)
+    # a written figure is kept by nothing once the caller drops it (no pyplot registry)
+    fig = plots.accuracy(_curves(30000, 600))
+    ref = weakref.ref(fig)
+    plots.save_all(fig, tmp_path / "a.png")
+    del fig
+    gc.collect()
+    assert ref() is None
+
+
+def test_figures_draw_on_the_users_axes_and_leave_the_figure_to_them():
+    fig, axes = plots.subplots(2, 3, figsize=(14, 7))
+    before = [ax.get_position().bounds for ax in axes.flat]
+    c, seeds = _contrasts()
+    curves = _curves(30000, 600)
+    got = [plots.forest(c, seeds, ax=axes[0, 0], title="mine"),
+           plots.accuracy(curves, x="tokens", ax=axes[0, 1], budget_tokens=30000),
+           plots.accuracy(curves, x="time", ax=axes[0, 2]),
+           plots.difference(curves, [("C1", "t", "c")], ax=axes[1, 0]),
+           extrapolation_plots.extrapolation(_extrapolation(), ax=axes[1, 1]),
+           gradient_report.efficiency(_gradient(False), ax=axes[1, 2])]
+    assert all(g is fig for g in got)
+    # not laid out, saved or closed: the positions are the user's and the figure still draws
+    assert [ax.get_position().bounds for ax in axes.flat] == before and len(fig.axes) == 6
+    assert fig.canvas.figure is fig and axes[0, 0].get_title() == "mine"
+    assert not any("SYNTHETIC" in t for t in _texts(fig))
+    # without ax each function makes a figure of its own
+    own = plots.accuracy(curves)
+    assert own is not fig and len(own.axes) == 1
+
+
+def test_accuracy_refuses_an_unknown_axis():
+    with pytest.raises(ValueError, match="'hours'.*'tokens' or 'time'"):
+        plots.accuracy(_curves(30000, 600), x="hours")
+
+
+@pytest.mark.parametrize(("seconds", "unit"), [(59, "seconds"), (119, "seconds"), (120, "minutes"),
+                                               (3 * 3600 - 1, "hours"), (7199, "minutes"), (50 * 3600, "hours")])
+def test_time_unit_fits_the_span(seconds, unit):
+    assert plots.time_unit(seconds)[1] == unit
+
+
+@pytest.mark.parametrize(("tokens", "unit", "div"), [(800, "tokens", 1), (1999, "tokens", 1), (30000, "thousands", 1e3),
+                                                     (1_999_999, "thousands", 1e3), (5e6, "millions", 1e6)])
+def test_token_unit_fits_the_span(tokens, unit, div):
+    assert plots.token_unit(tokens) == (div, unit)
+
+
+def test_axes_read_in_the_unit_of_their_span():
+    curves = _curves(30000, 5400)  # 30 thousand tokens, 90 minutes
+    tok = plots.accuracy(curves, x="tokens", budget_tokens=30000).axes[0]
+    assert tok.get_xlabel() == "generated tokens (thousands)"
+    assert max(max(line.get_xdata()) for line in tok.lines) == pytest.approx(30.0)  # never 0.000–0.030 million
+    t = plots.accuracy(curves, x="time").axes[0]
+    assert t.get_xlabel() == "training time (minutes)" and max(t.lines[0].get_xdata()) == pytest.approx(90.0)
+    d = plots.difference(_curves(3e6, 8 * 3600), [("C1", "t", "c")]).axes[0]
+    assert d.get_xlabel() == "training time (hours)" and max(d.lines[-1].get_xdata()) == pytest.approx(8.0)
+    m = plots.accuracy(_curves(3e6, 10), x="tokens").axes[0]
+    assert m.get_xlabel() == "generated tokens (millions)" and max(m.lines[0].get_xdata()) == pytest.approx(3.0)
+    e = extrapolation_plots.extrapolation(_extrapolation(), treatment="t").axes[0]
+    assert e.get_xlabel() == "t's generated tokens t (thousands)"
+
+
+def _overlaps(fig) -> list:
+    """Data points of the figure's first axes (display coordinates) inside its legend's box."""
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    box = ax.get_legend().get_window_extent()
+    pts = [ax.transData.transform(np.asarray(col.get_offsets())) for col in ax.collections if len(col.get_offsets())]
+    pts += [ax.transData.transform(np.column_stack([ln.get_xdata(), ln.get_ydata()])) for ln in ax.lines]
+    xy = np.vstack([p for p in pts if p.size])
+    return [p for p in xy if box.x0 <= p[0] <= box.x1 and box.y0 <= p[1] <= box.y1]
+
+
+def test_forest_legend_covers_no_data_point():
+    c, seeds = _contrasts(6)
+    fig = plots.forest(c, seeds, title="t")
+    fig.tight_layout()
+    assert not _overlaps(fig)
+    # the check sees an overlap when there is one: the same legend over the middle of the panel
+    ax = fig.axes[0]
+    ax.legend(handles=ax.get_legend().legend_handles, loc="center", fontsize=20)
+    assert _overlaps(fig)
+
+
+def test_the_figures_example_in_the_docs_runs(reports, tmp_path, monkeypatch):
+    text = (ROOT / "docs" / "analysis.md").read_text()
+    block = re.search(r"### Figures\n.*?```python\n(.*?)```", text, flags=re.DOTALL).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "docs/analysis.md", "exec"), {"a": reports[0].analysis})  # noqa: S102 - the docs' own example
+    assert (tmp_path / "figure.pdf").read_bytes()[:4] == b"%PDF"
