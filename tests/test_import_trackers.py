@@ -344,6 +344,7 @@ def test_commands_register_and_pass_the_run_on(tmp_path, monkeypatch):
         return study_dir / "runs" / configuration / f"seed-{seed}"
 
     monkeypatch.setattr(importing, "write_imported_run", write_imported_run, raising=False)
+    monkeypatch.setattr(importing, "check_target", lambda *a, **k: None)  # the study is checked first; none here
     app = typer.Typer()
     tracker_commands.register(app)
     args = ["wandb", str(tmp_path), str(_trl_history(tmp_path)), "--configuration", "base", "--seed", "1",
