@@ -72,6 +72,8 @@ class RunLines:
     def update(self, j) -> None:
         """A progress record of a run: an evaluation is written at once, an iteration when due."""
         with self._lock:
+            if id(j) in self._ended:
+                return
             now = self.clock()
             self._seen(j, now)
             n = j.progress.get("eval_index")
