@@ -446,7 +446,7 @@ def _progress(items, progress: bool | None, label: str):
 
     show = progress if progress is not None else sys.stderr.isatty()
     if not show:
-        yield from items
+        yield from (_progress_lines(items, label) if progress is None else items)
         return
     from rich.progress import Progress
 
@@ -455,6 +455,21 @@ def _progress(items, progress: bool | None, label: str):
         for it in items:
             yield it
             bar.advance(task)
+
+
+def _progress_lines(items, label: str, every: float = 5.0):
+    """Not a terminal (a pipe, a log): ``label: i/n (t s)`` on stderr at most every ``every`` seconds,
+    so that a log shows a long step moving."""
+    import sys
+    import time
+
+    t0 = last = time.monotonic()
+    for i, it in enumerate(items, 1):
+        yield it
+        now = time.monotonic()
+        if now - last >= every:
+            last = now
+            print(f"{label}: {i}/{len(items)} ({now - t0:.0f} s)", file=sys.stderr, flush=True)
 
 
 def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: "rd.Budgets", *,

@@ -262,3 +262,22 @@ def test_the_templates_smoke_stage_is_short_and_the_template_locks(tmp_path):
         assert plan.train_to(name, "smoke") <= 0.1 and plan.train_to(name, "main") == 1.0
     lock_plan(tmp_path / "plan.toml")
     assert (tmp_path / "plan.lock").is_file()
+
+
+@pytest.mark.slow
+def test_the_shipped_warm_start_is_what_a_build_from_scratch_gives_on_its_cpu_kind(tmp_path):
+    """Built from scratch (nothing shipped), the CPU studies' warm start has the shipped weights,
+    on the CPU kind it was built on (other kernels may round otherwise: docs/trainer.md)."""
+    pytest.importorskip("torch")
+    from trainer.config import config_of
+    from trainer.core.assets import task_files, warm_start, weights_sha256
+    from trainer.loop import cpu_kind
+
+    manifest = json.loads((SHIPPED / "manifest.json").read_text())
+    cfg = config_of(load_plan(CPU_GRPO).plan, "grpo")
+    train, _ = task_files(cfg, tmp_path, 64)
+    built = warm_start(cfg, tmp_path, train, shipped=None)
+    on = json.loads((SHIPPED / built.name / "warmstart.json").read_text())["built_on"]["cpu"]
+    if on != cpu_kind():
+        pytest.skip(f"shipped from {on}, this machine is {cpu_kind()}")
+    assert weights_sha256(built) == manifest[built.name]
