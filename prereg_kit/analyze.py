@@ -458,8 +458,7 @@ def _progress(items, progress: bool | None, label: str):
 
 
 def _progress_lines(items, label: str, every: float = 5.0):
-    """Not a terminal (a pipe, a log): ``label: i/n (t s)`` on stderr at most every ``every`` seconds,
-    so that a log shows a long step moving."""
+    """Not a terminal: ``label: i/n (t s)`` on stderr at most every ``every`` s (a log shows it move)."""
     import sys
     import time
 

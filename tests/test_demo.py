@@ -281,3 +281,21 @@ def test_the_shipped_warm_start_is_what_a_build_from_scratch_gives_on_its_cpu_ki
     if on != cpu_kind():
         pytest.skip(f"shipped from {on}, this machine is {cpu_kind()}")
     assert weights_sha256(built) == manifest[built.name]
+
+
+def test_dry_run_and_analyze_write_a_line_every_few_seconds_to_a_log(monkeypatch, capsys):
+    """Not a terminal: the dry run names its steps and a long loop says where it is; a terminal
+    (or progress=False) gets nothing of this."""
+    import time
+
+    from prereg_kit.analyze import _progress_lines
+    from prereg_kit.dryrun import _note
+
+    now = iter(range(0, 1000, 3))  # 3 fake seconds per call of the clock
+    monkeypatch.setattr(time, "monotonic", lambda: next(now))
+    assert list(_progress_lines(list(range(6)), "simulating studies")) == list(range(6))
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["simulating studies: 2/6 (6 s)", "simulating studies: 4/6 (12 s)", "simulating studies: 6/6 (18 s)"]
+    _note(None, "dry run: analyzing")
+    _note(False, "not shown")
+    assert capsys.readouterr().err == "dry run: analyzing\n"
