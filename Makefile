@@ -24,7 +24,7 @@ install: .make-installed
 
 # The built-in example: the demo study examples/demo (registry/cpu-grpo at demo size: tiny model,
 # synthetic task, 4 seeds, B = 15K tokens), copied to $(DEMO_DIR): lock, simulate (dry run), train
-# every configuration x seed ($(DEMO_JOBS) at once), analyze, report. About 2 minutes on 2 idle cores.
+# every configuration x seed ($(DEMO_JOBS) at once), analyze, report. About 3 1/2 minutes on 2 quiet cores (README).
 demo: .make-installed
 	@echo "make demo: $(DEMO_PLAN) in $(DEMO_DIR): lock, dry run, train, analyze (README: time, scaling up)"
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
