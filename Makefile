@@ -4,6 +4,11 @@ PYTHON ?= python3
 # CPU wheel of torch; a plain `torch` requirement could pull a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= build/demo
+# the demo's study (examples/demo: registry/cpu-grpo at demo size) and its runs at once; the full
+# CPU study: make demo DEMO_PLAN=registry/cpu-grpo/plan.toml DEMO_JOBS=1
+DEMO_PLAN ?= examples/demo/plan.toml
+DEMO_JOBS ?= 2
+DEMO_REPEAT ?= 10
 # anchor election of registry/cpu-multireward (how its committed election.json was made)
 ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
@@ -17,15 +22,17 @@ PREREG = $(PYTHON) -m prereg_kit
 
 install: .make-installed
 
-# The built-in example: the CPU study registry/cpu-grpo (tiny model, synthetic task), copied to
-# $(DEMO_DIR): lock, simulate (dry run), train every configuration x seed, analyze, report.
+# The built-in example: the demo study examples/demo (registry/cpu-grpo at demo size: tiny model,
+# synthetic task, 4 seeds, B = 15K tokens), copied to $(DEMO_DIR): lock, simulate (dry run), train
+# every configuration x seed ($(DEMO_JOBS) at once), analyze, report. About 3 1/2 minutes on 2 quiet cores (README).
 demo: .make-installed
+	@echo "make demo: $(DEMO_PLAN) in $(DEMO_DIR): lock, dry run, train, analyze (README: time, scaling up)"
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
-	cp registry/cpu-grpo/plan.toml $(DEMO_DIR)/plan.toml
+	cp $(DEMO_PLAN) $(DEMO_DIR)/plan.toml
 	$(PREREG) lock $(DEMO_DIR)/plan.toml
 	$(PREREG) verify $(DEMO_DIR)
-	$(PREREG) dry-run $(DEMO_DIR) --effect C1=0.04 --repeat 20
-	$(PREREG) run $(DEMO_DIR)
+	$(PREREG) dry-run $(DEMO_DIR) --effect C1=0.04 --repeat $(DEMO_REPEAT)
+	$(PREREG) run $(DEMO_DIR) --jobs $(DEMO_JOBS)
 	$(PREREG) analyze $(DEMO_DIR)
 	@echo "report: $(DEMO_DIR)/report/report.md"
 

@@ -448,7 +448,7 @@ def _progress(items, progress: bool | None, label: str):
 
     show = progress if progress is not None else sys.stderr.isatty()
     if not show:
-        yield from items
+        yield from (_progress_lines(items, label) if progress is None else items)
         return
     from rich.progress import Progress
 
@@ -457,6 +457,20 @@ def _progress(items, progress: bool | None, label: str):
         for it in items:
             yield it
             bar.advance(task)
+
+
+def _progress_lines(items, label: str, every: float = 5.0):
+    """Not a terminal: ``label: i/n (t s)`` on stderr at most every ``every`` s (a log shows it move)."""
+    import sys
+    import time
+
+    t0 = last = time.monotonic()
+    for i, it in enumerate(items, 1):
+        yield it
+        now = time.monotonic()
+        if now - last >= every:
+            last = now
+            print(f"{label}: {i}/{len(items)} ({now - t0:.0f} s)", file=sys.stderr, flush=True)
 
 
 def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: "rd.Budgets", *,

@@ -184,16 +184,28 @@ def dry_run(plan_path: str | Path, effects: dict[str, float], *, out: str | Path
     folder = Path(out) if out is not None else pf.path.parent / "dry-run"
     _fresh_folder(folder)
     eff = configuration_effects(pf.plan, effects)
+    _note(progress, f"dry run: writing synthetic run logs to {folder}")
     _generate(pf, folder, eff, seed, **ratios)
+    _note(progress, "dry run: analyzing them with the plan's statistics")
     analysis = analyze_study(folder, n_resamples=n_resamples, progress=progress, not_read=True)
     analysis.synthetic = True
     analysis.notes.insert(0, "SYNTHETIC DATA from `prereg dry-run` with true effects at B: "
                           + ", ".join(f"{k} {v:+.3f}" for k, v in eff.items()))
+    _note(progress, "dry run: writing the report" + (f", then {repeat} more synthetic studies for power" if repeat else ""))
     write_report(analysis, folder / "report")
     power = simulate_power(pf, eff, repeat, seed=seed, progress=progress, **ratios) if repeat else None
     if power is not None:
         power.assign(synthetic=True).to_csv(folder / "report" / "power.csv", index=False)  # as every dry-run table
     return DryRun(folder, analysis, eff, power)
+
+
+def _note(progress: bool | None, text: str) -> None:
+    """A step of a long dry run on stderr when it is not a terminal (a log shows it moving); a
+    terminal gets progress bars instead."""
+    import sys
+
+    if progress is None and not sys.stderr.isatty():
+        print(text, file=sys.stderr, flush=True)
 
 
 def simulate_power(pf, effects: dict[str, float], repeat: int, *, seed: int = 0, progress: bool | None = None,

@@ -43,6 +43,7 @@ from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
 from trainer.core.program_judge import judge_meta
 from trainer.executors.options import check_local_jobs
+from trainer.progress_lines import RunLines
 
 SPEC_FILE = "spec.json"
 LOG_FILE = "train.log"
@@ -248,12 +249,13 @@ def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callab
 
 def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[str] | None = None,
               seeds: Sequence[int] | None = None, n_jobs: int | None = None, console=None) -> list[Job]:
-    """Plan, prepare and run a stage with a rich progress display; returns the jobs with results."""
+    """Plan, prepare and run a stage with rich progress bars on a terminal, plain progress lines
+    elsewhere (``trainer.progress_lines``); returns the jobs with results."""
     from rich.console import Console  # noqa: PLC0415
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
     con = console or Console(stderr=True)
-    check_local_jobs(n_jobs, default_jobs()[0], stage)  # main-stage runs never share a GPU
+    cuda = [d for d in default_jobs()[1] if d is not None]  # none on a CPU-only machine: no device to share
+    check_local_jobs(n_jobs, len(cuda), stage)  # main-stage runs never share a GPU
     pf, jobs = plan_jobs(study_dir, stage, configs, seeds)
     flat = plan_flat_keys(pf.plan)
     if flat:  # still read; the sectioned names are what docs/trainer.md describes
@@ -273,7 +275,29 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
     if len(done) + len(busy) == len(jobs):
         return jobs
     t0 = time.perf_counter()
-    prepare(jobs, log=lambda m: con.print(m))
+    prepare(jobs, log=lambda m: con.print(m, markup=False, highlight=False))
+    if not con.is_terminal:  # a pipe or a log file: plain lines as the runs move (a bar would show only at the end)
+        lines = RunLines([j for j in jobs if j.state not in ("complete", "busy")],
+                         lambda m: con.print(m, markup=False, highlight=False), blind=stage == "main").start()
+        try:
+            run_jobs(jobs, n_jobs, lines.update, lines.done)
+        finally:
+            lines.stop()
+    else:
+        _run_with_bars(jobs, n_jobs, stage, con)
+    failed = [j for j in jobs if j.result.startswith("failed")]
+    skipped = [j for j in jobs if j.result.startswith("skipped")]
+    con.print(f"{len(jobs) - len(done) - len(failed) - len(skipped)} run(s) finished, {len(failed)} failed, "
+              f"{len(done) + len(skipped)} skipped, in {time.perf_counter() - t0:.0f} s")
+    for j in failed + skipped:
+        con.print(f"  {j.configuration} seed {j.seed}: {j.result} (log: {j.folder / LOG_FILE})")
+    return jobs
+
+
+def _run_with_bars(jobs: Sequence[Job], n_jobs: int | None, stage: str, con) -> None:
+    """Run the jobs under one rich progress bar each (a terminal)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=con, transient=False) as bar:
         tasks = {id(j): bar.add_task(f"{j.configuration} seed {j.seed}", total=_stop(j), info=j.state)
@@ -295,10 +319,4 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
             bar.update(tasks[id(j)], info=f"{j.progress.get('_info', '')}  {j.result}")
 
         run_jobs(jobs, n_jobs, on_progress, on_done)
-    failed = [j for j in jobs if j.result.startswith("failed")]
-    skipped = [j for j in jobs if j.result.startswith("skipped")]
-    con.print(f"{len(jobs) - len(done) - len(failed) - len(skipped)} run(s) finished, {len(failed)} failed, "
-              f"{len(done) + len(skipped)} skipped, in {time.perf_counter() - t0:.0f} s")
-    for j in failed + skipped:
-        con.print(f"  {j.configuration} seed {j.seed}: {j.result} (log: {j.folder / LOG_FILE})")
-    return jobs
+

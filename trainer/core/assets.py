@@ -10,6 +10,11 @@ changes it; a second call with the same settings loads it. It is built on one CP
 deterministic algorithms (the caller's settings restored after), so the same settings give the
 same weights whatever the caller's thread count. Every model a run loads is identified by
 :func:`weights_sha256`, which a recipe may pin (``model_sha256``).
+
+Warm starts that the repository ships (``trainer/data/warmstarts/``, the CPU studies' one) are
+copied into the cache instead of being built, after their weights' hash is checked against the
+one recorded in ``manifest.json``; a shipped folder whose hash differs is not used: the warm start
+is built and its hash compared with the recorded one.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from trainer.data.synthetic import TOKENIZER_VERSION, build_tokenizer, sft_examp
 WARMSTART_VERSION = 4
 # What from_pretrained loads: safetensors files when there are any, else the pickled torch ones
 WEIGHT_SUFFIXES = ((".safetensors",), (".bin", ".pt", ".pth"))
+# Warm starts shipped with the repository; manifest.json records each one's weights hash
+SHIPPED_WARM_STARTS = Path(__file__).resolve().parents[1] / "data" / "warmstarts"
+PROGRESS_EVERY_S = 5.0  # a warm-start progress line at least this often (a silent build looks hung)
 
 
 @dataclass(frozen=True)
@@ -158,30 +166,48 @@ def build_tiny_model(cfg: TrainerConfig, tokenizer):
         return model_cls(conf)
 
 
-def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda msg: None) -> Path:
+def warm_start_key(cfg: TrainerConfig, train_file: Path) -> str:
+    """The cache key of a warm start: a hash of every setting that changes its weights."""
+    # No thread count in the key: the build runs on one thread whatever the caller's (see _one_thread)
+    return settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.model.tiny.model_dump(), "sft": cfg.model.warm_start.model_dump(),
+                          "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION})
+
+
+def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda msg: None,
+               shipped: Path | None = SHIPPED_WARM_STARTS, log_every: float = PROGRESS_EVERY_S) -> Path:
     """Supervised warm start of the tiny model; returns its cached ``save_pretrained`` folder.
 
     ``warm_start.steps`` AdamW steps of ``batch_size`` examples drawn (with a fixed seed) from the
     training pool, loss = mean token cross-entropy on the completion (prompt tokens masked), on
     one CPU thread with deterministic algorithms whatever the caller's settings (restored after).
     ``warmstart.json`` in the folder records the settings, the final loss, the build seconds and
-    the weights' ``model_sha256``.
+    the weights' ``model_sha256``. A warm start shipped under ``shipped`` with this key and its
+    recorded hash is copied instead of built; a progress line goes to ``log`` every
+    ``log_every`` seconds of a build.
     """
-
-    # No thread count in the key: the build runs on one thread whatever the caller's (see _one_thread)
-    key = settings_hash({"v": WARMSTART_VERSION, "tiny": cfg.model.tiny.model_dump(), "sft": cfg.model.warm_start.model_dump(),
-                         "train": train_file.parent.name + "/" + train_file.name, "tokenizer": TOKENIZER_VERSION})
+    key = warm_start_key(cfg, train_file)
     folder = cache_dir / f"warmstart-{key}"
     if (folder / "warmstart.json").is_file():
         return folder
+    recorded = ""
+    if shipped is not None:
+        recorded, ok = _shipped(shipped, key, log)
+        if ok:
+            tmp = cache_dir / f".warmstart-{key}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(shipped / folder.name, tmp)
+            _publish(tmp, folder)
+            log(f"warm start: the shipped weights {shipped / folder.name} ({recorded}, as recorded) → {folder}")
+            return folder
     from trainer.core.policy import quiet_transformers  # noqa: PLC0415
 
     quiet_transformers()
+    ws = cfg.model.warm_start
+    log(f"warm start: building {folder.name} ({ws.steps} steps of {ws.batch_size} on one thread)")
     t0 = time.perf_counter()
     with _one_thread():
-        model, tok, losses = _train_warm_start(cfg, cache_dir, train_file)
+        model, tok, losses = _train_warm_start(cfg, cache_dir, train_file, _step_logger(log, ws.steps, log_every))
     seconds = time.perf_counter() - t0
-    ws = cfg.model.warm_start
     tmp = cache_dir / f".warmstart-{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -195,7 +221,47 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     _publish(tmp, folder)
     log(f"warm start: {ws.steps} steps in {seconds:.1f} s, final loss {info['final_loss']}, "
         f"weights {info['model_sha256']}, saved {folder}")
+    if recorded:  # the shipped copy was refused: say whether this build reproduces it
+        same = "equal to" if recorded == info["model_sha256"] else "not equal to (this machine's CPU kernels differ, docs/trainer.md)"
+        log(f"warm start: the rebuilt weights are {same} the recorded {recorded}")
     return folder
+
+
+def _shipped(shipped: Path, key: str, log) -> tuple[str, bool]:
+    """The recorded hash of the shipped warm start with this key ('' when none is shipped), and
+    whether its weight files have that hash."""
+    manifest = shipped / "manifest.json"
+    try:
+        recorded = json.loads(manifest.read_text()).get(f"warmstart-{key}", "") if manifest.is_file() else ""
+    except (OSError, ValueError, AttributeError) as e:
+        log(f"warm start: {manifest}: unreadable ({e}); building instead")
+        return "", False
+    if not recorded:
+        return "", False
+    try:
+        digest = weights_sha256(shipped / f"warmstart-{key}")
+    except (OSError, ConfigError) as e:
+        log(f"warm start: {shipped / f'warmstart-{key}'}: {e}; building instead")
+        return recorded, False
+    if digest != recorded:
+        log(f"warm start: {shipped / f'warmstart-{key}'}: weights {digest}, {manifest} records {recorded}: "
+            "not used; building instead")
+        return recorded, False
+    return recorded, True
+
+
+def _step_logger(log, steps: int, every: float):
+    """A per-step callback that logs ``step k/N, loss x (t s)`` at most once per ``every`` seconds
+    and at the last step."""
+    t0 = last = time.perf_counter()
+
+    def step(k: int, loss: float) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= every or k == steps:
+            last = now
+            log(f"warm start: step {k}/{steps}, loss {loss:.3f} ({now - t0:.1f} s)")
+    return step
 
 
 @contextlib.contextmanager
@@ -220,10 +286,10 @@ def _one_thread():
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
 
 
-def _train_warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path):
-    """The tiny model after its warm start, its tokenizer and the per-step losses."""
+def _train_warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, on_step=lambda k, loss: None):
+    """The tiny model after its warm start, its tokenizer and the per-step losses (``on_step``
+    gets each step's number, from 1, and loss)."""
     import torch  # noqa: PLC0415
-
 
     tok = build_tokenizer(cache_dir / "tokenizer")
     model = build_tiny_model(cfg, tok)
@@ -245,6 +311,7 @@ def _train_warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
+        on_step(step + 1, losses[-1])
     return model, tok, losses
 
 
