@@ -47,6 +47,7 @@ from .audit import DeviceSummary, device_summary, run_devices
 from .design import eval_problem_violations, missing_runs
 from .errors import PreregError, ViolationError
 from .margin import margin_bounds
+from .progress import progress as _progress
 from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
 from .gradient_tests import gradient_results, GradientResults
@@ -441,36 +442,6 @@ def _tidy_exclusions(ex: pd.DataFrame) -> pd.DataFrame:
     what = ex["rule"].astype(str) + np.where(ex["eval_index"].isna(), "", " (evaluation " + ex["eval_index"].astype(str) + ")")
     out = pd.DataFrame({"configuration": ex["configuration"], "seed": ex["seed"], "what": what, "reason": ex["reason"]})
     return out.drop_duplicates().reset_index(drop=True)
-
-
-def _progress(items, progress: bool | None, label: str):
-    import sys
-
-    show = progress if progress is not None else sys.stderr.isatty()
-    if not show:
-        yield from (_progress_lines(items, label) if progress is None else items)
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bar:
-        task = bar.add_task(label, total=len(items))
-        for it in items:
-            yield it
-            bar.advance(task)
-
-
-def _progress_lines(items, label: str, every: float = 5.0):
-    """Not a terminal: ``label: i/n (t s)`` on stderr at most every ``every`` s (a log shows it move)."""
-    import sys
-    import time
-
-    t0 = last = time.monotonic()
-    for i, it in enumerate(items, 1):
-        yield it
-        now = time.monotonic()
-        if now - last >= every:
-            last = now
-            print(f"{label}: {i}/{len(items)} ({now - t0:.0f} s)", file=sys.stderr, flush=True)
 
 
 def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget: "rd.Budgets", *,

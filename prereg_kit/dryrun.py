@@ -25,6 +25,7 @@ from .gradient_seal import result_folder, seal_gradient
 from .gradient_synth import write_synthetic_result
 from .seal import seal_runs
 from .plan import Plan, PLAN_FILE, load_plan
+from .progress import progress as _progress
 from .report import write_report
 from .runlog.schema import ITERATION_COLUMNS
 from .synth import generate_study
@@ -216,7 +217,7 @@ def simulate_power(pf, effects: dict[str, float], repeat: int, *, seed: int = 0,
     share with a gain, a deficit, equivalence or non-inferiority shown — for a primary
     contrast with a true effect, its power.
     """
-    from .analyze import _progress
+
 
     verdicts = []
     with tempfile.TemporaryDirectory(prefix="prereg-power-") as tmp:

@@ -29,7 +29,7 @@ PACKAGES = {
 LAYERS = {
     "prereg_kit": [
         ("foundation", ["prereg_kit.__init__", "prereg_kit.errors", "prereg_kit.canonical", "prereg_kit.tomlpos",
-                        "prereg_kit.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.stats",
+                        "prereg_kit.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
                         "prereg_kit.callables"]),
         ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
         ("records", ["prereg_kit.lock", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal", "prereg_kit.gradient_seal",
