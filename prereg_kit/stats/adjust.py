@@ -7,10 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .multiplicity import holm
-
-METHODS = ("holm", "hochberg", "hommel", "bh", "bonferroni")
-
+from .multiplicity import holm_sorted, adjusted_in_order
 
 def _hochberg(p: np.ndarray) -> np.ndarray:
     """Sorted ascending: ``p̃_(i) = min_{j ≥ i} (m − j + 1)·p_(j)`` (Hochberg 1988)."""
@@ -49,27 +46,12 @@ def adjust(pvalues: Any, method: str = "holm") -> np.ndarray:
     discovery rate instead. NaNs stay NaN and do not count in the family; values outside [0, 1]
     are errors. All are capped at 1.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    if method == "holm":
-        return holm(pvalues)
-    p = np.asarray(pvalues, dtype=float).reshape(-1) if np.ndim(pvalues) == 0 else np.asarray(pvalues, dtype=float)
-    if p.ndim != 1:
-        raise ValueError(f"pvalues must be one-dimensional, got shape {p.shape}")
-    valid = ~np.isnan(p)
-    pv = p[valid]
-    if ((pv < 0) | (pv > 1)).any():
-        raise ValueError("p-values must lie in [0, 1]")
-    out = np.full(p.shape, np.nan)
-    if pv.size == 0:
-        return out
-    order = np.argsort(pv, kind="stable")
-    ps = pv[order]
-    if method == "bonferroni":
-        adjusted = ps * ps.size
-    else:
-        adjusted = {"hochberg": _hochberg, "hommel": _hommel, "bh": _bh}[method](ps)
-    res = np.empty(pv.size)
-    res[order] = np.minimum(1.0, adjusted)
-    out[valid] = res
-    return out
+    if method not in RULES:
+        raise ValueError(f"method must be one of {', '.join(RULES)}; got {method!r}")
+    return adjusted_in_order(pvalues, RULES[method])
+
+
+# the adjustments by name, each on the sorted p-values of one family (holm: the papers' default)
+RULES = {"holm": holm_sorted, "hochberg": _hochberg, "hommel": _hommel, "bh": _bh,
+         "bonferroni": lambda p: p * p.size}
+METHODS = tuple(RULES)
