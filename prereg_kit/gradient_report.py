@@ -113,12 +113,12 @@ def efficiency_figure(g: GradientResults, path: Path, *, title: str, synthetic: 
 
 def write_gradient(g: GradientResults, out_dir: Path, *, title: str, synthetic: bool = False) -> list[Path]:
     """``gradient_tests.csv`` (one row per test × configuration), ``gradient_fit.csv`` and
-    ``gradient_conditions.csv`` when there are any, and the figure (PNG and PDF)."""
-    written = [out_dir / CSV]
-    g.table.to_csv(out_dir / CSV, index=False)
-    for name, df in (("gradient_fit.csv", g.fit), ("gradient_conditions.csv", g.conditions)):
-        if len(df):
-            df.to_csv(out_dir / name, index=False)
+    ``gradient_conditions.csv`` when there are any, and the figure (PNG and PDF); a dry run's
+    tables carry a ``synthetic`` column."""
+    written = []
+    for name, df in ((CSV, g.table), ("gradient_fit.csv", g.fit), ("gradient_conditions.csv", g.conditions)):
+        if name == CSV or len(df):
+            (df.assign(synthetic=True) if synthetic else df).to_csv(out_dir / name, index=False)  # a dry run's mark
             written.append(out_dir / name)
     written += efficiency_figure(g, out_dir / FIGURE, title=title, synthetic=synthetic)
     return written

@@ -9,7 +9,6 @@ ones, TOST p beside them). The columns of ``contrasts.csv`` are documented in
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -97,15 +96,6 @@ def synthetic_markdown(text: str) -> str:
             out += [SYNTHETIC_CAPTION, ""]
         out.append(line)
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
-
-
-def _mark_csv(path: Path) -> None:
-    """Append a ``synthetic`` column (True on every row) to a written CSV."""
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    with path.open("w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerows([rows[0] + ["synthetic"]] + [r + ["True"] for r in rows[1:]] if rows else [])
 
 
 def is_target(row) -> bool:
@@ -286,14 +276,12 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     plan = a.plan
     written = []
     # tables first: they are what a reader checks the figures and verdicts against
-    a.contrasts.to_csv(out_dir / "contrasts.csv", index=False)
-    a.per_seed.to_csv(out_dir / "per_seed.csv", index=False)
-    a.configurations.to_csv(out_dir / "configurations.csv", index=False)
-    a.curves.to_csv(out_dir / "curves.csv", index=False)  # what the figures draw, for pk.load_report
-    written += [out_dir / "contrasts.csv", out_dir / "per_seed.csv", out_dir / "configurations.csv", out_dir / "curves.csv"]
-    if len(a.checks):
-        a.checks.to_csv(out_dir / "checks.csv", index=False)
-        written.append(out_dir / "checks.csv")
+    # curves.csv: what the figures draw, for pk.load_report; a dry run's tables say so in a column of their own
+    for name, df in (("contrasts", a.contrasts), ("per_seed", a.per_seed), ("configurations", a.configurations),
+                     ("curves", a.curves), ("checks", a.checks)):
+        if name != "checks" or len(df):
+            (df.assign(synthetic=True) if a.synthetic else df).to_csv(out_dir / f"{name}.csv", index=False)
+            written.append(out_dir / f"{name}.csv")
 
     results = results_record(a)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
@@ -325,10 +313,6 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
         "Mean over seeds with its 95% paired-t interval; Holm within each primary family; TOST at the margin in contrasts.csv.",
         label=f"{plan.study.id}-contrasts", printed_test=printed_test, is_target=is_target, synthetic=a.synthetic))
     written.append(out_dir / "contrasts.tex")
-    if a.synthetic:  # every table says so, the CSVs by a column of their own
-        for p in written:
-            if p.suffix == ".csv":
-                _mark_csv(p)
     written.append(write_html(out_dir, markdown, written, synthetic=a.synthetic))  # last: it embeds the figures
     return written
 
