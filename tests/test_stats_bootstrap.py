@@ -177,3 +177,42 @@ def test_crossed_errors_and_rules():
     assert crossed_bootstrap(d, seed=3, n_resamples=500) == crossed_bootstrap(d, seed=3, n_resamples=500)
     small = crossed_bootstrap(d, seed=3, n_resamples=500, chunk_size=7)
     assert small.n_resamples == 500 and small.mean == pytest.approx(d.mean())
+
+
+def _crossed_means_one_call_per_chunk(d, n, seed, chunk):
+    """The draws of earlier versions: per chunk one ``integers`` call for its seeds, then one for its problems."""
+    s, p = d.shape
+    rng = np.random.default_rng(seed)
+    out = []
+    for start in range(0, n, chunk):
+        rows = min(chunk, n - start)
+        counts = []
+        for k in (s, p):
+            idx = rng.integers(0, k, size=(rows, k), dtype=np.int64) + (np.arange(rows) * k)[:, None]
+            counts.append(np.bincount(idx.ravel(), minlength=rows * k).reshape(rows, k).astype(float))
+        out.append(crossed_means(d, *counts))
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("shape,n,chunk", [((24, 1543), 1500, None), ((5, 300), 1001, None), ((7, 13), 500, 7),
+                                           ((3, 4), 130, 200), ((96, 50), 700, 65)])
+def test_crossed_draws_are_those_of_one_call_per_chunk(shape, n, chunk):
+    # Blocks of 64 resamples per product must not change the resamples a seed gives.
+    from prereg_kit.stats import bootstrap as bs
+    d = np.random.default_rng(11).normal(size=shape)
+    s, p = shape
+    used = chunk or max(1, (1 << 20) // (s + p))
+    want = _crossed_means_one_call_per_chunk(d, n, 5, min(used, n))
+    got = np.empty(n)
+    bs._crossed_resample_means(got, d, np.random.default_rng(5), min(used, n))
+    np.testing.assert_allclose(got / (s * p), want, rtol=1e-12, atol=0)
+    r = crossed_bootstrap(d, n_resamples=n, seed=5, chunk_size=chunk)
+    lo, hi, pval, *_ = bs._summarize(want, None, float(d.mean()), 0.95, 1e-12 * float(np.abs(d).max()))
+    assert (r.ci_low, r.ci_high, r.p) == pytest.approx((lo, hi, pval), rel=1e-12)
+
+
+def test_crossed_restores_the_blas_thread_setting():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info()]
+    crossed_bootstrap(np.random.default_rng(0).normal(size=(4, 200)), n_resamples=300)
+    assert [i["num_threads"] for i in threadpoolctl.threadpool_info()] == before

@@ -8,6 +8,7 @@ and maximum, since an all-one-seed resample has probability 3⁻³ = 0.037 > 0.0
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -232,11 +233,22 @@ def crossed_differences(treatment: Any, control: Any = None) -> np.ndarray:
     return t
 
 
-def _counts(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
-    """``rows`` bootstrap count vectors over k items: how often each item is drawn in k draws."""
+def _counts_into(out: np.ndarray, rng: np.random.Generator, offsets: np.ndarray) -> None:
+    """Fill ``out`` (rows × k) with bootstrap count vectors: how often each of k items is drawn in k draws.
+
+    One ``integers`` call draws every row; the draws of row r are offset by r·k so that a
+    ``bincount`` counts many rows at once. It counts half the rows per call: its result and the
+    indices then stay under the size at which the allocator hands freed memory back to the
+    system, so the next block reuses it without page faults.
+    """
+    rows, k = out.shape
     idx = rng.integers(0, k, size=(rows, k), dtype=np.int64)
-    idx += (np.arange(rows, dtype=np.int64) * k)[:, None]
-    return np.bincount(idx.ravel(), minlength=rows * k).reshape(rows, k).astype(np.float64)
+    half = (rows + 1) // 2
+    for a in range(0, rows, half):
+        r = min(half, rows - a)
+        part = idx[a:a + r]
+        part += offsets[:r]
+        out[a:a + r] = np.bincount(part.ravel(), minlength=r * k).reshape(r, k)
 
 
 def crossed_means(d: np.ndarray, seed_counts: np.ndarray, problem_counts: np.ndarray) -> np.ndarray:
@@ -248,6 +260,59 @@ def crossed_means(d: np.ndarray, seed_counts: np.ndarray, problem_counts: np.nda
     """
     s, p = d.shape
     return np.einsum("bs,bs->b", seed_counts, problem_counts @ d.T) / (s * p)
+
+
+#: Resamples per matrix product in :func:`crossed_bootstrap`: small enough that the block's count
+#: matrices stay in cache and its buffers are reused without page faults, large enough for BLAS.
+PRODUCT_ROWS = 64
+
+
+@lru_cache(maxsize=1)
+def _blas_controller() -> Any:
+    """threadpoolctl's view of the BLAS libraries loaded (found once: finding them takes milliseconds)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+def _one_blas_thread() -> Any:
+    """Context: BLAS on one thread, the caller's setting restored on exit.
+
+    The products are 64 × P by P × S, too small to gain from threads; on shared cores a second
+    BLAS thread waiting for a core made the bootstrap 2–5× slower (docs/performance.md).
+    Without threadpoolctl installed nothing is limited.
+    """
+    ctl = _blas_controller()
+    return contextlib.nullcontext() if ctl is None else ctl.limit(limits=1, user_api="blas")
+
+
+def _crossed_resample_means(means: np.ndarray, d: np.ndarray, rng: np.random.Generator, chunk: int) -> None:
+    """Fill ``means`` with ``a_bᵀ D b_b`` (the resampled sums, not yet divided by S·P).
+
+    Per chunk the seed counts of all its resamples are drawn first, then its problem counts block
+    by block; splitting one ``integers`` call into several consecutive ones of the same bound
+    yields the same numbers, so the draws equal those of one call per chunk.
+    """
+    s, p = d.shape
+    block = min(PRODUCT_ROWS, chunk)
+    seed_counts = np.empty((chunk, s))
+    problem_counts = np.empty((block, p))
+    sums = np.empty((block, s))
+    seed_offsets = (np.arange(block, dtype=np.int64) * s)[:, None]
+    problem_offsets = (np.arange(block, dtype=np.int64) * p)[:, None]
+    dt = d.T
+    n = means.size
+    for start in range(0, n, chunk):
+        rows = min(chunk, n - start)
+        for a in range(0, rows, block):
+            _counts_into(seed_counts[a:a + min(block, rows - a)], rng, seed_offsets)
+        for a in range(0, rows, block):
+            r = min(block, rows - a)
+            _counts_into(problem_counts[:r], rng, problem_offsets)
+            np.matmul(problem_counts[:r], dt, out=sums[:r])
+            np.einsum("bs,bs->b", seed_counts[a:a + r], sums[:r], out=means[start + a:start + a + r])
 
 
 def crossed_bootstrap(
@@ -269,21 +334,25 @@ def crossed_bootstrap(
     of every primary contrast; it states neither the count nor the scheme, so this is the
     standard two-way (Brennan/Owen) bootstrap. Interval and p as in :func:`seed_bootstrap`.
 
-    Vectorized in chunks of resamples: per chunk, seed and problem counts (bincount) and one
-    matrix product; memory O(chunk × (S + P) + S × P). NaN cells are an error.
+    Vectorized: for each block of ``PRODUCT_ROWS`` resamples, seed and problem counts (one
+    ``bincount`` each) and one matrix product, in buffers reused across blocks, so the cost is
+    close to that of drawing the indices, counting them and the product alone
+    (docs/performance.md). Seed indices are drawn for ``chunk_size`` resamples, then their problem
+    indices; the default chunk keeps the draws (and so the results for a given seed) of earlier
+    versions. Memory O(chunk × S + PRODUCT_ROWS × P + S × P). NaN cells are an error.
     """
     confidence = check_confidence(confidence)
     n_resamples = positive_int(n_resamples, "n_resamples")
     d = crossed_differences(treatment, control)
     s, p = d.shape
     if chunk_size is None:
-        chunk_size = max(1, (1 << 20) // (s + p))  # ~8 MB per chunk array
+        chunk_size = max(1, (1 << 20) // (s + p))  # the draw order of earlier versions
     chunk_size = positive_int(chunk_size, "chunk_size")
     rng = make_rng(seed)
     means = np.empty(n_resamples)
-    for start in range(0, n_resamples, chunk_size):
-        rows = min(chunk_size, n_resamples - start)
-        means[start:start + rows] = crossed_means(d, _counts(rng, rows, s), _counts(rng, rows, p))
+    with _one_blas_thread():
+        _crossed_resample_means(means, d, rng, min(chunk_size, n_resamples))
+    means /= s * p
     observed = float(d.mean())
     zero_tol = 1e-12 * float(np.abs(d).max())
     lo, hi, pval, *_ = _summarize(means, None, observed, confidence, zero_tol)
