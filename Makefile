@@ -13,7 +13,7 @@ DEMO_REPEAT ?= 10
 ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
 
-.PHONY: install demo trl-example test test-slow figures cpu-studies registry-smoke clean
+.PHONY: install demo trl-example test test-slow bench figures cpu-studies registry-smoke clean
 
 .make-installed: pyproject.toml
 	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
@@ -54,6 +54,11 @@ test: .make-installed
 
 test-slow: .make-installed
 	$(PYTHON) -m pytest -m slow
+
+# Every benchmark that reports ratios, in its quick mode, each ratio beside its reference
+# (benchmarks/run_all.py; docs/performance.md). A few minutes; `--full` there for full sizes.
+bench: .make-installed
+	$(PYTHON) benchmarks/run_all.py
 
 # Every table and figure into figures/out/ (index: figures/out/INDEX.md), from the CPU studies'
 # committed run logs in registry/cpu-*/ read through the analysis; figures never train.

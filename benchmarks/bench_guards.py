@@ -12,7 +12,7 @@ Each line prints our time and a reference measured a moment before on the same m
 * plan loading with 10,000 seeds and with 100,000-level nesting against loading the small plan;
 * the tabular dynamics to 10⁶ iterations against 10⁵ (linear: a ratio near 10).
 
-    python3 benchmarks/bench_guards.py [--repeat 3]
+    python3 benchmarks/bench_guards.py [--repeat 3] [--quick]
 """
 
 from __future__ import annotations
@@ -99,7 +99,10 @@ def tabular(repeat: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="one timing of each (make bench)")
     args = ap.parse_args()
+    if args.quick:
+        args.repeat = 1
     print(f"{'guard':<44} {'ours':>13}  {'reference':>13}  {'ratio':>10}")
     for part in (verifier, dedup, plans, tabular):
         part(args.repeat)

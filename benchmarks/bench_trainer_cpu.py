@@ -9,7 +9,13 @@ evaluations only at the start and the end, then splits the mean iteration time i
 * everything else: prompt selection, verification and credit, gradient clipping and the Adam
   step, weight sync, accounting, and (second figure) writing the iteration row with fsync.
 
-Usage: ``python3 benchmarks/bench_trainer_cpu.py [--tokens 20000] [--threads 2]``.
+Reference: a bare transformers loop on the same warm-started model, threads and sizes
+(:func:`bare_loop`: ``generate`` of 8 prompts × 8 samples up to 40 tokens, a policy-gradient
+loss on the completions' log-probabilities with random ±1 advantages, backward, Adam step): no
+verification, credit, accounting or logging. The ratio line compares time per generated token,
+as completion lengths differ between the two.
+
+Usage: ``python3 benchmarks/bench_trainer_cpu.py [--tokens 20000] [--threads 2] [--quick]``.
 """
 
 from __future__ import annotations
@@ -25,16 +31,58 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's code, whatever is installed
 
 
+def bare_loop(model_path, cfg, prompts: list[str], iterations: int) -> tuple[float, float]:
+    """Mean seconds per iteration and generated tokens per iteration of a plain transformers GRPO-shaped loop."""
+    import torch
+
+    from trainer.core.policy import load_policy
+
+    pol = load_policy(cfg, model_path)  # the same model and tokenizer as the trainer's (loading only)
+    model, tok = pol.model, pol.tokenizer
+    r = cfg.rollout
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.update.learning_rate, foreach=False)
+    gen = torch.Generator().manual_seed(0)
+    times, tokens = [], []
+    for it in range(iterations + 1):
+        batch = [prompts[(it * r.prompts_per_iteration + i) % len(prompts)] for i in range(r.prompts_per_iteration)]
+        t0 = time.perf_counter()
+        enc = tok(batch, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, max_new_tokens=r.completion_limit, temperature=1.0, top_p=1.0,
+                                 num_return_sequences=r.group_size, pad_token_id=tok.pad_token_id)
+        plen = enc["input_ids"].shape[1]
+        comp = out[:, plen:]
+        done = (comp == tok.eos_token_id).cumsum(1)
+        cmask = ((done == 0) | ((done == 1) & (comp == tok.eos_token_id))).float()  # up to and including EOS
+        attn = torch.cat([enc["attention_mask"].repeat_interleave(r.group_size, 0), cmask.long()], 1)
+        logits = model(input_ids=out, attention_mask=attn).logits[:, plen - 1:-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+        adv = torch.randint(0, 2, (comp.shape[0], 1), generator=gen).float() * 2 - 1
+        loss = -(adv * logp * cmask).sum() / cmask.sum().clamp(min=1)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if it:  # the first is warm-up
+            times.append(time.perf_counter() - t0)
+            tokens.append(float(cmask.sum()))
+    return sum(times) / len(times), sum(tokens) / len(tokens)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=20000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "prereg-kit" / "bench-cpu-grpo"),
                     help="where the warm start is cached (built if absent)")
+    ap.add_argument("--bare-iterations", type=int, default=12, help="iterations of the bare transformers loop")
+    ap.add_argument("--quick", action="store_true", help="6K tokens, 5 bare iterations (make bench)")
     args = ap.parse_args()
+    if args.quick:
+        args.tokens, args.bare_iterations = 6000, 5
 
     import torch
 
+    from prereg_kit.lock import lock_plan
     from prereg_kit.plan import load_plan
     from prereg_kit.runlog import read_run
     from trainer.config import EvalSetSpec, RunSpec, config_of, updated
@@ -43,6 +91,8 @@ def main() -> None:
     plan = load_plan(ROOT / "registry" / "cpu-grpo" / "plan.toml").plan
     cfg = updated(config_of(plan, "grpo"), {"engine": {"threads": args.threads}})
     tmp = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
+    shutil.copy(ROOT / "registry" / "cpu-grpo" / "plan.toml", tmp / "plan.toml")
+    lock_plan(tmp / "plan.toml")  # main-stage runs need a locked plan
     spec = RunSpec(study="bench", configuration="grpo", seed=0, plan_hash="bench", study_dir=str(tmp),
                    run_dir=str(tmp / "run"), cache_dir=args.cache, budget_tokens=args.tokens,
                    eval_interval=args.tokens, eval_sets=[EvalSetSpec(name="heldout", source="synthetic:eval", n_problems=64)],
@@ -73,6 +123,24 @@ def main() -> None:
         extra = " (incl. forward/backward)" if stage == "update" else ""
         print(f"    seconds_{stage:<12}{extra:<25}: {it['seconds_' + stage].mean() * 1e3:7.1f} ms")
     print(f"per iteration incl. logging (wall)    : {wall * 1e3:7.1f} ms; everything else {rest_all / wall:6.1%}")
+
+    from trainer.core.assets import prepare_assets
+    from trainer.data.problems import load_problems
+    from trainer.data.synthetic import render_prompt
+    from trainer.core.policy import load_policy
+
+    torch.manual_seed(0)
+    work = Path(tempfile.mkdtemp(prefix="bench-bare-"))
+    assets = prepare_assets(cfg, args.cache, work, 64)
+    tok = load_policy(cfg, assets.model_path).tokenizer
+    prompts = [render_prompt(tok, p.prompt) for p in list(load_problems(assets.train_file))[:512]]
+    bare_s, bare_tokens = bare_loop(assets.model_path, cfg, prompts, args.bare_iterations)
+    shutil.rmtree(work, ignore_errors=True)
+    ours_tok = train_s / it["tokens_total"].mean()
+    bare_tok = bare_s / bare_tokens
+    print(f"bare transformers loop                 : {bare_s * 1e3:7.1f} ms per iteration, {bare_tokens:.0f} generated tokens")
+    print(f"trainer vs bare transformers loop: {ours_tok / bare_tok:5.2f}× the time per generated token "
+          f"({ours_tok * 1e6:.0f} µs vs {bare_tok * 1e6:.0f} µs)")
 
 
 if __name__ == "__main__":
