@@ -69,3 +69,13 @@ def test_crossed_bootstrap_benchmark_prints_ratio_lines(seeds):
     lines = _run_all().ratio_lines(done.stdout)
     assert len(lines) == 1 and lines[0].startswith(f"crossed_bootstrap S={seeds} ")
     assert "× floor" in lines[0] and "× faster than loop" in lines[0] and "page faults/call" in lines[0]
+
+
+def test_a_script_without_quick_runs_at_full_size(tmp_path, monkeypatch, capsys):
+    ra = _run_all()
+    (tmp_path / "plain.py").write_text("import sys\nassert len(sys.argv) == 1, sys.argv\nprint('3.0× ref')\n")
+    monkeypatch.setattr(ra, "HERE", tmp_path)
+    monkeypatch.setattr(ra, "BENCHMARKS", [("plain.py", ["--quick"], "plain vs ref")])
+    assert ra.main([]) == 0
+    out = capsys.readouterr().out
+    assert "3.0× ref" in out and "no --quick yet" in out

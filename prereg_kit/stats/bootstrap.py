@@ -281,7 +281,7 @@ def _one_blas_thread() -> Any:
     """Context: BLAS on one thread, the caller's setting restored on exit.
 
     The products are 64 × P by P × S, too small to gain from threads; on shared cores a second
-    BLAS thread waiting for a core made the bootstrap 2–5× slower (docs/performance.md).
+    BLAS thread waiting for a core made the bootstrap 1.2–13× slower (docs/performance.md).
     Without threadpoolctl installed nothing is limited.
     """
     ctl = _blas_controller()
