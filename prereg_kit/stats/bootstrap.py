@@ -282,6 +282,7 @@ def _one_blas_thread() -> Any:
 
     The products are 64 × P by P × S, too small to gain from threads; on shared cores a second
     BLAS thread waiting for a core made the bootstrap 1.2–13× slower (docs/performance.md).
+    BLAS has one setting per process, so other threads' BLAS calls meanwhile run on one thread too.
     Without threadpoolctl installed nothing is limited.
     """
     ctl = _blas_controller()
