@@ -253,6 +253,12 @@ def robustness_table(df: pd.DataFrame, format_p) -> list[str]:
     out = ["### Robustness", "", "| contrast | test | p | adjusted p | estimate [interval] | verdict |",
            "|---|---|---|---|---|---|"]
     for _, r in df.iterrows():
+        if any(r.get(f"{col}_verdict") for col in cols):  # the contrast's own test first
+            lo, hi = _own_interval(r)
+            est = r["test_estimate"] if isinstance(r.get("test"), str) and r["test"] != "t" else r["mean"]
+            out.append(f"| {r['contrast']} | {r.get('test') or 't'} (the contrast's) | {format_p(r['tested_p'])} "
+                       f"| {format_p(r['p_holm']) if r['tier'] == 'primary' else '—'} | {est:+.3f} [{_end(lo)}, {_end(hi)}] "
+                       f"| {r['verdict']} |")
         for col in cols:
             if not r.get(f"{col}_verdict"):
                 continue
@@ -262,6 +268,14 @@ def robustness_table(df: pd.DataFrame, format_p) -> list[str]:
                        f"| {format_p(r[f'{col}_p_adjusted']) if r['tier'] == 'primary' else '—'} | {est} "
                        f"| {r[f'{col}_verdict']}{mark} |")
     return out + [""]
+
+
+def _own_interval(r: pd.Series) -> tuple[float, float]:
+    """The interval the contrast's own verdict reads."""
+    if (isinstance(r.get("test"), str) and r["test"] != "t") or r["kind"] == "minimal-effect":
+        return r["test_ci_low"], r["test_ci_high"]
+    return {"equivalence": (r["tost_ci_low"], r["tost_ci_high"]),
+            "non-inferiority": (r["ni_lower"], math.inf)}.get(r["kind"], (r["ci_low"], r["ci_high"]))
 
 
 def _end(x: float) -> str:
