@@ -54,6 +54,7 @@ from .gradient_tests import gradient_results, GradientResults
 from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
 from .extrapolated import extrapolation_contrast
 from .readings.designs import design_readings
+from .robustness import robust_columns
 from .runlog import StudyRuns, load_study
 from .verify import verify_study
 
@@ -339,6 +340,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 row.update(welch_statistics(*dr.values, c, plan))
             else:
                 row.update(contrast_statistics(dr.values[0], c, plan, matrices=mats, n_resamples=nres))
+                row.update(robust_columns(dr.values[0], c, plan, n_resamples=nres))  # its named test, robustness rows, d_z
             rows.append(row)
             ps = dr.units.drop(columns="group")[["seed", "treatment_value", "control_value", "difference", "read_at", "unit"]]
             ps.insert(0, "contrast", c.id)

@@ -23,6 +23,7 @@ from .gradient_report import gradient_markdown, write_gradient
 from .plan import COLLAPSE_K
 from .report_html import write_html
 from .report_tex import contrasts_tex
+from .robustness import MARK, flag_lines, json_lists, robustness_table
 
 if TYPE_CHECKING:
     from .analyze import Analysis
@@ -108,20 +109,31 @@ def _share(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else "n.r." if math.isinf(x) else f"{x:.2f}"
 
 
+ADJUSTMENT_LABEL = {"holm": "Holm", "hochberg": "Hochberg", "hommel": "Hommel", "bh": "BH", "bonferroni": "Bonferroni"}
+
+
 def printed_test(row: pd.Series) -> str:
     """The 'test' column: what the paper prints beside each contrast."""
     parts = []
     if is_target(row):
         return f"resamples without a saving: {row['boot_p']:.1%}"
+    adj = ADJUSTMENT_LABEL.get(row.get("adjustment") or "holm", "Holm")
+    test = row.get("test") if isinstance(row.get("test"), str) and row.get("test") != "t" else ""
+    if test or row["kind"] == "minimal-effect":  # the plan named another test, or a minimal effect
+        what = f"{test} " if test else ""
+        what += {"superiority": "", "equivalence": "TOST ", "non-inferiority": "NI "}.get(row["kind"], "MET ")
+        primary = row["tier"] == "primary"
+        parts.append(f"{adj + ' ' if primary else ''}{what}p = {format_p(row['p_holm'] if primary else row['tested_p'])}")
+        return "; ".join(parts)
     if row["kind"] == "superiority":
-        label = "Holm p" if row["tier"] == "primary" and not row.get("exploratory_label", False) else "p"
-        parts.append(f"{label} = {format_p(row['p_holm'] if label == 'Holm p' else row['p'])}")
+        label = f"{adj} p" if row["tier"] == "primary" and not row.get("exploratory_label", False) else "p"
+        parts.append(f"{label} = {format_p(row['p_holm'] if label != 'p' else row['p'])}")
         parts.append(f"TOST p = {format_p(row['tost_p'])}")
     elif row["kind"] == "equivalence":
-        label = "Holm TOST p" if row["tier"] == "primary" else "TOST p"
+        label = f"{adj} TOST p" if row["tier"] == "primary" else "TOST p"
         parts.append(f"{label} = {format_p(row['p_holm'] if row['tier'] == 'primary' else row['tost_p'])}")
     else:
-        label = "Holm NI p" if row["tier"] == "primary" else "NI p"
+        label = f"{adj} NI p" if row["tier"] == "primary" else "NI p"
         parts.append(f"{label} = {format_p(row['p_holm'] if row['tier'] == 'primary' else row['ni_p'])}")
         parts.append(f"90% lower bound {_signed(row['ni_lower'])} vs −{row['margin_high']:g}")
     return "; ".join(parts)
@@ -173,10 +185,11 @@ def contrast_table(df: pd.DataFrame) -> str:
                          f"| {printed_test(r)} | {seeds} | **{r['verdict']}** |")
             continue
         at = f"{r['at']} ({r['extrapolation']})" if isinstance(r.get("extrapolation"), str) else r["at"]
+        mark = f" {MARK}" if isinstance(r.get("verdict_changes_under"), str) and r["verdict_changes_under"] else ""
         lines.append(
             f"| {r['contrast']}{dagger} | {r['tier']} | {shown}{pair} | {metric}{at} | {n} "
             f"| {_signed(r['mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] | {crossed} "
-            f"| {printed_test(r)} | {seeds} | **{r['verdict']}** |")
+            f"| {printed_test(r)} | {seeds} | **{r['verdict']}**{mark} |")
     return "\n".join(lines)
 
 
@@ -254,7 +267,7 @@ def results_record(a: Analysis) -> dict:
         "lock": a.lock_summary,
         "exploratory": a.exploratory,
         **({"synthetic": True} if a.synthetic else {}),  # simulated by `prereg dry-run`; absent on real reports
-        "contrasts": _records(a.contrasts),
+        "contrasts": json_lists(_records(a.contrasts)),  # verdict_changes_under as a list
         "per_seed": _records(a.per_seed),
         "hypotheses": _records(a.hypotheses),
         "configurations": _records(a.configurations),
@@ -371,7 +384,7 @@ def render_markdown(a: Analysis) -> str:
             "welch: unpaired groups, Welch's t, n = both groups); 95% t "
             "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
-            "", contrast_table(a.contrasts), ""] + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
+            "", contrast_table(a.contrasts), ""] + flag_lines(a.contrasts) + robustness_table(a.contrasts, format_p) + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
     if len(a.checks):
         out += ["## Manipulation checks", "",
                 "Each check averages a per-iteration run-log column over the iterations up to its reading point, "
@@ -435,6 +448,8 @@ def console_table(a: "Analysis"):
                else f"share {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}]" if is_target(r)
                else f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]")
         t.add_row(r["contrast"], r["tier"], r.get("comparison", f"{r['treatment']} − {r['control']}"), r["at"], str(r["n"]), est,
-                  format_p(r["p_holm"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]), r["verdict"])
+                  format_p(r["p_holm"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]),
+                  r["verdict"] + (f" {MARK} changes under {r['verdict_changes_under']}"
+                                  if isinstance(r.get("verdict_changes_under"), str) and r["verdict_changes_under"] else ""))
     return t
 

@@ -11,6 +11,7 @@ import pandas as pd
 from . import stats
 from .margin import margin_bounds, noninferiority_margin
 from .plan import Contrast, Plan
+from .robustness import flag_changes, own_reading
 
 NOT_READ = "not read"  # status and verdict of a contrast the runs cannot give (analyze_study(not_read=True))
 
@@ -43,7 +44,8 @@ def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None
         cb = stats.crossed_bootstrap(matrices[0], matrices[1], n_resamples=n_resamples, confidence=st.confidence,
                                      seed=st.seed)
         row.update(crossed_mean=cb.mean, crossed_ci_low=cb.ci_low, crossed_ci_high=cb.ci_high, crossed_p=cb.p)
-    row["tested_p"] = {"superiority": pt.p, "equivalence": tost.p, "non-inferiority": ni.p}[c.kind]
+    # minimal-effect (and a test other than the t) get theirs from robustness.robust_columns
+    row["tested_p"] = {"superiority": pt.p, "equivalence": tost.p, "non-inferiority": ni.p}.get(c.kind, np.nan)
     return row
 
 
@@ -56,15 +58,18 @@ STAT_COLUMNS = ("n", "mean", "sd", "se", "dz", "ci_low", "ci_high", "t", "df", "
 
 
 def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.DataFrame:
-    """Holm within each family on ``tested_p``, then the verdict and the claim label."""
+    """Holm (or the family's ``method``) within each family on ``tested_p``, then the verdict, the
+    robustness rows and their flag (``prereg_kit.robustness``) and the claim label."""
     df = df.copy()
     for col in STAT_COLUMNS:
         if col not in df:
             df[col] = np.nan
-    df["p_holm"] = np.nan
+    df["p_holm"] = np.nan  # the family's adjusted p (its method in ``adjustment``); the name is Holm's, the default
+    df["adjustment"] = ""
     for fam in plan.families:
         rows = df["contrast"].isin(fam.members)
-        df.loc[rows, "p_holm"] = stats.holm(df.loc[rows, "tested_p"].to_numpy())
+        df.loc[rows, "p_holm"] = stats.adjust(df.loc[rows, "tested_p"].to_numpy(), fam.method)
+        df.loc[rows, "adjustment"] = fam.method
     verdicts, reasons = [], []
     df["status"] = df["status"].fillna("read") if "status" in df else "read"
     for _, r in df.iterrows():
@@ -80,17 +85,21 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
         alpha = fam.alpha if fam is not None else plan.statistics.alpha
         p = r["p_holm"] if r["tier"] == "primary" and not np.isnan(r["p_holm"]) else r["tested_p"]
         margin = [r["margin_low"], r["margin_high"]]
-        if r["kind"] == "superiority":
+        if (own := own_reading(r, p, alpha)) is not None:  # a test other than the t, or a minimal-effect row
+            verdicts.append(own[0])
+            reasons.append(own[1])
+        elif r["kind"] == "superiority":
             v = stats.verdict("superiority", p=p, estimate=r["mean"], alpha=alpha)
         elif r["kind"] == "equivalence":
             v = stats.verdict("equivalence", p=p, ci_low=r["tost_ci_low"], ci_high=r["tost_ci_high"], margin=margin, alpha=alpha)
         else:
             v = stats.verdict("non-inferiority", p=p, ci_low=r["ni_lower"], margin=-r["margin_low"], alpha=alpha)
-        verdicts.append(v.reading)
-        reasons.append(v.reason)
+        if own is None:
+            verdicts.append(v.reading)
+            reasons.append(v.reason)
     df["verdict"] = verdicts
     df["verdict_reason"] = reasons
-    df = df.drop(columns="reason", errors="ignore")
+    df = flag_changes(df.drop(columns="reason", errors="ignore"), plan)
     df["claim"] = "exploratory" if exploratory else df["tier"]
     want = df["prediction"].map(PREDICTION_READING)
     df["prediction_met"] = [None if pd.isna(w) else bool(w == v) for w, v in zip(want, df["verdict"])]

@@ -7,6 +7,7 @@ from .designs import check_problems as _check_problems, design_problems as _desi
     extrapolation_problems as _extrapolation_problems, seed_subset_problems as _seed_subset_problems
 from .fields import (COLLAPSE_K, _cut, DERIVED_METRICS, EXTRAPOLATED, ReadingPoint, SPAN_POINTS, TARGET_POINTS, _short)
 from .gradient import gradient_problems
+from .robust import robust_problems
 from .schema import Contrast, EvalSet, Plan
 
 
@@ -88,6 +89,7 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
             errs.append((where + ("id",), f"duplicate contrast id {c.id!r}"))
         errs += _design_problems(c, where, configs, have)
         errs += _extrapolation_problems(plan, c, where)
+        errs += robust_problems(c, where)
         if c.seeds is not None and len(errs) == n_before:
             errs += _seed_subset_problems(plan, c, where)
         if c.eval_set is not None and c.eval_set not in first_set:

@@ -200,6 +200,9 @@ Margin = float | list[float]
 
 Design = Literal["paired", "difference_of_differences", "pooled", "welch"]
 
+# a contrast's own test and its robustness rows (plan/robust.py says which combinations hold)
+TestName = Literal["t", "wilcoxon", "sign-flip", "bootstrap-bca", "bootstrap-studentized"]
+
 
 class Contrast(_Model):
     """One ``[[contrasts]]`` entry. ``design`` says what the unit of analysis is (docs/statistics.md):
@@ -227,7 +230,9 @@ class Contrast(_Model):
     minus_eval_set: str | None = None
     pairs: list[list[str]] = []
     seeds: Seeds | None = None
-    kind: Literal["superiority", "equivalence", "non-inferiority"] = "superiority"
+    kind: Literal["superiority", "equivalence", "non-inferiority", "minimal-effect"] = "superiority"
+    test: TestName = "t"
+    robustness: list[TestName] = []
     at: str = "B"
     margin: Margin | None = None
     alternative: Literal["two-sided", "greater", "less"] = "two-sided"
@@ -341,7 +346,8 @@ class Family(_Model):
     name: Name
     members: list[str]
     alpha: float = Field(default=0.05, gt=0, lt=1)
-    method: Literal["holm"] = "holm"
+    # Holm (the papers' default) or a relative (prereg_kit.stats.adjust)
+    method: Literal["holm", "hochberg", "hommel", "bh", "bonferroni"] = "holm"
 
 
 class Statistics(_Model):
