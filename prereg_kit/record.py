@@ -51,6 +51,18 @@ def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
         row["ci_kind"] = "none"
         row["note"] = "every seed's difference is the same (identical runs): no t statistic"
         return row
+    test = c.get("test") or "t"
+    if test != "t" or c["kind"] not in _P_KEYS:
+        # The p of a named robust test or a minimal-effect test cannot be rebuilt from the paired-t
+        # interval that recheck recomputes: record it in the note, not as a checked p.
+        row["test"] = f"{c['kind']} ({test})"
+        p_own, p_adj = c.get("test_p", c.get("p")), c.get("p_holm")
+        words = [f"p = {format_p(float(p_own))}"] if p_own is not None and math.isfinite(float(p_own)) else []
+        if c.get("family") and p_adj is not None and math.isfinite(float(p_adj)):
+            words.append(f"adjusted p = {format_p(float(p_adj))}")
+        row["note"] = f"{test} test of a {c['kind']} contrast" + (f" ({', '.join(words)})" if words else "") + \
+            "; recheck rebuilds only the paired-t interval"
+        return row
     raw, holm = _P_KEYS[c["kind"]]
     row[raw] = format_p(float(c[_P_COLUMN[c["kind"]]]))
     if c.get("family") and c.get("p_holm") is not None and math.isfinite(float(c["p_holm"])):

@@ -29,6 +29,17 @@ if TYPE_CHECKING:
     from .analyze import Analysis
 
 
+
+_METHOD_WORDS = {"holm": "Holm-adjusted", "hochberg": "Hochberg-adjusted", "hommel": "Hommel-adjusted",
+                 "bh": "Benjamini–Hochberg-adjusted", "bonferroni": "Bonferroni-adjusted"}
+
+
+def _adjusted_words(plan) -> str:
+    """How the families' p are adjusted, in words (the plan's ``method`` of each family)."""
+    methods = sorted({f.method for f in plan.families}) or ["holm"]
+    return " / ".join(_METHOD_WORDS.get(m, m) for m in methods)
+
+
 def format_p(p: float) -> str:
     """Paper style: ``.016``, ``2e-04``; ``<1e-10`` below that; ``n/a`` for NaN."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
@@ -382,7 +393,7 @@ def render_markdown(a: Analysis) -> str:
             "difference of collapse rates, a 0/1 flag per seed), paired by seed unless the design says otherwise "
             "(difference_of_differences: (T − C) − (T' − C') per seed; pooled: one unit per (pair, seed); "
             "welch: unpaired groups, Welch's t, n = both groups); 95% t "
-            "interval. Primary contrasts are Holm-adjusted within their family; † marks exploratory "
+            f"interval. Primary contrasts are {_adjusted_words(plan)} within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
             "", contrast_table(a.contrasts), ""] + flag_lines(a.contrasts) + robustness_table(a.contrasts, format_p) + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
     if len(a.checks):

@@ -34,6 +34,17 @@ def test_row_keys_follow_the_contrast_kind():
     assert r["label"] == "a − b (negative_rate)"
 
 
+def test_named_robust_test_and_minimal_effect_keep_their_p_out_of_the_checked_fields():
+    # recheck rebuilds p from the paired-t interval; a Wilcoxon or minimal-effect p would fail it
+    for kw in ({"kind": "minimal-effect", "test": "t", "test_p": 0.03}, {"test": "wilcoxon", "test_p": 0.0312}):
+        r = record_row(_row(**kw), source="s")
+        assert not {"p", "holm_p", "tost_p", "noninferiority_p"} & set(r)
+        assert r["test"].endswith(f"({kw['test']})") and "p = .03" in r["note"] and "adjusted p = .142" in r["note"]
+        assert (r["mean"], r["ci_low"]) == ("+0.0123", "-0.0010")
+    from prereg_kit.registry import ReportedRow
+    ReportedRow(**record_row(_row(kind="minimal-effect", test_p=0.03), source="s"))
+
+
 def test_identical_runs_keep_the_mean_without_a_test():
     r = record_row(_row(mean=0.0, ci_low=0.0, ci_high=0.0, t=math.nan, zero_sd=True), source="s")
     assert r["ci_kind"] == "none" and "p" not in r and "holm_p" not in r
