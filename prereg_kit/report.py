@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from .analyze import Analysis
 
 
-
 _METHOD_WORDS = {"holm": "Holm-adjusted", "hochberg": "Hochberg-adjusted", "hommel": "Hommel-adjusted",
                  "bh": "Benjamini–Hochberg-adjusted", "bonferroni": "Bonferroni-adjusted"}
 
