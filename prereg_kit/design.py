@@ -28,12 +28,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .jobs import planned_runs
 from .plan import Plan
 from .runlog import ELECTION_FILE, META_FILE, RunLogError, read_meta
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _SEED_DIR = re.compile(r"^seed-(0|[1-9][0-9]*)$")
 

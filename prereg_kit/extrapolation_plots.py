@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from matplotlib.figure import Figure
-
 from .plots import decorate, legend_outside, save_all, subplots, token_unit, tokens_label
 from .readings.extrapolation import Extrapolation, HEURISTIC
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from .analyze import Analysis
 
 

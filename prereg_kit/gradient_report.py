@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
 import pandas as pd
 
 from . import plots
 from .gradient_tests import GradientResults, NOT_RUN, REFUSED, Z_PASS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CSV = "gradient_tests.csv"
 FIGURE = "gradient_tests.png"

@@ -11,14 +11,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
+
+def _is_scalar(v: Any) -> bool:
+    """``numpy.ndim(v) == 0``, without importing numpy (this module is read by every command):
+    arrays and numpy scalars by their ``ndim``; lists and tuples are sequences; anything else a scalar."""
+    nd = getattr(v, "ndim", None)
+    if nd is not None:
+        return nd == 0
+    return not isinstance(v, (list, tuple))
 
 
 def margin_bounds(margin: Any) -> tuple[float, float]:
     """``margin`` as equivalence bounds ``(low, high)``: a positive number ``m`` means ``(−m, +m)``."""
     if margin is None:
         raise ValueError("margin is required")
-    if np.ndim(margin) == 0:
+    if _is_scalar(margin):
         m = float(margin)
         if not math.isfinite(m) or m <= 0:
             raise ValueError(f"margin must be a positive number, got {margin!r}")
@@ -41,7 +48,7 @@ def noninferiority_margin(margin: Any) -> float:
 
 def positive_margin(margin: Any) -> float:
     """A non-inferiority margin given as one positive number (the bound is ``−margin``)."""
-    if margin is None or np.ndim(margin) != 0:
+    if margin is None or not _is_scalar(margin):
         raise ValueError(f"margin must be a positive number, got {margin!r}")
     m = float(margin)
     if not math.isfinite(m) or m <= 0:

@@ -20,16 +20,17 @@ The report's files are written by :func:`forest_plot`, :func:`accuracy_curves` (
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 import textwrap
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Rectangle
-from matplotlib.text import Text
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
+from scipy.special import stdtrit
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the report
+    from matplotlib.figure import Figure
 
 SYNTHETIC = "SYNTHETIC (prereg dry-run)"
 TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
@@ -39,6 +40,8 @@ VECTOR = ".pdf"  # the vector copy written beside every PNG
 
 def subplots(nrows: int = 1, ncols: int = 1, **kw):
     """A figure and its axes, as ``pyplot.subplots`` returns them, on a figure pyplot never sees."""
+    from matplotlib.figure import Figure  # noqa: PLC0415  (matplotlib only when something is drawn)
+
     fig = Figure(figsize=kw.pop("figsize", None))
     return fig, fig.subplots(nrows, ncols, **kw)
 
@@ -93,23 +96,30 @@ def marked(title: str | None, synthetic: bool) -> str | None:
     return f"{SYNTHETIC}: {title}" if title else SYNTHETIC
 
 
-class _Watermark(Text):
-    """SYNTHETIC across a panel, sized when drawn to the panel's final box (after any layout)."""
+@cache
+def _watermark_class() -> type:
+    """The text artist class of :func:`watermark` (made on first use: matplotlib is imported lazily)."""
+    from matplotlib.text import Text  # noqa: PLC0415
 
-    def draw(self, renderer):
-        h, w = (v * 72 / self.figure.dpi for v in (self.axes.bbox.height, self.axes.bbox.width))  # points
-        if h >= 100:  # room for the diagonal
-            self.set_rotation(25)
-            self.set_fontsize(max(8.0, min(40.0, 0.3 * h, 0.2 * w)))
-        else:
-            self.set_rotation(0)
-            self.set_fontsize(max(8.0, min(40.0, 0.7 * h, 0.18 * w)))
-        super().draw(renderer)
+    class _Watermark(Text):
+        """SYNTHETIC across a panel, sized when drawn to the panel's final box (after any layout)."""
+
+        def draw(self, renderer):
+            h, w = (v * 72 / self.figure.dpi for v in (self.axes.bbox.height, self.axes.bbox.width))  # points
+            if h >= 100:  # room for the diagonal
+                self.set_rotation(25)
+                self.set_fontsize(max(8.0, min(40.0, 0.3 * h, 0.2 * w)))
+            else:
+                self.set_rotation(0)
+                self.set_fontsize(max(8.0, min(40.0, 0.7 * h, 0.18 * w)))
+            super().draw(renderer)
+
+    return _Watermark
 
 
 def watermark(ax) -> None:
     """A large, faint SYNTHETIC across the panel, over the data (it never hides a point)."""
-    ax.add_artist(_Watermark(0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, ha="center", va="center",
+    ax.add_artist(_watermark_class()(0.5, 0.5, "SYNTHETIC", transform=ax.transAxes, ha="center", va="center",
                              color="#c0392b", alpha=0.13, zorder=10, clip_on=True, in_layout=False))
 
 
@@ -163,6 +173,9 @@ def forest(contrasts: pd.DataFrame, per_seed: pd.DataFrame, *, ax=None, title: s
     ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point)\nmean and 95% CI; dots: seeds")
     decorate(ax, title, synthetic)
     tiers = set(contrasts["tier"]) if "tier" in contrasts else set()
+    from matplotlib.lines import Line2D  # noqa: PLC0415
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
     handles = [Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items() if t in tiers]
     legend_outside(ax, [*handles, Line2D([], [], marker="o", ls="", ms=3, color="#999999", label="seed"),
                         Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")])
@@ -228,7 +241,7 @@ def difference_data(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], gri
         if diffs is None:
             continue
         m, n = diffs.mean(axis=0), diffs.shape[0]
-        half = sps.t.ppf(0.975, n - 1) * diffs.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(m)
+        half = stdtrit(n - 1, 0.975) * diffs.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(m)
         data.append(pd.DataFrame({"label": label, "treatment": tr, "control": co, "train_seconds": grid,
                                   "difference": m, "half_width": half, "n": n}))
     cols = ["label", "treatment", "control", "train_seconds", "difference", "half_width", "n"]

@@ -34,7 +34,7 @@ from . import __version__
 from .errors import PreregError
 from .lock import Chain, append_entries, format_time, parse_time
 from .plan import resolve_plan_path
-from .runlog import JOB_RECORD, META_FILE, RunLogError, find_runs, read_meta, read_run
+from .runlog import JOB_RECORD, META_FILE, RunLogError, find_runs, read_meta
 
 # Working files of a run folder that are not evidence: the launcher's stderr log, the one-writer
 # lock and its holder note, the executor's job record (written again after the run ends),
@@ -89,6 +89,8 @@ def _seal_fields(study_dir: Path, folder: Path, chain: Chain) -> dict[str, Any]:
     if meta.status != "complete":
         raise PreregError(f"{folder}: run status is '{meta.status}': only a complete run is sealed")
     try:  # never seal what the analysis cannot read
+        from .runlog import read_run  # noqa: PLC0415  (pyarrow only when there are runs to check)
+
         bad = [p for p in read_run(folder).problems if p.kind != "status"]
     except RunLogError as e:
         bad = [e]
@@ -217,6 +219,8 @@ def check_seals(study_dir: str | Path, chain: Chain) -> SealCheck:
         if meta.status != "complete":
             continue
         try:  # an unsealed run is read, so that a log that cannot be sealed names its real cause
+            from .runlog import read_run  # noqa: PLC0415  (pyarrow only when there are runs to check)
+
             bad = [p for p in read_run(folder).problems if p.kind != "status"]
         except RunLogError as e:
             bad = [e]

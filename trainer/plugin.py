@@ -14,8 +14,9 @@ from pydantic import BaseModel
 
 from prereg_kit.plan import Plan
 from trainer.config import FLAT_KEYS, SECTIONS, ConfigError, config_of
-from trainer.elect import elect as run_election
-from trainer.launch import run_study
+
+# trainer.launch and trainer.elect (the training loop's imports) are imported by the methods that
+# use them: `prereg lock` loads this plugin only to check recipes, and must start fast.
 
 
 class BuiltinRunner:
@@ -35,6 +36,8 @@ class BuiltinRunner:
 
             return run_on_executor(study_dir, stage=stage, configs=configs, seeds=seeds, executor=executor,
                                    console=console)
+        from trainer.launch import run_study  # noqa: PLC0415
+
         jobs = run_study(study_dir, stage=stage, configs=configs, seeds=seeds, n_jobs=n_jobs, console=console)
         return not any(j.result.startswith("failed") for j in jobs)
 
@@ -63,6 +66,8 @@ class BuiltinRunner:
               tokens: str | None = None, steps: int | None = None, prompts: int = 64, samples: int = 4,
               n_jobs: int | None = None, log: Callable[[str], None] = print) -> dict:
         """Anchor election (multi-reward paper §4.5): writes ``election.json`` and returns its record."""
+        from trainer.elect import elect as run_election  # noqa: PLC0415
+
         return run_election(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps,
                             prompts=prompts, samples=samples, n_jobs=n_jobs, log=log)
 

@@ -39,18 +39,56 @@ run), :mod:`.writer` (the crash-safe appender and compaction), :mod:`.study` (a 
 
 from __future__ import annotations
 
-from ..stages import STAGES, Stage
-from .folder import find_runs, read_meta, run_dir, write_meta
-from .jobrecord import (JOB_RECORD, read_job_record, record_exited, record_started, record_submitted,
-                        write_job_record)
-from .reader import RunLog, add_derived, check_consistency, read_run, read_table
-from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS, META_FILE,
-                     SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, STEP_SECONDS, TOKEN_KINDS, WRITER_LOCK, WRITER_NOTE,
-                     Column, LogProblem, RunBusyError, RunLogError, RunLogWarning, RunMeta, Status,
-                     election_sha256, uses_elected_anchor, utc_now, validate_frame)
-from .study import StudyRuns, load_study
-from .writer import RunLogWriter, finalize
-from .writerlock import RunLock, run_busy
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# Names resolve on first use, so that ``prereg lock``/``verify`` (which need only the file names)
+# do not pay for pandas/pyarrow, which the reader and writer import.
+_LAZY = {
+    "STAGES": "..stages", "Stage": "..stages",
+    **dict.fromkeys(["find_runs", "read_meta", "run_dir", "write_meta"], ".folder"),
+    **dict.fromkeys(["JOB_RECORD", "read_job_record", "record_exited", "record_started", "record_submitted",
+                     "write_job_record"], ".jobrecord"),
+    **dict.fromkeys(["RunLog", "add_derived", "check_consistency", "read_run", "read_table"], ".reader"),
+    **dict.fromkeys(["EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS",
+                     "META_FILE", "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STATUSES", "STEP_SECONDS", "TOKEN_KINDS",
+                     "WRITER_LOCK", "WRITER_NOTE", "Column", "LogProblem", "RunBusyError", "RunLogError",
+                     "RunLogWarning", "RunMeta", "Status", "election_sha256", "uses_elected_anchor", "utc_now",
+                     "validate_frame"], ".schema"),
+    "StudyRuns": ".study", "load_study": ".study",
+    "RunLogWriter": ".writer", "finalize": ".writer",
+    "RunLock": ".writerlock", "run_busy": ".writerlock",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` on first access (and keep the name here)."""
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:
+    from ..stages import STAGES, Stage
+    from .folder import find_runs, read_meta, run_dir, write_meta
+    from .jobrecord import (JOB_RECORD, read_job_record, record_exited, record_started, record_submitted,
+                            write_job_record)
+    from .reader import RunLog, add_derived, check_consistency, read_run, read_table
+    from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS,
+                         META_FILE, SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, STEP_SECONDS, TOKEN_KINDS,
+                         WRITER_LOCK, WRITER_NOTE, Column, LogProblem, RunBusyError, RunLogError, RunLogWarning,
+                         RunMeta, Status, election_sha256, uses_elected_anchor, utc_now, validate_frame)
+    from .study import StudyRuns, load_study
+    from .writer import RunLogWriter, finalize
+    from .writerlock import RunLock, run_busy
 
 __all__ = [
     "JOB_RECORD", "read_job_record", "record_exited", "record_started", "record_submitted", "write_job_record",

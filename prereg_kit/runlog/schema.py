@@ -9,14 +9,16 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..stages import Stage
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 FORMAT = "prereg-runlog/1"
 META_FILE = "meta.json"
@@ -189,6 +191,8 @@ TOKEN_KINDS = ("tokens_rollout", "tokens_continuation", "tokens_discarded")
 
 
 def _arrow_schema(columns: Sequence[Column]) -> pa.Schema:
+    import pyarrow as pa  # noqa: PLC0415  (only when a table is read or written: lock and verify start fast)
+
     types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
     return pa.schema([(c.name, types[c.kind]) for c in columns])
 
@@ -212,6 +216,8 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
     offending row (row ``i`` is line ``first_line + i``), the field and what was expected.
     Extra columns are kept as they are.
     """
+    import pandas as pd  # noqa: PLC0415  (only when a table is read: lock and verify start fast)
+
     out: dict[str, Any] = {}
     errors: list[tuple[int, str]] = []
     n = len(df)
@@ -309,6 +315,8 @@ def _stage_seconds_rule(out: dict[str, Any], n: int) -> list[tuple[int, str]]:
     """Training time comes either split into the five stages or as one unsplit ``seconds_step``
     (a trainer that does not time its stages; Appendix D's stage shares are then unavailable).
     Never neither, never some stages only; a step time beside all five stages is informative only."""
+    import pandas as pd  # noqa: PLC0415
+
     null = np.column_stack([pd.isna(out[c]).to_numpy() if c in out else np.ones(n, bool) for c in STAGE_SECONDS]) \
         if n else np.zeros((0, len(STAGE_SECONDS)), bool)
     step_null = pd.isna(out[STEP_SECONDS]).to_numpy() if STEP_SECONDS in out else np.ones(n, bool)

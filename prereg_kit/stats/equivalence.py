@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats as sps
 
+from .tdist import t_cdf, t_ppf, t_sf
 from ._checks import Result, check_alpha, equivalence_bounds, paired_differences, positive_margin, safe_ratio
 from .paired import spread
 
@@ -65,9 +65,9 @@ def two_one_sided(mean: float, se: float, df: float, low: float, high: float,
     ``(p_lower, p_upper, p, ci_low, ci_high)`` with ``p_lower = P(T ≥ (mean − low)/se)`` (H0: μ ≤ low),
     ``p_upper = P(T ≤ (mean − high)/se)`` (H0: μ ≥ high), ``p`` their maximum and the 1−2α
     interval ``mean ± t_{1−α, df}·se`` (shared by the paired and the Welch TOST)."""
-    p_lower = float(sps.t.sf(safe_ratio(mean - low, se), df))
-    p_upper = float(sps.t.cdf(safe_ratio(mean - high, se), df))
-    half = float(sps.t.ppf(1.0 - alpha, df)) * se
+    p_lower = t_sf(safe_ratio(mean - low, se), df)
+    p_upper = t_cdf(safe_ratio(mean - high, se), df)
+    half = t_ppf(1.0 - alpha, df) * se
     return p_lower, p_upper, max(p_lower, p_upper), mean - half, mean + half
 
 
@@ -114,8 +114,8 @@ def noninferiority_from_stats(n: int, mean: float, sd: float, *, margin: float, 
     df = n - 1
     se = sd / math.sqrt(n)
     t = safe_ratio(mean + m, se)
-    p = float(sps.t.sf(t, df))
-    lower = mean - float(sps.t.ppf(1.0 - alpha, df)) * se
+    p = t_sf(t, df)
+    lower = mean - t_ppf(1.0 - alpha, df) * se
     return NonInferiority(n=n, n_dropped=n_dropped, mean=mean, sd=sd, se=se, df=df, margin=m, t=t, p=p,
                           lower=lower, alpha=alpha, holds=bool(lower > -m), zero_sd=bool(sd == 0))
 

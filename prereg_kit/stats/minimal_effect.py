@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats as sps
 
+from .tdist import t_cdf, t_ppf, t_sf
 from ._checks import (
     Result,
     check_alpha,
@@ -59,8 +59,8 @@ def minimal_effect_test(diff: Any, low: float, high: float | None = None, *, alp
     df = n - 1
     se = sd / math.sqrt(n)
     t_lower, t_upper = safe_ratio(mean - low, se), safe_ratio(mean - high, se)
-    p_lower, p_upper = float(sps.t.cdf(t_lower, df)), float(sps.t.sf(t_upper, df))
-    half = float(sps.t.ppf(1.0 - alpha, df)) * se
+    p_lower, p_upper = t_cdf(t_lower, df), t_sf(t_upper, df)
+    half = t_ppf(1.0 - alpha, df) * se
     p = min(p_lower, p_upper)
     return MinimalEffect(n=n, n_dropped=n_dropped, mean=mean, sd=sd, se=se, df=df, low=low, high=high,
                          t_lower=t_lower, t_upper=t_upper, p_lower=p_lower, p_upper=p_upper, p=p,

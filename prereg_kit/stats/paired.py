@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
+from .tdist import t_cdf, t_ppf, t_sf
 from ._checks import Result, check_alternative, check_confidence, paired_differences, safe_ratio
 
 
@@ -44,18 +44,18 @@ class PairedT(Result):
 def t_pvalue(t: float, df: float, alternative: str) -> float:
     """p-value of a t statistic (``t`` may be ±inf in the zero-spread limit)."""
     if alternative == "greater":
-        return float(sps.t.sf(t, df))
+        return t_sf(t, df)
     if alternative == "less":
-        return float(sps.t.cdf(t, df))
-    return float(min(1.0, 2.0 * sps.t.sf(abs(t), df)))
+        return t_cdf(t, df)
+    return float(min(1.0, 2.0 * t_sf(abs(t), df)))
 
 
 def t_interval(mean: float, se: float, df: float, confidence: float, alternative: str) -> tuple[float, float]:
     """Paired-t interval; one-sided alternatives give a one-sided bound (the other end infinite)."""
     if alternative == "two-sided":
-        half = float(sps.t.ppf(0.5 + confidence / 2.0, df)) * se
+        half = t_ppf(0.5 + confidence / 2.0, df) * se
         return mean - half, mean + half
-    crit = float(sps.t.ppf(confidence, df)) * se
+    crit = t_ppf(confidence, df) * se
     if alternative == "greater":
         return mean - crit, math.inf
     return -math.inf, mean + crit

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
+from .tdist import t_ppf, t_sf
 from ._checks import Result, check_alpha, check_alternative, check_confidence, equivalence_bounds, positive_margin, safe_ratio
 from .paired import spread, t_interval, t_pvalue
 from .equivalence import two_one_sided
@@ -137,6 +137,6 @@ def noninferiority_welch(first: Any, second: Any, *, margin: float, alpha: float
     a, b = _groups(first, second)
     mean, se, df = _moments(a, b)
     t = safe_ratio(mean + m, se)
-    lower = mean - float(sps.t.ppf(1.0 - alpha, df)) * se
-    return WelchNonInferiority(mean=mean, se=se, df=df, margin=m, t=t, p=float(sps.t.sf(t, df)), lower=lower,
+    lower = mean - t_ppf(1.0 - alpha, df) * se
+    return WelchNonInferiority(mean=mean, se=se, df=df, margin=m, t=t, p=t_sf(t, df), lower=lower,
                                alpha=alpha, holds=bool(lower > -m))

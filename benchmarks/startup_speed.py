@@ -1,0 +1,134 @@
+"""Benchmark: how long a `prereg` process takes to start, as a ratio to `python -c "import pandas"`
+measured in the same run.
+
+Each command is a fresh process (wall time from spawn to exit, median of ``--repeat``), on a
+small study locked in a temporary folder (the tests' small plan):
+
+* ``prereg --help``;
+* ``prereg lock <plan>`` (on a fresh copy of the study each time);
+* ``prereg verify <study>``;
+* ``import prereg_kit.analyze`` (what `analyze` and `report` pay before any work: pandas and
+  scipy are its tools, so this one is expected near or above 1).
+
+The reference (``import pandas``) is timed in the same run, interleaved with ours, so a busy
+machine slows both. Lines read ``startup  prereg --help  0.79× import pandas``.
+
+    python3 benchmarks/startup_speed.py [--repeat 5] [--before /path/to/other/checkout] [--numba]
+
+``--numba`` also times the tabular recursion (analyses.tabular, n = 8) in two fresh processes
+sharing an empty ``PREREG_CACHE``: the first compiles its numba kernels and caches them, the second
+loads them.
+
+``--before`` also times the same commands from another checkout (e.g. the commit before a change),
+interleaved with ours, and prints its ratio beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests")]
+
+PRE = [sys.executable, "-m", "prereg_kit"]
+
+
+def wall(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    """Seconds from spawning ``cmd`` to its exit (it must succeed)."""
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {res.stdout}{res.stderr}")
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5, help="processes per command (median reported)")
+    ap.add_argument("--before", type=Path, help="another checkout to time beside this one")
+    ap.add_argument("--numba", action="store_true", help="also time the tabular kernels' compile cache")
+    args = ap.parse_args()
+    from plans import SMALL_PLAN
+
+    roots = {"ours": ROOT, **({"before": args.before.resolve()} if args.before else {})}
+    envs = {k: {**os.environ, "PYTHONPATH": str(r)} for k, r in roots.items()}
+    env = envs["ours"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        template = tmp / "template"
+        template.mkdir()
+        (template / "plan.toml").write_text(SMALL_PLAN)
+        study = tmp / "study"
+        shutil.copytree(template, study)
+        wall([*PRE, "lock", str(study / "plan.toml")], env, tmp)
+        commands = {
+            "prereg --help": lambda i: [*PRE, "--help"],
+            "prereg lock": lambda i: [*PRE, "lock", str(_fresh(template, tmp / f"lock-{i}") / "plan.toml")],
+            "prereg verify": lambda i: [*PRE, "verify", str(study)],
+            "import prereg_kit.analyze": lambda i: [sys.executable, "-c", "import prereg_kit.analyze"],
+        }
+        ref_cmd = [sys.executable, "-c", "import pandas"]
+        wall(ref_cmd, env, tmp)  # warm the file cache for both sides
+        for k, e in envs.items():
+            for name, make in commands.items():
+                wall(make(f"{k}-warm"), e, tmp)
+        times: dict[tuple[str, str], list[float]] = {(k, name): [] for k in envs for name in commands}
+        ref: list[float] = []
+        for i in range(args.repeat):  # interleaved: a burst of load slows every side alike
+            ref.append(wall(ref_cmd, env, tmp))
+            for k, e in envs.items():
+                for name, make in commands.items():
+                    times[k, name].append(wall(make(f"{k}-{i}"), e, tmp))
+    r = statistics.median(ref)
+    print(f"reference: python -c 'import pandas'  {r * 1e3:.0f} ms (median of {args.repeat})")
+    for name in commands:
+        m = statistics.median(times["ours", name])
+        before = ""
+        if "before" in envs:
+            b = statistics.median(times["before", name])
+            before = f"   before: {b / r:5.2f}× ({b * 1e3:.0f} ms)"
+        print(f"startup  {name:<26} {m / r:5.2f}× import pandas   ({m * 1e3:.0f} ms){before}")
+    if args.numba:
+        numba_cache()
+
+
+TABULAR = """\
+import time
+t0 = time.perf_counter()
+from analyses.tabular import iterations_to_reach
+iterations_to_reach((0.8, 0.01, 0.19), rule="grpo", eta=0.2, rho=0.5, n=8, alpha=1.0, action=1,
+                    threshold=0.5, max_iter=10**5)
+print(time.perf_counter() - t0)
+"""
+
+
+def numba_cache() -> None:
+    """First and second process of the tabular recursion on one empty cache folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PREREG_CACHE": str(Path(tmp) / "numba")}
+        inner, outer = [], []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            res = subprocess.run([sys.executable, "-c", TABULAR], env=env, capture_output=True, text=True, check=True)
+            outer.append(time.perf_counter() - t0)
+            inner.append(float(res.stdout.split()[-1]))
+    print(f"numba cache  first process {outer[0]:.2f} s (import + compile + run {inner[0]:.2f} s), "
+          f"second {outer[1]:.2f} s ({inner[1]:.2f} s): second/first {outer[1] / outer[0]:.2f}×")
+
+
+def _fresh(template: Path, dest: Path) -> Path:
+    shutil.copytree(template, dest)
+    return dest
+
+
+if __name__ == "__main__":
+    main()

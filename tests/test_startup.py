@@ -1,0 +1,96 @@
+"""`prereg --help`, `lock` and `verify` start without the heavy libraries: pandas, scipy,
+matplotlib, torch and numba are imported only by the commands that compute or draw."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("pandas", "scipy", "matplotlib", "torch", "numba")
+
+# Runs the command as `prereg` does, then prints (on the last stdout line) which heavy
+# top-level packages are in sys.modules when the process exits.
+WRAPPER = """\
+import atexit, json, runpy, sys
+heavy = {heavy!r}
+atexit.register(lambda: print("\\nLOADED " + json.dumps(sorted(m for m in heavy if m in sys.modules))))
+sys.argv = ["prereg", *sys.argv[1:]]
+runpy.run_module("prereg_kit", run_name="__main__")
+"""
+
+
+def _loaded(*args: str, cwd: Path) -> tuple[list[str], subprocess.CompletedProcess]:
+    res = subprocess.run([sys.executable, "-c", WRAPPER.format(heavy=HEAVY), *args], capture_output=True,
+                         text=True, cwd=cwd, timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("LOADED ")]
+    assert line, res.stdout + res.stderr
+    return json.loads(line[-1][len("LOADED "):]), res
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_help_lock_and_verify_import_no_heavy_library(study: Path, tmp_path: Path):
+    loaded, res = _loaded("--help", cwd=tmp_path)
+    assert res.returncode == 0 and "lock" in res.stdout, res.stderr
+    assert loaded == []
+    loaded, res = _loaded("lock", str(study / "plan.toml"), cwd=tmp_path)
+    assert res.returncode == 0 and (study / "plan.lock").exists(), res.stdout + res.stderr
+    assert loaded == []
+    loaded, res = _loaded("verify", str(study), cwd=tmp_path)
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
+    assert loaded == []
+
+
+def test_the_wrapper_sees_a_heavy_import(tmp_path: Path):
+    """The check can fail: a command that does import pandas is reported (here: `analyze` of a
+    folder without a plan still loads the analysis, which imports pandas and scipy)."""
+    code = WRAPPER.format(heavy=HEAVY).replace('runpy.run_module', 'import pandas; runpy.run_module')
+    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
+    assert 'LOADED ["pandas"]' in res.stdout
+
+
+@pytest.mark.parametrize("module, absent", [
+    ("prereg_kit.report", ("matplotlib",)),
+    ("prereg_kit.analyze", ("matplotlib", "numba", "torch")),
+    ("prereg_kit.runlog", ("pandas", "pyarrow", "scipy")),
+    ("prereg_kit.plan", ("pandas", "scipy", "matplotlib")),
+])
+def test_importing_a_module_leaves_the_heavy_libraries_out(module: str, absent: tuple[str, ...]):
+    """matplotlib (and so pyplot) is imported when a figure is drawn, not with the report."""
+    code = (f"import sys, {module}\n"
+            f"print(sorted(m for m in {absent!r} if m in sys.modules or m + '.pyplot' in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", f"{module} imported {res.stdout.strip()}"
+
+
+def test_lazy_runlog_keeps_every_public_name():
+    import prereg_kit.runlog as runlog
+
+    assert set(runlog.__all__) <= set(runlog._LAZY) | {"__all__"}
+    for name in runlog.__all__:
+        assert getattr(runlog, name) is not None
+    with pytest.raises(AttributeError):
+        runlog.no_such_name  # noqa: B018
+    from prereg_kit.runlog import RunLogWriter, read_run  # noqa: F401  (still importable by name)
+
+
+def test_a_drawn_figure_still_gets_its_watermark():
+    """The watermark's artist class is made when first drawn; it is still a matplotlib Text."""
+    from matplotlib.text import Text
+
+    from prereg_kit import plots
+
+    fig, ax = plots.subplots()
+    plots.watermark(ax)
+    assert any(isinstance(a, Text) and a.get_text() == "SYNTHETIC" for a in ax.artists + ax.texts)
