@@ -51,7 +51,7 @@ def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
         row["ci_kind"] = "none"
         row["note"] = "every seed's difference is the same (identical runs): no t statistic"
         return row
-    test = c.get("test") or "t"
+    test = c.get("test") if isinstance(c.get("test"), str) and c.get("test") else "t"  # NaN: no robust columns
     if test != "t" or c["kind"] not in _P_KEYS:
         # The p of a named robust test or a minimal-effect test cannot be rebuilt from the paired-t
         # interval that recheck recomputes: record it in the note, not as a checked p.
