@@ -216,3 +216,58 @@ def test_a_failing_run_fails_alone_and_a_dead_worker_hands_the_queue_to_a_fresh_
     pid = [r["job_id"].split()[1] for r in recs]
     assert pid[0] == pid[1] != pid[2]  # the failed run's worker went on; the killed one was replaced
     assert read_run(killed.folder).meta.status == "running"  # as after a SIGKILLed run process: resumable
+
+
+# --- the launcher's side, with a stand-in worker ---------------------------------------------------
+
+FAKE_WORKER = """\
+import json, os, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    what = open(req["spec"]).read()
+    with open(req["log"], "a") as log:
+        log.write(f"{what} in {os.getpid()} as {req['env']['PREREG_JOB_ID']}\\n")
+    print(json.dumps({"iteration": 1, "tokens": 10}), flush=True)
+    if what == "crash":
+        os._exit(9)
+    print(json.dumps({"worker_done": 0, "retiring": what == "retire"}), flush=True)
+    if what == "retire":
+        sys.exit(0)
+"""
+
+
+class _Spec:
+    stop_tokens, iteration_stop = 10, None
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def save(self, path) -> None:
+        Path(path).write_text(self.what)
+
+
+def test_the_launcher_replaces_a_worker_that_retires_or_dies_and_never_hands_it_another_run(tmp_path, monkeypatch):
+    """A worker that says it retires after a run gets no further run (even before it has exited);
+    one that dies mid-run fails that run only; the slot's next runs go to fresh workers."""
+    from types import SimpleNamespace
+
+    import trainer.launch as launch
+
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    monkeypatch.setattr(launch.RunWorker, "command", [sys.executable, str(script)])
+    monkeypatch.setattr(launch, "default_jobs", lambda: (1, [None]))
+    whats = ["ok", "retire", "ok", "crash", "ok"]
+    jobs = [SimpleNamespace(configuration="c", seed=i, folder=tmp_path / f"seed-{i}", spec=_Spec(w), state="new",
+                            result="", progress={}, process=None, exit_code=None) for i, w in enumerate(whats)]
+    launch.run_jobs(jobs, 1)
+    assert [j.result for j in jobs[:3]] == ["complete"] * 3 and jobs[4].result == "complete"
+    assert jobs[3].result == "failed (the worker ended during the run, exit 9: crash in " + \
+        read_job_record(jobs[3].folder)["job_id"].split()[1] + " as " + read_job_record(jobs[3].folder)["job_id"] + ")"
+    logs = [(j.folder / "train.log").read_text().split() for j in jobs]
+    pids = [log[2] for log in logs]
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+    for k, (j, log) in enumerate(zip(jobs, logs), 1):
+        rec = read_job_record(j.folder)
+        assert rec["job_id"] == f"pid {pids[k - 1]} run {k}/5" == " ".join(log[4:])
+        assert rec["exit_code"] == (9 if j.seed == 3 else 0) and rec["state"] == "exited"

@@ -14,12 +14,13 @@
 * One job slot per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
   on CPU one job at a time. Each slot trains its runs one after another in one worker process
   (``trainer.run_worker``: imports and start-up paid once per slot, every run still with its own
-  log, lock, seeds and result); ``fresh_process`` starts one ``python -m trainer`` per run instead. Main-stage and calibration runs never share a device: ``--jobs`` above
-  the number of CUDA devices is refused for them (their seconds are compared, dense-rewards paper
-  §2.3); smoke and pilot runs may share.
-* Each run's ``executor.json`` names its process (executor ``local``, job id ``pid <worker> run k/m``,
-  or the launcher's ``pid <n>`` with ``fresh_process``), as the
-  Slurm and Ray executors (``trainer.executors``) name their jobs; ``prereg status`` reads it.
+  log, lock, seeds and result); ``fresh_process`` starts one ``python -m trainer`` per run instead.
+  Main-stage and calibration runs never share a device: ``--jobs`` above the number of CUDA
+  devices is refused for them (their seconds are compared, dense-rewards paper §2.3); smoke and
+  pilot runs may share.
+* Each run's ``executor.json`` names its process (executor ``local``, job id ``pid <worker> run
+  k/m``, or the launcher's ``pid <n>`` with ``fresh_process``), as the Slurm and Ray executors
+  (``trainer.executors``) name their jobs; ``prereg status`` reads it.
 * The progress bars show the latest evaluation's accuracy except in the main stage, which stays
   blind until it is analyzed.
 """
@@ -215,16 +216,20 @@ class RunWorker:
     handed to it one after another, each as ``python -m trainer`` would (its own log, lock,
     seeds; ``trainer.run_worker``), so the imports and start-up are paid once per slot."""
 
+    command = [sys.executable, "-m", "trainer.run_worker"]
+
     def __init__(self, device: str | None) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.run_worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=_env(device), text=True, bufsize=1)
+        self.retiring = False  # the worker said it ends after its last run
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Whether the worker takes another run."""
+        return not self.retiring and self.proc.poll() is None
 
     def run(self, job: Job, on_progress: Callable[[Job], None] = lambda j: None, *,
             env: dict[str, str] | None = None) -> str:
@@ -252,6 +257,7 @@ class RunWorker:
                     continue
                 if "worker_done" in msg:
                     rc = int(msg["worker_done"])
+                    self.retiring = bool(msg.get("retiring"))
                     break
                 job.progress.update(msg)
                 on_progress(job)

@@ -6,8 +6,8 @@ per iteration of the tiny model).
 Protocol, one JSON object a line: the launcher writes ``{"spec": …, "log": …, "env": {…}}`` on the
 worker's stdin; the worker trains that run through the entry point of ``python -m trainer``
 (:func:`trainer.__main__.main`), writing the run's progress lines on stdout as a run process does,
-then ``{"worker_done": rc}`` with the exit code a run process would have had. The end of stdin
-ends the worker.
+then ``{"worker_done": rc, "retiring": …}`` with the exit code a run process would have had and
+whether the worker ends now (below). The end of stdin ends the worker.
 
 Each run stays its own, as in a process of its own:
 
@@ -121,9 +121,10 @@ def main() -> int:
             if not line.strip():
                 continue
             rc = train_one(json.loads(line), fresh)
-            out.write("\n" + json.dumps({"worker_done": rc}) + "\n")  # on a line of its own, whatever the run wrote
+            retire = retire_after(rc)  # said with the result, so the launcher never hands this worker another run
+            out.write("\n" + json.dumps({"worker_done": rc, "retiring": retire}) + "\n")  # a line of its own
             out.flush()
-            if retire_after(rc):
+            if retire:
                 return 0
     except KeyboardInterrupt:  # SIGTERM (trainer.__main__'s handler) or Ctrl-C between runs
         return STOPPED
