@@ -47,12 +47,13 @@ def executor_dict(executor: str, jobs: int | None, given: dict[str, Any]) -> dic
                                  and v not in (None, [])}
 
 
-def _takes_executor(run_fn: Any) -> bool:
+def _takes_executor(run_fn: Any, name: str = "executor") -> bool:
+    """Whether the runner's ``run`` takes the keyword ``name`` (a runner of its own may not)."""
     try:
         params = inspect.signature(run_fn).parameters
     except (TypeError, ValueError):
         return False
-    return "executor" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 @handles_errors
@@ -75,7 +76,8 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
         slurm_backend: Annotated[str | None, typer.Option("--slurm-backend", help="slurm (sbatch) or local (submitit's LocalExecutor: no cluster).")] = None,
         wait: Annotated[bool, typer.Option("--wait", help="Slurm: wait for the array to end and report (exit 1 if a run failed).")] = False,
         ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address (default: start a local cluster).")] = None,
-        retries: Annotated[int | None, typer.Option("--retries", help="Ray: retries of a run whose worker was lost (default 3).")] = None) -> None:
+        retries: Annotated[int | None, typer.Option("--retries", help="Ray: retries of a run whose worker was lost (default 3).")] = None,
+        fresh_process: Annotated[bool, typer.Option("--fresh-process", help="One process per run, not one worker process per job slot training its runs in turn (local executor). docs/cli.md")] = False) -> None:
     """Train every configuration x seed of the plan's stage; skip complete runs, resume incomplete ones."""
     from .runners import load_runner
 
@@ -92,6 +94,13 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
             raise PreregError(f"--executor {executor}: the runner {getattr(backend, 'name', type(backend).__name__)!r} "
                               "takes no executor (its run() has no `executor` parameter); use --executor local")
         kwargs["executor"] = options
+    if fresh_process:
+        if options is not None:
+            raise PreregError(f"--fresh-process is an option of --executor local; --executor {executor} runs one process per run")
+        if not _takes_executor(backend.run, "fresh_process"):
+            raise PreregError(f"--fresh-process: the runner {getattr(backend, 'name', type(backend).__name__)!r} "
+                              "takes no fresh_process (its run() has no `fresh_process` parameter)")
+        kwargs["fresh_process"] = True
     if not backend.run(study_dir, stage=stage, configs=split_values(configs), seeds=chosen, n_jobs=jobs, console=err, **kwargs):
         raise typer.Exit(1)
     if stage == "calibration":  # the budget and truncation rules, written as an amendment

@@ -70,7 +70,7 @@ LAYERS = {
         ("core", ["trainer.core"]),
         ("interventions", ["trainer.interventions"]),
         ("run", ["trainer.loop", "trainer.probe_grad"]),
-        ("commands", ["trainer.progress_lines", "trainer.launch", "trainer.elect", "trainer.smoke", "trainer.plugin", "trainer.__main__",
+        ("commands", ["trainer.progress_lines", "trainer.run_worker", "trainer.launch", "trainer.elect", "trainer.smoke", "trainer.plugin", "trainer.__main__",
                       "trainer.gradient_test", "trainer.executors"]),
     ],
 }

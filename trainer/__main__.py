@@ -1,4 +1,5 @@
-"""One run process: ``python -m trainer RUN_DIR/spec.json`` (what ``prereg run`` launches).
+"""One run process: ``python -m trainer RUN_DIR/spec.json`` (what ``prereg run --fresh-process``
+launches; a worker of ``prereg run``, ``trainer.run_worker``, calls :func:`main` for each of its runs).
 
 Prints one JSON progress line per iteration on stdout; user errors go to stderr as one line and
 exit with code 2 (another writer holds the run, a refused plan, a corrupt log); a run that is

@@ -11,12 +11,16 @@
 * A main-stage run seals itself into the plan's lock chain when it completes (``prereg_kit.seal``).
 * Shared assets (synthetic task, tokenizer, warm start) are built once here, before any run
   process starts, so concurrent runs never race to build them and their time is not a run's.
-* One process per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
-  on CPU one job at a time. Main-stage and calibration runs never share a device: ``--jobs`` above
-  the number of CUDA devices is refused for them (their seconds are compared, dense-rewards paper
-  §2.3); smoke and pilot runs may share.
-* Each run's ``executor.json`` names this launcher (executor ``local``, job id ``pid <n>``), as the
-  Slurm and Ray executors (``trainer.executors``) name their jobs; ``prereg status`` reads it.
+* One job slot per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
+  on CPU one job at a time. Each slot trains its runs one after another in one worker process
+  (``trainer.run_worker``: imports and start-up paid once per slot, every run still with its own
+  log, lock, seeds and result); ``fresh_process`` starts one ``python -m trainer`` per run instead.
+  Main-stage and calibration runs never share a device: ``--jobs`` above the number of CUDA
+  devices is refused for them (their seconds are compared, dense-rewards paper §2.3); smoke and
+  pilot runs may share.
+* Each run's ``executor.json`` names its process (executor ``local``, job id ``pid <worker> run
+  k/m``, or the launcher's ``pid <n>`` with ``fresh_process``), as the Slurm and Ray executors
+  (``trainer.executors``) name their jobs; ``prereg status`` reads it.
 * The progress bars show the latest evaluation's accuracy except in the main stage, which stays
   blind until it is analyzed.
 """
@@ -193,39 +197,130 @@ def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = l
             on_progress(job)
         rc = proc.wait()
     job.exit_code = rc
-    if rc == 0:
+    return _result(job, rc)
+
+
+def _result(job: Job, rc: int, worker_died: bool = False) -> str:
+    """The result of a run from its exit code (and, when it failed, its log's last line)."""
+    if rc == 0 and not worker_died:
         return "complete"
-    if rc == 3:  # the trainer found the run complete: another process finished it meanwhile
+    if rc == 3 and not worker_died:  # the trainer found the run complete: another process finished it meanwhile
         return "skipped (completed by another process)"
-    tail = (job.folder / LOG_FILE).read_text(errors="replace").strip().splitlines()[-1:] or [""]
-    return f"failed (exit {rc}: {tail[0][:200]})"
+    log = job.folder / LOG_FILE
+    tail = (log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []) or [""]
+    return f"failed ({'the worker ended during the run, ' if worker_died else ''}exit {rc}: {tail[0][:200]})"
+
+
+class RunWorker:
+    """A ``python -m trainer.run_worker`` process of one job slot (one device): it trains the runs
+    handed to it one after another, each as ``python -m trainer`` would (its own log, lock,
+    seeds; ``trainer.run_worker``), so the imports and start-up are paid once per slot."""
+
+    command = [sys.executable, "-m", "trainer.run_worker"]
+
+    def __init__(self, device: str | None) -> None:
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=_env(device), text=True, bufsize=1)
+        self.retiring = False  # the worker said it ends after its last run
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        """Whether the worker takes another run."""
+        return not self.retiring and self.proc.poll() is None
+
+    def run(self, job: Job, on_progress: Callable[[Job], None] = lambda j: None, *,
+            env: dict[str, str] | None = None) -> str:
+        """Train ``job`` in this worker; its result, as :func:`run_one` gives it. A worker that dies
+        during the run (a hard crash) fails the run with the worker's exit code (negative: a signal)."""
+        job.folder.mkdir(parents=True, exist_ok=True)
+        spec_path = job.folder / SPEC_FILE
+        job.spec.save(spec_path)
+        job.process = self.proc
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        rc: int | None = None
+        try:
+            self.proc.stdin.write(json.dumps({"spec": str(spec_path), "log": str(job.folder / LOG_FILE),
+                                              "env": env or {}}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):  # the worker is gone already
+            pass
+        else:
+            for line in self.proc.stdout:
+                try:
+                    msg = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                if "worker_done" in msg:
+                    rc = int(msg["worker_done"])
+                    self.retiring = bool(msg.get("retiring"))
+                    break
+                job.progress.update(msg)
+                on_progress(job)
+        if rc is None:  # no word of the run's end: the worker died under it
+            rc = self.proc.wait()
+            job.exit_code = rc if rc != 0 else -1
+            return _result(job, job.exit_code, worker_died=True)
+        job.exit_code = rc
+        return _result(job, rc)
+
+    def close(self) -> None:
+        """End the worker (the end of its input) and wait for it."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callable[[Job], None] = lambda j: None,
-             on_done: Callable[[Job], None] = lambda j: None) -> list[Job]:
-    """Run the jobs that are not complete, ``n_jobs`` at a time (threads that each wait on a process)."""
+             on_done: Callable[[Job], None] = lambda j: None, *, fresh_process: bool = False) -> list[Job]:
+    """Run the jobs that are not complete, ``n_jobs`` at a time: one thread per slot, each handing
+    its runs to one worker process (:class:`RunWorker`), or with ``fresh_process`` starting one
+    ``python -m trainer`` process per run. A worker that died is replaced for the slot's next run."""
     todo = [j for j in jobs if j.state not in ("complete", "busy")]
     n_default, devices = default_jobs()
     n = max(1, n_jobs or n_default)
-    queue = list(todo)
+    queue = list(enumerate(todo, 1))
     lock = threading.Lock()
 
     def worker(slot: int) -> None:
         device = devices[slot % len(devices)]
-        while True:
-            with lock:
-                if not queue:
-                    return
-                job = queue.pop(0)
-            holder = run_busy(job.folder)
-            if holder is not None:
-                job.result = f"failed (another writer holds this run: {holder})"
-            else:  # executor.json: this launcher is the job behind the run (prereg status reads it)
-                job_id = f"pid {os.getpid()}"
-                record_started(job.folder, "local", job_id)
-                job.result = run_one(job, device, on_progress, env={"PREREG_EXECUTOR": "local", "PREREG_JOB_ID": job_id})
-                record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
-            on_done(job)
+        runner: RunWorker | None = None
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    k, job = queue.pop(0)
+                holder = run_busy(job.folder)
+                if holder is not None:
+                    job.result = f"failed (another writer holds this run: {holder})"
+                elif fresh_process:  # executor.json: this launcher is the job behind the run (prereg status reads it)
+                    job_id = f"pid {os.getpid()}"
+                    record_started(job.folder, "local", job_id)
+                    job.result = run_one(job, device, on_progress, env={"PREREG_EXECUTOR": "local", "PREREG_JOB_ID": job_id})
+                    record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
+                else:
+                    if runner is None or not runner.alive():
+                        runner = RunWorker(device)
+                    job_id = f"pid {runner.pid} run {k}/{len(todo)}"
+                    record_started(job.folder, "local", job_id)
+                    job.result = runner.run(job, on_progress, env={"PREREG_EXECUTOR": "local", "PREREG_JOB_ID": job_id})
+                    record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
+                on_done(job)
+        finally:
+            if runner is not None:
+                runner.close()
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(min(n, len(todo)))]
     for t in threads:
@@ -237,20 +332,22 @@ def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callab
     except KeyboardInterrupt:
         with lock:
             queue.clear()
-        for j in todo:  # SIGTERM: each run marks itself 'stopped' and can be resumed
-            if j.process is not None and j.process.poll() is None:
-                j.process.terminate()
-        for j in todo:
-            if j.process is not None:
-                j.process.wait()
+        running = {id(j.process): j.process for j in todo if j.process is not None}  # a worker once, however many runs it had
+        for proc in running.values():  # SIGTERM: each run marks itself 'stopped' and can be resumed
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in running.values():
+            proc.wait()
         raise PreregError("interrupted: running runs were stopped; `prereg run` again resumes them", exit_code=130) from None
     return list(jobs)
 
 
 def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[str] | None = None,
-              seeds: Sequence[int] | None = None, n_jobs: int | None = None, console=None) -> list[Job]:
+              seeds: Sequence[int] | None = None, n_jobs: int | None = None, console=None,
+              fresh_process: bool = False) -> list[Job]:
     """Plan, prepare and run a stage with rich progress bars on a terminal, plain progress lines
-    elsewhere (``trainer.progress_lines``); returns the jobs with results."""
+    elsewhere (``trainer.progress_lines``); returns the jobs with results. The runs train in one
+    worker process per job slot, or with ``fresh_process`` in one process each (:func:`run_jobs`)."""
     from rich.console import Console  # noqa: PLC0415
 
     con = console or Console(stderr=True)
@@ -280,11 +377,11 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
         lines = RunLines([j for j in jobs if j.state not in ("complete", "busy")],
                          lambda m: con.print(m, markup=False, highlight=False), blind=stage == "main").start()
         try:
-            run_jobs(jobs, n_jobs, lines.update, lines.done)
+            run_jobs(jobs, n_jobs, lines.update, lines.done, **_mode(fresh_process))
         finally:
             lines.stop()
     else:
-        _run_with_bars(jobs, n_jobs, stage, con)
+        _run_with_bars(jobs, n_jobs, stage, con, **_mode(fresh_process))
     failed = [j for j in jobs if j.result.startswith("failed")]
     skipped = [j for j in jobs if j.result.startswith("skipped")]
     con.print(f"{len(jobs) - len(done) - len(failed) - len(skipped)} run(s) finished, {len(failed)} failed, "
@@ -294,7 +391,12 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
     return jobs
 
 
-def _run_with_bars(jobs: Sequence[Job], n_jobs: int | None, stage: str, con) -> None:
+def _mode(fresh_process: bool) -> dict:
+    """``run_jobs``'s keyword for the process mode, given only when it is not the default."""
+    return {"fresh_process": True} if fresh_process else {}
+
+
+def _run_with_bars(jobs: Sequence[Job], n_jobs: int | None, stage: str, con, fresh_process: bool = False) -> None:
     """Run the jobs under one rich progress bar each (a terminal)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
@@ -318,5 +420,5 @@ def _run_with_bars(jobs: Sequence[Job], n_jobs: int | None, stage: str, con) -> 
         def on_done(j: Job) -> None:
             bar.update(tasks[id(j)], info=f"{j.progress.get('_info', '')}  {j.result}")
 
-        run_jobs(jobs, n_jobs, on_progress, on_done)
+        run_jobs(jobs, n_jobs, on_progress, on_done, **_mode(fresh_process))
 
