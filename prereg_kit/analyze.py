@@ -154,6 +154,7 @@ class VerifiedRuns:
     evals: pd.DataFrame  # the main runs' evaluation rows
     design_exclusions: pd.DataFrame
     notes: list[str]
+    drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
 
 
 def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress: bool | None = None,
@@ -185,7 +186,11 @@ def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
     try:
         evals = rd.select_levels(v.evals, eval_set, levels)
         curves = rd.accuracy_curve(evals, eval_set=eval_set, verifier=verifier, metric=metric)
-        flags = rd.drift_flags(evals, eval_set=eval_set, threshold=adm.drift_threshold)
+        flags = v.drift.get((eval_set, levels))
+        if flags is None:  # the curve just read is one of the two drift compares: not read again
+            known = {verifier: curves} if metric == "accuracy" and verifier in ("default", "strict") else None
+            flags = v.drift[(eval_set, levels)] = rd.drift_flags(evals, eval_set=eval_set, threshold=adm.drift_threshold,
+                                                                 known=known)
         a = rd.apply_admission(curves, iterations=v.runs.iterations, min_iteration=adm.min_iterations,
                                meta=v.runs.meta, statuses=("complete",) if adm.require_complete else None,
                                flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
