@@ -182,3 +182,15 @@ def test_pairing_equals_per_seed(study):
         want = _pairing_per_seed(bad, "treatment", "control", common_random_numbers=crn)
         pd.testing.assert_frame_equal(got, want)
         assert set(got["seed"]) == ({0, 1, 2, 3, 4} if crn else {0, 1, 2})
+
+
+def test_runs_split_equals_group_by(study):
+    from prereg_kit.readings.base import RUN
+    curves = accuracy_curve(load_study(study, progress=False).evals, eval_set="math200").sample(frac=1, random_state=1)
+    for name in (None, "control"):
+        c = curves if name is None else curves[curves["configuration"] == name]
+        want = {(str(k[0]), int(k[1])): g.sort_values("eval_index", ignore_index=True) for k, g in c.groupby(RUN, sort=True)}
+        got = _runs(curves, name)
+        assert list(got) == list(want)
+        for k in want:
+            pd.testing.assert_frame_equal(got[k], want[k], check_exact=True)
