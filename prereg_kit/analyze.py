@@ -174,7 +174,7 @@ def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress
     main = st.meta[st.meta["stage"] == "main"]
     if len(main) < len(st.meta):
         notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
-    keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
+    keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
     return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes)
 
 
@@ -430,7 +430,7 @@ def _enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: boo
             violations.append(f"runs/{c}/seed-{s}: a planned run is missing (the plan names seeds "
                               f"{', '.join(map(str, plan.seeds_for('main', c)))} of configuration {c!r})")
             rows.append((c, s, pd.NA, "missing", "no run log"))
-    keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
+    keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
     for c, s, what in eval_problem_violations(keep, plan):
         violations.append(f"runs/{c}/seed-{s}: {what}")
         rows.append((c, s, pd.NA, "evaluation_problems", what))

@@ -73,27 +73,30 @@ def _concat(tables: list[pa.Table], runs: list[int]) -> pa.Table:
     return cat.append_column(_RUN, pa.array(np.repeat(np.array(runs, dtype=np.int64), lengths)))
 
 
-def _run_of_row(df: pd.DataFrame, err: RunLogError) -> int | None:
+def _run_of_row(run: np.ndarray, err: RunLogError) -> int | None:
     m = _LINE.search(str(err))
-    return int(df[_RUN].iloc[int(m.group(1)) - 1]) if m and int(m.group(1)) - 1 < len(df) else None
+    return int(run[int(m.group(1)) - 1]) if m and int(m.group(1)) - 1 < len(run) else None
 
 
 def _validated(table: pa.Table, kind: str, slow: set[int], where: str) -> pd.DataFrame | None:
     """Validate every run's rows at once; a run whose rows fail goes to ``slow`` (the per-run
     reader names its file, line and field) and the rest are validated again. ``None``: the
     failures are too many or not tied to a row (the per-run reader reads the study)."""
-    df = table.to_pandas()
+    df = table.to_pandas(self_destruct=True)  # the Arrow buffers go as they are converted
+    del table
+    run = df.pop(_RUN).to_numpy()
     for _ in range(64):
-        sub = df[~df[_RUN].isin(list(slow))] if slow else df
+        keep = ~np.isin(run, list(slow)) if slow else None
+        sub = df[keep] if keep is not None else df
         try:
-            out = validate_frame(sub.drop(columns=_RUN), SCHEMAS[kind], where=where)
+            out = validate_frame(sub, SCHEMAS[kind], where=where)
         except RunLogError as e:
-            r = _run_of_row(sub, e)
+            r = _run_of_row(run if keep is None else run[keep], e)
             if r is None:
                 return None
             slow.add(r)
             continue
-        out[_RUN] = sub[_RUN].to_numpy()
+        out[_RUN] = run if keep is None else run[keep]
         return out
     return None
 
@@ -185,8 +188,8 @@ def load_columnar(folders: list[Path], *, strict: bool, where: str) -> Columnar 
     if (strict and slow) or not fast:
         return None
     try:
-        it = _validated(_concat(tables[ITERATIONS], fast), ITERATIONS, slow, where)
-        ev = _validated(_concat(tables[EVALS], fast), EVALS, slow, where)
+        it = _validated(_concat(tables.pop(ITERATIONS), fast), ITERATIONS, slow, where)
+        ev = _validated(_concat(tables.pop(EVALS), fast), EVALS, slow, where)
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # runs whose extra columns disagree in type
         return None
     if it is None or ev is None or (strict and slow):

@@ -119,7 +119,7 @@ def _load(study_dir: str | Path, folders: list[Path], *, progress: bool | None, 
             if _RUN in df:  # column-wise and per-run pieces: back in folder order
                 if not df[_RUN].is_monotonic_increasing:
                     df = df.sort_values(_RUN, kind="stable", ignore_index=True)
-                df = df.drop(columns=_RUN)
+                del df[_RUN]
             return df
         empty = validate_frame(pd.DataFrame(), SCHEMAS[kind], where=str(study_dir))
         if kind == ITERATIONS:
@@ -149,8 +149,6 @@ def _add_columnar(col: Columnar, folders: list[Path], metas: dict, its: dict, ev
         if not len(df):
             continue
         run = df[_RUN].to_numpy()
-        df = df.drop(columns=_RUN)
-        df[_RUN] = run
         ids = sorted(col.metas)
         pos = np.searchsorted(np.array(ids), run)  # each row's run among the column-wise ones
         df.insert(0, "seed", np.array([seed[i] for i in ids], dtype="int64")[pos])
