@@ -111,7 +111,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     (root / "plan.toml").write_text(PLAN.format(last=args.seeds - 1, resamples=args.resamples))
     now = utc_now()
-    lock_plan(root / "plan.toml", now=now)
+    lock_plan(root / "plan.toml")
+    now = utc_now()
     pf = load_plan(root / "plan.toml")
     B = pf.plan.budget.tokens
 
@@ -123,6 +124,8 @@ def main() -> None:
                    updates_per_token={"outcome": 600 / B, "mc_k4": 50 / B, "mc_k1": 160 / B, "filter": 600 / B},
                    time_per_token={"outcome": 1.3e-4, "mc_k4": 0.4e-4, "mc_k1": 0.6e-4, "filter": 1.5e-4},
                    continuation_share={"outcome": 0.0, "mc_k4": 0.91, "mc_k1": 0.70, "filter": 0.0}, rng=0, started_at=now + timedelta(seconds=1))
+    from prereg_kit.seal import seal_runs
+    seal_runs(root)  # as `prereg seal` would: analyze refuses unsealed runs
     t_gen = time.perf_counter() - t0
 
     t0 = time.perf_counter()

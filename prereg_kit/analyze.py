@@ -155,6 +155,7 @@ class VerifiedRuns:
     evals: pd.DataFrame  # the main runs' evaluation rows
     design_exclusions: pd.DataFrame
     notes: list[str]
+    drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
 
 
 def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress: bool | None = None,
@@ -174,7 +175,7 @@ def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress
     main = st.meta[st.meta["stage"] == "main"]
     if len(main) < len(st.meta):
         notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
-    keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
+    keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
     return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes)
 
 
@@ -186,7 +187,11 @@ def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
     try:
         evals = rd.select_levels(v.evals, eval_set, levels)
         curves = rd.accuracy_curve(evals, eval_set=eval_set, verifier=verifier, metric=metric)
-        flags = rd.drift_flags(evals, eval_set=eval_set, threshold=adm.drift_threshold)
+        flags = v.drift.get((eval_set, levels))
+        if flags is None:  # the curve just read is one of the two drift compares: not read again
+            known = {verifier: curves} if metric == "accuracy" and verifier in ("default", "strict") else None
+            flags = v.drift[(eval_set, levels)] = rd.drift_flags(evals, eval_set=eval_set, threshold=adm.drift_threshold,
+                                                                 known=known)
         a = rd.apply_admission(curves, iterations=v.runs.iterations, min_iteration=adm.min_iterations,
                                meta=v.runs.meta, statuses=("complete",) if adm.require_complete else None,
                                flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
@@ -427,7 +432,7 @@ def _enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: boo
             violations.append(f"runs/{c}/seed-{s}: a planned run is missing (the plan names seeds "
                               f"{', '.join(map(str, plan.seeds_for('main', c)))} of configuration {c!r})")
             rows.append((c, s, pd.NA, "missing", "no run log"))
-    keep = st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
+    keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
     for c, s, what in eval_problem_violations(keep, plan):
         violations.append(f"runs/{c}/seed-{s}: {what}")
         rows.append((c, s, pd.NA, "evaluation_problems", what))

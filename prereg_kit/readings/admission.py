@@ -3,7 +3,7 @@ each returns the kept curves and every exclusion with its rule and reason, never
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,16 +18,19 @@ from .points import _first_at_or_after, _runs, budget_target, Budgets, describe_
 # --------------------------------------------------------------------------------------------
 
 
-def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_THRESHOLD) -> pd.DataFrame:
+def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_THRESHOLD,
+                known: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Flag drifted evaluations: default-verifier accuracy exceeds strict by more than ``threshold``.
 
     Rule (§3.12; L2458-2495): an evaluation "counts as drifted when default verifier accuracy
     exceeds strict-verifier accuracy by more than 0.1". One row per (configuration, seed,
     eval_index): tokens, accuracy_default, accuracy_strict, gap, drifted. A run that does not log
     ``correct_strict`` on the set (another trainer's, outputs not kept) has no strict accuracy: its
-    gap is NaN and it is not flagged (the analysis names such runs in its notes).
+    gap is NaN and it is not flagged (the analysis names such runs in its notes). ``known``: accuracy
+    curves already read from the same ``evals`` and set, by verifier, used instead of reading again.
     """
-    d = accuracy_curve(evals, eval_set=eval_set, verifier="default")
+    known = known or {}
+    d = known["default"] if "default" in known else accuracy_curve(evals, eval_set=eval_set, verifier="default")
     out = d[RUN + ["eval_index", "iteration", "tokens"]].copy()  # either can be B's axis
     out["accuracy_default"] = d["accuracy"].to_numpy()
     mine = evals[evals["eval_set"] == eval_set]
@@ -39,7 +42,7 @@ def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_
         out["accuracy_strict"] = out[RUN + ["eval_index"]].merge(s[RUN + ["eval_index", "accuracy"]], on=RUN + ["eval_index"],
                                                                  how="left")["accuracy"].to_numpy(dtype="float64")
     else:
-        s = accuracy_curve(evals, eval_set=eval_set, verifier="strict")
+        s = known["strict"] if "strict" in known else accuracy_curve(evals, eval_set=eval_set, verifier="strict")
         out["accuracy_strict"] = s["accuracy"].to_numpy()
     out["gap"] = out["accuracy_default"] - out["accuracy_strict"]
     out["drifted"] = out["gap"] > threshold

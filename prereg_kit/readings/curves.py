@@ -132,7 +132,34 @@ def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "def
 
 
 def _set_hash(ids: pd.Series) -> str:
+    """The problem-set hash of one evaluation: sha1 of its sorted problem ids joined by newlines
+    (first 12 hex digits); recorded in curves and compared when pairing."""
     return hashlib.sha1("\n".join(sorted(map(str, ids))).encode()).hexdigest()[:12]
+
+
+def _set_hashes(ev: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """:func:`_set_hash` of every group of ``ev.groupby(keys, sort=True)``, in group order.
+
+    Vectorized: problem ids become codes in sorted order once, each group's sorted codes are one
+    slice, and a set is joined and hashed once however many evaluations scored it (the hash
+    values are those of :func:`_set_hash`)."""
+    gid = ev.groupby(keys, sort=True).ngroup().to_numpy()
+    codes, uniques = pd.factorize(ev["problem_id"].astype("str"), sort=True)
+    names = np.asarray(uniques, dtype=object)
+    order = np.lexsort((codes, gid))
+    gs, cs = gid[order], codes[order].astype(np.int64)
+    n = int(gid.max()) + 1 if len(gid) else 0
+    bounds = np.searchsorted(gs, np.arange(n + 1))
+    seen: dict[bytes, str] = {}
+    out = np.empty(n, dtype=object)
+    for g in range(n):
+        sl = cs[bounds[g]:bounds[g + 1]]
+        key = sl.tobytes()
+        h = seen.get(key)
+        if h is None:
+            h = seen[key] = hashlib.sha1("\n".join(names[sl]).encode()).hexdigest()[:12]
+        out[g] = h
+    return out
 
 
 def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
@@ -170,7 +197,7 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
     if len(bad):
         r = bad.iloc[0]
         raise ReadingError(f"configuration {r['configuration']!r} seed {r['seed']}: evaluation {r['eval_index']} on set {eval_set!r} logs {r['n_seeds']} sampling seeds")
-    out["problem_set"] = g["problem_id"].agg(_set_hash).to_numpy()
+    out["problem_set"] = _set_hashes(ev, keys)
     out["eval_set"] = eval_set
     out["verifier"] = verifier
     if collapse:

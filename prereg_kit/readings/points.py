@@ -22,9 +22,15 @@ READ_COLUMNS = RUN + ["reached", "at", "eval_lo", "eval_hi", "weight", "tokens",
 
 
 def _runs(curves: pd.DataFrame, configuration: str | None = None) -> dict[tuple[str, int], pd.DataFrame]:
+    """Each run's rows by (configuration, seed), in key order, sorted by evaluation: one sort of
+    all rows, then a slice per run (a group-by and a sort per run cost more than the reading)."""
     c = curves if configuration is None else curves[curves["configuration"] == configuration]
-    return {(str(k[0]), int(k[1])): g.sort_values("eval_index", ignore_index=True)
-            for k, g in c.groupby(RUN, sort=True)}
+    c = c.sort_values(RUN + ["eval_index"], kind="stable", ignore_index=True)
+    if not len(c):
+        return {}
+    cfg, seed = c["configuration"].to_numpy(dtype=object), c["seed"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, (cfg[1:] != cfg[:-1]) | (seed[1:] != seed[:-1]), True])
+    return {(str(cfg[a]), int(seed[a])): c.iloc[a:b].reset_index(drop=True) for a, b in zip(starts[:-1], starts[1:])}
 
 
 def _axis(run: pd.DataFrame, col: str, key: tuple[str, int]) -> np.ndarray:
@@ -271,6 +277,63 @@ def _modal(s: pd.Series):
     return s.value_counts().index[0]
 
 
+def _suspect_seeds(t: pd.DataFrame, c: pd.DataFrame, both: set[int], common_random_numbers: bool) -> list[int]:
+    """The seeds of ``both`` on which :func:`_seed_issues` can find anything, found with group
+    operations over all seeds at once: a run scoring more than one problem set, the two runs'
+    sets differing, an unknown sampling seed, or sampling seeds differing at an evaluation."""
+    if not both:
+        return []
+    def per_run(x: pd.DataFrame) -> pd.DataFrame:
+        x = x[x["seed"].isin(list(both))].assign(_no_seed=lambda d: d["eval_seed"].isna().to_numpy())
+        return x.groupby("seed").agg(n_sets=("problem_set", "nunique"), first_set=("problem_set", "first"),
+                                     no_seed=("_no_seed", "max"))
+    pt, pc = per_run(t), per_run(c)
+    m = pt.merge(pc, left_index=True, right_index=True, suffixes=("_t", "_c"))
+    bad = (m["n_sets_t"] > 1) | (m["n_sets_c"] > 1) | (m["first_set_t"] != m["first_set_c"])
+    if common_random_numbers:
+        bad |= m["no_seed_t"] | m["no_seed_c"]
+        e = t[["seed", "eval_index", "eval_seed"]].merge(c[["seed", "eval_index", "eval_seed"]], on=["seed", "eval_index"],
+                                                         suffixes=("_t", "_c"))
+        differ = (e["eval_seed_t"] != e["eval_seed_c"]).fillna(True).to_numpy(dtype=bool)
+        bad |= m.index.isin(e.loc[differ, "seed"].unique())
+    return sorted(int(x) for x in m.index[bad.to_numpy(dtype=bool)])
+
+
+def _seed_issues(s: int, treatment: str, control: str, rt: pd.DataFrame, rc: pd.DataFrame,
+                 common_random_numbers: bool) -> list[tuple]:
+    """The pairing issues of seed ``s`` (runs ``rt``, ``rc`` sorted by evaluation), in order."""
+    issues: list[tuple] = []
+    sets = {}
+    for name, run in ((treatment, rt), (control, rc)):
+        sets[name] = _modal(run["problem_set"])
+        odd = run[run["problem_set"] != sets[name]]
+        if len(odd):
+            e = odd.iloc[0]
+            n0 = int(run.loc[run["problem_set"] == sets[name], "n_problems"].iloc[0])
+            issues.append((s, name, f"configuration {name!r} seed {s}: evaluation {int(e['eval_index'])} scored "
+                           f"{int(e['n_problems'])} problems, a different set from its other evaluations ({n0})"))
+    if sets[treatment] != sets[control]:
+        nt, nc = int(rt["n_problems"].iloc[0]), int(rc["n_problems"].iloc[0])
+        issues.append((s, "both", f"seed {s}: evaluation problems differ between {treatment!r} ({nt} problems) "
+                       f"and {control!r} ({nc} problems)"))
+    if not common_random_numbers:
+        return issues
+    unknown = [(name, run) for name, run in ((treatment, rt), (control, rc)) if run["eval_seed"].isna().any()]
+    for name, run in unknown:
+        e = run[run["eval_seed"].isna()].iloc[0]
+        issues.append((s, name, f"configuration {name!r} seed {s}: evaluation {int(e['eval_index'])} does not log its "
+                       f"sampling seed (eval_seed null), so common random numbers cannot be checked; {_NO_CRN}"))
+    if unknown:
+        return issues
+    m = rt[["eval_index", "eval_seed"]].merge(rc[["eval_index", "eval_seed"]], on="eval_index", suffixes=("_t", "_c"))
+    m = m[m["eval_seed_t"] != m["eval_seed_c"]]
+    if len(m):
+        e = m.iloc[0]
+        issues.append((s, "both", f"seed {s}: evaluation {int(e['eval_index'])} used sampling seed {int(e['eval_seed_t'])} "
+                       f"in {treatment!r} but {int(e['eval_seed_c'])} in {control!r} (common random numbers broken); {_NO_CRN}"))
+    return issues
+
+
 def check_pairing(curves: pd.DataFrame, treatment: str, control: str, *,
                   common_random_numbers: bool = True) -> pd.DataFrame:
     """Everything that keeps the two configurations from being paired by seed.
@@ -283,46 +346,21 @@ def check_pairing(curves: pd.DataFrame, treatment: str, control: str, *,
     seed, configuration, reason (empty when all pairs are clean). Raises :class:`PairingError` if
     a configuration has no runs at all.
     """
-    issues = []
     for name in (treatment, control):
         if not (curves["configuration"] == name).any():
             have = ", ".join(sorted(map(str, curves["configuration"].unique()))) or "none"
             raise PairingError(f"configuration {name!r} has no runs (configurations: {have})")
-    t, c = _runs(curves, treatment), _runs(curves, control)
-    st, sc = {k[1] for k in t}, {k[1] for k in c}
+    t = curves[curves["configuration"] == treatment]
+    c = curves[curves["configuration"] == control]
+    st, sc = set(t["seed"].astype(int)), set(c["seed"].astype(int))
+    issues = []
     for s in sorted(st ^ sc):
         has, lacks = (treatment, control) if s in st else (control, treatment)
         issues.append((s, lacks, f"seed {s}: configuration {has!r} has evaluations, {lacks!r} has none (no run, or a run that logged no evaluations)"))
-    for s in sorted(st & sc):
-        rt, rc = t[(treatment, s)], c[(control, s)]
-        sets = {}
-        for name, run in ((treatment, rt), (control, rc)):
-            sets[name] = _modal(run["problem_set"])
-            odd = run[run["problem_set"] != sets[name]]
-            if len(odd):
-                e = odd.iloc[0]
-                n0 = int(run.loc[run["problem_set"] == sets[name], "n_problems"].iloc[0])
-                issues.append((s, name, f"configuration {name!r} seed {s}: evaluation {int(e['eval_index'])} scored "
-                               f"{int(e['n_problems'])} problems, a different set from its other evaluations ({n0})"))
-        if sets[treatment] != sets[control]:
-            nt, nc = int(rt["n_problems"].iloc[0]), int(rc["n_problems"].iloc[0])
-            issues.append((s, "both", f"seed {s}: evaluation problems differ between {treatment!r} ({nt} problems) "
-                           f"and {control!r} ({nc} problems)"))
-        if not common_random_numbers:
-            continue
-        unknown = [(name, run) for name, run in ((treatment, rt), (control, rc)) if run["eval_seed"].isna().any()]
-        for name, run in unknown:
-            e = run[run["eval_seed"].isna()].iloc[0]
-            issues.append((s, name, f"configuration {name!r} seed {s}: evaluation {int(e['eval_index'])} does not log its "
-                           f"sampling seed (eval_seed null), so common random numbers cannot be checked; {_NO_CRN}"))
-        if unknown:
-            continue
-        m = rt[["eval_index", "eval_seed"]].merge(rc[["eval_index", "eval_seed"]], on="eval_index", suffixes=("_t", "_c"))
-        m = m[m["eval_seed_t"] != m["eval_seed_c"]]
-        if len(m):
-            e = m.iloc[0]
-            issues.append((s, "both", f"seed {s}: evaluation {int(e['eval_index'])} used sampling seed {int(e['eval_seed_t'])} "
-                           f"in {treatment!r} but {int(e['eval_seed_c'])} in {control!r} (common random numbers broken); {_NO_CRN}"))
+    for s in _suspect_seeds(t, c, st & sc, common_random_numbers):
+        rt = t[t["seed"] == s].sort_values("eval_index", ignore_index=True)
+        rc = c[c["seed"] == s].sort_values("eval_index", ignore_index=True)
+        issues += _seed_issues(s, treatment, control, rt, rc, common_random_numbers)
     return pd.DataFrame(issues, columns=["seed", "configuration", "reason"])
 
 

@@ -6,11 +6,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .folder import find_runs
+from .columnar import _RUN, Columnar, load_columnar
 from .reader import add_derived, read_run
-from .schema import EVALS, ITERATIONS, LogProblem, RunLogError, SCHEMAS, validate_frame
+from .schema import EVALS, ITERATIONS, LogProblem, RunLogError, RunMeta, SCHEMAS, validate_frame
 
 
 # A whole study
@@ -49,46 +52,75 @@ def load_study(study_dir: str | Path, *, progress: bool | None = None, strict: b
     bar; ``None`` shows it for 8+ runs when stderr is a terminal.
     """
     folders = find_runs(study_dir)
-    metas, its, evs, problems = [], [], [], []
+    return _load(study_dir, folders, progress=progress, strict=strict, columnar=True)
 
-    def one(folder: Path) -> None:
+
+def _meta_row(m: RunMeta, folder: Path, n_iterations: int, n_evals: int) -> dict:
+    return {
+        "configuration": m.configuration, "seed": m.seed, "study": m.study, "stage": m.stage,
+        "status": m.status, "plan_hash": m.plan_hash, "started_at": m.started_at, "ended_at": m.ended_at,
+        "device": m.device, "tool_version": m.tool_version, "path": str(folder),
+        "n_iterations": n_iterations, "n_evals": n_evals,
+        "trainer": m.trainer, "cpu": getattr(m, "cpu", None),  # CPU model of a CPU run (audit.device_type)
+    }
+
+
+def _load(study_dir: str | Path, folders: list[Path], *, progress: bool | None, strict: bool, columnar: bool) -> StudyRuns:
+    """The runs of ``folders``: column-wise where they allow it (:mod:`.columnar`), the rest run
+    by run (``columnar=False``: every run by the per-run reader, as the reference)."""
+    col = load_columnar(folders, strict=strict, where=str(study_dir)) if columnar and len(folders) > 1 else None
+    todo = [i for i in range(len(folders)) if col is None or i in col.slow]
+    metas: dict[int, dict] = {}
+    its: dict[int, pd.DataFrame] = {}
+    evs: dict[int, pd.DataFrame] = {}
+    problems: dict[int, list[LogProblem]] = {}
+
+    def one(i: int) -> None:
+        folder = folders[i]
         try:
             run = read_run(folder, strict=strict)
         except RunLogError as e:
             if strict:
                 raise
-            problems.append(LogProblem(str(folder), None, "corrupt", f"run left out: {e}"))
+            problems[i] = [LogProblem(str(folder), None, "corrupt", f"run left out: {e}")]
             return
-        problems.extend(run.problems)
+        problems[i] = run.problems
         m = run.meta
-        metas.append({
-            "configuration": m.configuration, "seed": m.seed, "study": m.study, "stage": m.stage,
-            "status": m.status, "plan_hash": m.plan_hash, "started_at": m.started_at, "ended_at": m.ended_at,
-            "device": m.device, "tool_version": m.tool_version, "path": str(folder),
-            "n_iterations": len(run.iterations), "n_evals": int(run.evals["eval_index"].nunique()) if len(run.evals) else 0,
-            "trainer": m.trainer, "cpu": getattr(m, "cpu", None),  # CPU model of a CPU run (audit.device_type)
-        })
+        metas[i] = _meta_row(m, folder, len(run.iterations), int(run.evals["eval_index"].nunique()) if len(run.evals) else 0)
         for frames, df in ((its, run.iterations), (evs, run.evals)):
             df = df.copy()
             df.insert(0, "seed", m.seed)
             df.insert(0, "configuration", m.configuration)
-            frames.append(df)
+            if col is not None:
+                df[_RUN] = i
+            frames[i] = df
 
-    if _progress_wanted(progress, len(folders)):
+    if _progress_wanted(progress, len(todo)):
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
-            task = bar.add_task("loading runs", total=len(folders))
-            for f in folders:
-                one(f)
+            task = bar.add_task("loading runs", total=len(todo))
+            for i in todo:
+                one(i)
                 bar.advance(task)
     else:
-        for f in folders:
-            one(f)
+        for i in todo:
+            one(i)
+    if col is not None:
+        _add_columnar(col, folders, metas, its, evs, problems)
+    order = sorted(metas)
+    its = [its[i] for i in sorted(its)]
+    evs = [evs[i] for i in sorted(evs)]
+    problems = [p for i in sorted(problems) for p in problems[i]]
 
     def cat(frames: list[pd.DataFrame], kind: str) -> pd.DataFrame:
         if frames:
-            return pd.concat(frames, ignore_index=True)
+            df = pd.concat(frames, ignore_index=True)
+            if _RUN in df:  # column-wise and per-run pieces: back in folder order
+                if not df[_RUN].is_monotonic_increasing:
+                    df = df.sort_values(_RUN, kind="stable", ignore_index=True)
+                del df[_RUN]
+            return df
         empty = validate_frame(pd.DataFrame(), SCHEMAS[kind], where=str(study_dir))
         if kind == ITERATIONS:
             empty = add_derived(empty)
@@ -98,7 +130,28 @@ def load_study(study_dir: str | Path, *, progress: bool | None = None, strict: b
 
     meta_cols = ["configuration", "seed", "study", "stage", "status", "plan_hash", "started_at", "ended_at",
                  "device", "tool_version", "path", "n_iterations", "n_evals", "trainer", "cpu"]
-    meta = pd.DataFrame(metas, columns=meta_cols)
+    meta = pd.DataFrame([metas[i] for i in order], columns=meta_cols)
     if len(meta):
         meta = meta.sort_values(["configuration", "seed"], ignore_index=True)
     return StudyRuns(meta, cat(its, ITERATIONS), cat(evs, EVALS), problems)
+
+
+def _add_columnar(col: Columnar, folders: list[Path], metas: dict, its: dict, evs: dict, problems: dict) -> None:
+    """Split the column-wise frames into the per-folder pieces :func:`_load` orders by folder."""
+    problems.update(col.problems)
+    cfg = {i: m.configuration for i, m in col.metas.items()}
+    seed = {i: m.seed for i, m in col.metas.items()}
+    n_it = col.iterations.groupby(_RUN).size()
+    n_ev = col.evals.groupby(_RUN)["eval_index"].nunique()
+    for i, m in col.metas.items():
+        metas[i] = _meta_row(m, folders[i], int(n_it.get(i, 0)), int(n_ev.get(i, 0)))
+    for frames, df in ((its, col.iterations), (evs, col.evals)):
+        if not len(df):
+            continue
+        run = df[_RUN].to_numpy()
+        ids = sorted(col.metas)
+        pos = np.searchsorted(np.array(ids), run)  # each row's run among the column-wise ones
+        df.insert(0, "seed", np.array([seed[i] for i in ids], dtype="int64")[pos])
+        names = pa.array([cfg[i] for i in ids], type=pa.string()).take(pa.array(pos))
+        df.insert(0, "configuration", pd.Series(names.to_pandas(), index=df.index, dtype="str"))
+        frames[min(col.metas)] = df  # one piece, placed at its first run; pieces are ordered below
