@@ -70,8 +70,9 @@ def choose_look(plan: Plan, present: set[tuple[str, int]], look: int | None) -> 
         if not 1 <= look <= len(seq.looks):
             raise PreregError(f"--look {look}: the plan preregisters looks 1 to {len(seq.looks)}")
         if look > k:
+            allow = f"the runs allow look {k}" if k else "no look is complete yet"
             raise PreregError(f"--look {look}: it needs seeds {_seeds(look_seeds(plan, look))} of every configuration; "
-                              f"runs are missing (the runs allow look {k})" if k else "; no look is complete yet")
+                              f"runs are missing ({allow})")
         return look
     if k == 0:
         raise PreregError(f"the first look needs seeds {_seeds(look_seeds(plan, 1))} of every configuration; "
