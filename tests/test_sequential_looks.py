@@ -256,3 +256,36 @@ def test_a_seed_run_after_a_stop_is_flagged(tmp_path):
     assert len(overrun) == 1 and "B/seed-2" in overrun[0]
     # a look that said continue flags nothing
     assert stopped_run_findings(chain, [(c, s, t) for c, s, t in runs if s < 2]) == ([], [])
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+def test_analyze_look_by_look_and_dry_run_power(tmp_path):
+    """A synthetic study of a two-look plan: the final look before look 1 is refused; look 1 reads
+    seeds 0-2 only and is recorded; the final look's report shows both looks; a dry run with
+    --repeat reports stopping per look and the power."""
+    from typer.testing import CliRunner
+
+    from prereg_kit.cli import app
+    from prereg_kit.dryrun import dry_run
+
+    plan = _plan(tmp_path, members='["C1"]', futility="conditional-power")
+    assert plan.sequential.looks == [3, 6]
+    res = dry_run(tmp_path / "plan.toml", {"C1": 0.03}, out=tmp_path / "dr", repeat=2, n_resamples=50, progress=False)
+    assert (tmp_path / "dr" / "report" / "looks_power.csv").is_file()
+    assert list(res.power.attrs["looks"]["look"]) == [1, 2]
+    study = str(tmp_path / "dr")
+    run = CliRunner().invoke(app, ["analyze", study, "--look", "2", "--resamples", "50"])
+    assert run.exit_code == 1 and "look 1 has no entry" in run.stderr, run.stderr
+    run = CliRunner().invoke(app, ["analyze", study, "--look", "1", "--resamples", "50", "--json"])
+    assert run.exit_code == 0, run.stderr
+    rows = {r["contrast"]: r for r in json.loads(run.stdout)["contrasts"]}
+    assert rows["C1"]["n"] == 3 and rows["C1"]["seeds"] == "0-2"
+    assert json.loads(run.stdout)["sequential"]["look"] == 1
+    run = CliRunner().invoke(app, ["analyze", study, "--resamples", "50"])
+    assert run.exit_code == 0, run.stderr
+    report = (tmp_path / "dr" / "report" / "report.md").read_text()
+    assert "## Sequential looks" in report and "| 1 of 2 | 0, 1, 2 | C1 |" in report and "| 2 of 2 |" in report
+    kinds = [e["kind"] for e in read_chain(tmp_path / "dr" / "plan.toml").entries]
+    assert kinds.count("look") == 2
