@@ -57,6 +57,7 @@ from .readings.designs import design_readings
 from .robustness import robust_columns
 from .runlog import StudyRuns, load_study
 from .verify import verify_study
+from .sequential_looks import read_look, restrict_to_look, SequentialLook
 
 UNSPLIT = "unavailable (time not split by stage)"  # never invented from an unsplit step time
 _HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
@@ -90,6 +91,7 @@ class Analysis(Shown):
     gradient: GradientResults | None = None  # the plan's gradient tests, from their sealed results
     devices: DeviceSummary = field(default_factory=DeviceSummary)  # main runs per device type; notes on time contrasts
     synthetic: bool = False  # runs simulated by `prereg dry-run`: every title, table and figure says SYNTHETIC
+    sequential: SequentialLook | None = None  # the look read, for a plan with [sequential]
 
 
 # ---------------------------------------------------------------------------------------- stats
@@ -156,16 +158,19 @@ class VerifiedRuns:
     design_exclusions: pd.DataFrame
     notes: list[str]
     drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
+    look: int = 0  # the sequential look read (0: the plan has none)
 
 
 def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress: bool | None = None,
-                   tsa_ca: str | Path | None = None) -> VerifiedRuns:
+                   tsa_ca: str | Path | None = None, look: int | None = None) -> VerifiedRuns:
     plan_path = resolve_plan_path(study_dir)
     study_dir = plan_path.parent
     lock_lines, lock_summary, notes = _check_verified(study_dir, exploratory, tsa_ca)
     pf = load_plan(plan_path)
     plan = pf.plan
     st = load_study(study_dir, progress=progress)
+    pf, st, k = restrict_to_look(pf, st, look, notes)  # a sequential plan: only the look's seeds
+    plan = pf.plan
     design_ex = _enforce_design(study_dir, plan, st, exploratory, notes)
     for prob in st.problems:
         if prob.kind != "corrupt":
@@ -176,7 +181,7 @@ def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress
     if len(main) < len(st.meta):
         notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
     keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
-    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes)
+    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes, look=k)
 
 
 def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
@@ -227,13 +232,15 @@ def study_curves(study_dir: str | Path, *, metric: str = "accuracy", eval_set: s
 
 
 def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resamples: int | None = None,
-                  progress: bool | None = None, tsa_ca: str | Path | None = None, not_read: bool = False) -> Analysis:
+                  progress: bool | None = None, tsa_ca: str | Path | None = None, not_read: bool = False,
+                  look: int | None = None) -> Analysis:
     """Analyze ``study_dir`` (its ``plan.toml``, ``plan.lock`` and ``runs/``) as its plan says.
     ``tsa_ca``: the TSA root to check the study's timestamp receipts against (``prereg verify``).
     ``not_read``: a contrast the runs cannot give (a reading point never reached, a metric or
     verifier not logged) becomes a row with status ``"not read"`` and the reason, and the others
-    are read (``prereg dry-run``); otherwise its error stops the analysis."""
-    v = _verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca)
+    are read (``prereg dry-run``); otherwise its error stops the analysis. ``look``: the look of a
+    sequential plan to read (default the last the runs complete; ``prereg_kit.sequential_looks``)."""
+    v = _verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca, look=look)
     plan_path, pf, st, keep, notes, design_ex = v.plan_path, v.plan_file, v.runs, v.evals, v.notes, v.design_exclusions
     lock_lines, lock_summary = v.lock_lines, v.lock_summary
     study_dir = plan_path.parent
@@ -353,7 +360,11 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
 
     if not per_seed:  # no contrast was read
         per_seed = [pd.DataFrame(columns=["contrast", "seed", "treatment_value", "control_value", "difference", "read_at"])]
-    contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
+    seq = None
+    if v.look:  # Holm on the look's repeated p-values, then stop or continue
+        contrasts, seq = read_look(pd.DataFrame(rows), plan, v.look, plan_path, exploratory=exploratory)
+    else:
+        contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
     v0 = plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default"
     curves, _, _ = curves_for(plan.evaluation.primary, v0)
     extra = {}
@@ -376,7 +387,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         lock_lines=lock_lines, lock_summary=lock_summary, contrasts=contrasts,
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
-        checks=checks, check_seeds=check_seeds, extrapolations=extrapolations, devices=device_summary(plan, run_devices(st.meta)),
+        checks=checks, check_seeds=check_seeds, extrapolations=extrapolations, sequential=seq, devices=device_summary(plan, run_devices(st.meta)),
         gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 

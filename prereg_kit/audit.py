@@ -42,6 +42,7 @@ from typing import Any, Mapping
 
 from .errors import PreregError
 from .lock import Chain, format_time
+from .look_chain import look_chain_problems, stopped_run_findings
 from .plan import Contrast, Plan, validate_plan
 from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta, uses_elected_anchor
 
@@ -71,6 +72,7 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
     election_now = election_sha256(study_dir)
     trainers: Counter[str] = Counter()
     devices: dict[tuple[str, int], str] = {}
+    started: list[tuple[str, int, Any]] = []  # main runs, for the sequential looks' stop rule
     for folder in find_runs(study_dir, all_stages=True):
         try:
             meta = read_meta(folder)
@@ -90,6 +92,11 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
         _check_election(report, name, meta, election_now, Path(study_dir) / ELECTION_FILE)
         trainers[meta.trainer] += 1
         devices[(meta.configuration, meta.seed)] = device_type(meta)
+        started.append((meta.configuration, meta.seed, meta.started_at))
+    report.violations.extend(look_chain_problems(chain))
+    beyond, overruns = stopped_run_findings(chain, started)
+    report.violations.extend(beyond)
+    report.warnings.extend(overruns)
     study = chain.last["content"].get("study", {})  # the plan as locked
     report.violations.extend(trainer_violations(trainers, plan_trainer=str(study.get("trainer", "builtin")),
                                                 mixed=study.get("mixed_trainers", False) is True))

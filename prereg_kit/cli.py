@@ -212,8 +212,11 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
                 "--exploratory", help="Analyze despite failed preregistration checks; label every result exploratory.")] = False,
             resamples: Annotated[int, typer.Option(help="Bootstrap resamples (default: the plan's).")] = 0,
             out: Annotated[Path, typer.Option(help="Report folder (default STUDY_DIR/report).")] = None,
+            look: Annotated[int, typer.Option(help="Sequential plans: the look to read (default: the last the runs complete).")] = 0,
             tsa_ca: TsaCaOpt = None, as_json: JsonOpt = False) -> None:
     """Verify the lock, read the run logs, compute every contrast at matched compute, write the report.
+
+    A plan with [sequential] is read at one look, recorded in the lock chain (not when exploratory).
 
     Exit 1 if the preregistration checks fail (plan changed, runs before the lock); 2 for
     unusable input (no lock, unpaired runs, corrupt logs).
@@ -222,7 +225,17 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     from .report import write_report
 
     a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None, tsa_ca=tsa_ca,
-                      **({"progress": False} if as_json else {}))
+                      look=look or None, **({"progress": False} if as_json else {}))
+    if a.sequential is not None:  # the look enters the lock chain before any report is written
+        from .look_chain import record_look
+
+        sq = a.sequential
+        state = "not recorded (exploratory)"
+        if not exploratory:
+            state, entry = record_look(a.plan_path, sq.fields)
+            state = f"{state} as lock entry {entry['index']}"
+        err.print(escape(f"look {sq.look} of {sq.of} on seeds {', '.join(map(str, sq.fields['seeds']))}: "
+                         f"{sq.decision} ({state})"), soft_wrap=True)
     target = out or Path(study_dir) / "report"
     files = write_report(a, target)
     if as_json:  # the record results.json holds; notes also on stderr, as without --json
@@ -271,7 +284,8 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
         from .report import results_record
 
         print_json({**results_record(res.analysis), "effects": res.effects,
-                    "power": None if res.power is None else frame_records(res.power)})
+                    "power": None if res.power is None else frame_records(res.power),
+                    **({"looks_power": frame_records(res.power.attrs["looks"])} if res.power is not None and "looks" in res.power.attrs else {})})
         return
     out_console.print("true effects at B: " + ", ".join(f"{k} {v:+.3f}" for k, v in res.effects.items()))
     _print_contrasts(res.analysis)
@@ -284,6 +298,13 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
         for row in res.power.itertuples(index=False):
             t.add_row(*[f"{x:.2f}" if isinstance(x, float) else str(x) for x in row])
         out_console.print(t)
+        if "looks" in res.power.attrs:  # a sequential plan: stopping per look, power by the final look
+            t = Table(title=f"sequential looks over {repeat} simulated studies (rejected_by_look at the last look: the power)")
+            for col in res.power.attrs["looks"].columns:
+                t.add_column(str(col))
+            for row in res.power.attrs["looks"].itertuples(index=False):
+                t.add_row(*[f"{x:.2f}" if isinstance(x, float) else str(x) for x in row])
+            out_console.print(t)
     out_console.print(escape(f"synthetic study: {res.folder}; report: {res.folder / 'report' / 'report.md'}"))
 
 

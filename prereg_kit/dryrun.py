@@ -24,6 +24,7 @@ from .lock import lock_plan, parse_time
 from .gradient_seal import result_folder, seal_gradient
 from .gradient_synth import write_synthetic_result
 from .seal import seal_runs
+from .sequential_looks import looks_of_differences, looks_power, per_seed_differences
 from .plan import Plan, PLAN_FILE, load_plan
 from .progress import progress as _progress
 from .report import write_report
@@ -197,6 +198,8 @@ def dry_run(plan_path: str | Path, effects: dict[str, float], *, out: str | Path
     power = simulate_power(pf, eff, repeat, seed=seed, progress=progress, **ratios) if repeat else None
     if power is not None:
         power.assign(synthetic=True).to_csv(folder / "report" / "power.csv", index=False)  # as every dry-run table
+        if "looks" in power.attrs:
+            power.attrs["looks"].assign(synthetic=True).to_csv(folder / "report" / "looks_power.csv", index=False)
     return DryRun(folder, analysis, eff, power)
 
 
@@ -219,13 +222,15 @@ def simulate_power(pf, effects: dict[str, float], repeat: int, *, seed: int = 0,
     """
 
 
-    verdicts = []
+    verdicts, looks = [], []
     with tempfile.TemporaryDirectory(prefix="prereg-power-") as tmp:
         for i in _progress(list(range(repeat)), progress, "simulating studies"):
             folder = Path(tmp) / f"rep-{i}"
             _generate(pf, folder, effects, seed + 1 + i, **ratios)
             a = analyze_study(folder, n_resamples=n_resamples, progress=False, not_read=True)
             verdicts.append(a.contrasts[["contrast", "tier", "kind", "verdict"]].assign(rep=i))
+            if pf.plan.sequential is not None:  # every look of this study, from its per-seed differences
+                looks.append(looks_of_differences(per_seed_differences(a.per_seed, pf.plan), pf.plan))
             shutil.rmtree(folder)
     v = pd.concat(verdicts, ignore_index=True)
     v["shown"] = v["verdict"].isin(["gain", "deficit", "equivalent", "non-inferior"])
@@ -236,7 +241,10 @@ def simulate_power(pf, effects: dict[str, float], repeat: int, *, seed: int = 0,
     out = shares.merge(shown, on="contrast")
     out.insert(3, "repeats", repeat)
     order = {c.id: i for i, c in enumerate(pf.plan.contrasts)}
-    return out.sort_values("contrast", key=lambda s: s.map(order)).reset_index(drop=True)
+    out = out.sort_values("contrast", key=lambda s: s.map(order)).reset_index(drop=True)
+    if looks:  # a sequential plan: per look, the share that stopped there and the power by then
+        out.attrs["looks"] = looks_power(looks, pf.plan)
+    return out
 
 
 def parse_pairs(items: list[str], option: str, example: str) -> dict[str, float]:

@@ -46,7 +46,8 @@ from .plan import PlanFile, load_plan, read_toml, resolve_plan_path
 
 FORMAT = "prereg-lock/1"
 PLAN_KINDS = ("lock", "amendment")
-KINDS = (*PLAN_KINDS, "seal", "gradient")  # gradient: a sealed gradient-test result (gradient_seal)
+KINDS = (*PLAN_KINDS, "seal", "gradient", "look")  # gradient: a sealed gradient-test result (gradient_seal);
+# look: an interim or final look of a sequential plan (look_chain)
 GUARD_PREFIX = "."  # .plan.lock.guard beside plan.lock: the OS lock held while the chain is appended to
 GUARD_TIMEOUT_S = 60.0
 

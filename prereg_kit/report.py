@@ -265,6 +265,30 @@ def _records(df: pd.DataFrame) -> list[dict]:
     return out
 
 
+def sequential_section(a: Analysis) -> list[str]:
+    """The "Sequential looks" section: every look recorded so far and the one read now (look, seeds,
+    boundary z, spent α, statistic, decision)."""
+    sq = a.sequential
+    if sq is None:
+        return []
+    seq = a.plan.sequential
+    out = ["## Sequential looks", "",
+           f"Look {sq.look} of {sq.of} ({seq.spending} α spending over looks at {', '.join(map(str, seq.looks))} seeds; "
+           f"futility: {'conditional power below ' + format(seq.futility.below, 'g') if seq.futility.kind != 'none' else 'none'}, "
+           f"non-binding). Study decision: **{sq.decision}**. A look stops a contrast for efficacy when Holm at the "
+           "family's α rejects on the repeated p-values (docs/statistics.md, \"Sequential looks\"); boundary z and "
+           "spent α are the contrast's at its Bonferroni share of the family's α.", "",
+           "| look | seeds | contrast | boundary z | nominal p | spent α | statistic z (p) | repeated p | conditional power | decision | recorded |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    def f(x, fmt):
+        return "—" if x is None or (isinstance(x, float) and x != x) else format(x, fmt)
+    for r in sq.table.itertuples():
+        out.append(f"| {r.look} of {r.of} | {r.seeds} | {r.contrast} | {f(r.boundary_z, '.3f')} | {f(r.nominal_p, '.4f')} | "
+                   f"{f(r.spent_alpha, '.4f')} | {f(r.z, '.2f')} ({f(r.p, '.3g')}) | {f(r.repeated_p, '.3g')} | "
+                   f"{f(r.conditional_power, '.2f')} | {r.decision} | {r.recorded or 'this analysis'} |")
+    return out + [""]
+
+
 def results_record(a: Analysis) -> dict:
     """The record ``results.json`` holds (format ``prereg-results/1``); ``prereg analyze --json`` prints it."""
     plan = a.plan
@@ -288,6 +312,8 @@ def results_record(a: Analysis) -> dict:
         "devices": a.devices.counts,  # device type -> main runs (prereg_kit.audit.device_type)
         # stated only when off, so the results of studies that use them read as before
         **({} if plan.evaluation.common_random_numbers else {"common_random_numbers": False}),
+        **({"sequential": {"look": a.sequential.look, "of": a.sequential.of, "decision": a.sequential.decision,
+                           "looks": _records(a.sequential.table)}} if a.sequential else {}),
         **({"gradient_tests": {"synthetic": a.gradient.synthetic, **{k: _records(getattr(a.gradient, k)) for k in
                                                                     ("table", "fit", "conditions")}}} if a.gradient else {}),
     }
@@ -306,6 +332,9 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
             (df.assign(synthetic=True) if a.synthetic else df).to_csv(out_dir / f"{name}.csv", index=False)
             written.append(out_dir / f"{name}.csv")
 
+    if a.sequential is not None:
+        (a.sequential.table.assign(synthetic=True) if a.synthetic else a.sequential.table).to_csv(out_dir / "sequential.csv", index=False)
+        written.append(out_dir / "sequential.csv")
     results = results_record(a)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
@@ -395,6 +424,7 @@ def render_markdown(a: Analysis) -> str:
             f"interval. Primary contrasts are {_adjusted_words(plan)} within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
             "", contrast_table(a.contrasts), ""] + flag_lines(a.contrasts) + robustness_table(a.contrasts, format_p) + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
+    out += sequential_section(a)
     if len(a.checks):
         out += ["## Manipulation checks", "",
                 "Each check averages a per-iteration run-log column over the iterations up to its reading point, "

@@ -8,6 +8,7 @@ from .designs import check_problems as _check_problems, design_problems as _desi
 from .fields import (COLLAPSE_K, _cut, DERIVED_METRICS, EXTRAPOLATED, ReadingPoint, SPAN_POINTS, TARGET_POINTS, _short)
 from .gradient import gradient_problems
 from .robust import robust_problems
+from .sequential import sequential_problems
 from .schema import Contrast, EvalSet, Plan
 
 
@@ -151,6 +152,7 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
     if "main" not in stage_names:
         errs.append((("stages",), "the stages must include 'main'"))
     errs += gradient_problems(plan)
+    errs += sequential_problems(plan)
     return errs
 
 

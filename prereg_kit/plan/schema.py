@@ -11,6 +11,7 @@ from ..margin import plan_margin
 from ..stages import Stage
 
 from .gradient import GradientTest
+from .sequential import Sequential
 from .fields import (_check_seeds, _FRACTION, INT_MAX, _METRIC,
     METRICS_HELP, Multiple, Name, parse_multiple, parse_reading_point, parse_tokens, ReadingPoint, Seeds,
     _short, Tokens)
@@ -398,6 +399,7 @@ class Plan(_Model):
     admission: Admission = Admission()
     stages: list[StageSpec] = [StageSpec(name="main")]
     gradient_tests: list[GradientTest] = []  # plan/gradient.py, docs/gradient-tests.md
+    sequential: Sequential | None = None  # interim looks (plan/sequential.py, docs/plan-format.md)
 
     # ---- lookups used by run and analyze
     def contrast(self, cid: str) -> Contrast:
