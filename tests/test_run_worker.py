@@ -271,3 +271,14 @@ def test_the_launcher_replaces_a_worker_that_retires_or_dies_and_never_hands_it_
         rec = read_job_record(j.folder)
         assert rec["job_id"] == f"pid {pids[k - 1]} run {k}/5" == " ".join(log[4:])
         assert rec["exit_code"] == (9 if j.seed == 3 else 0) and rec["state"] == "exited"
+
+
+def test_runs_are_queued_seed_major():
+    # early seeds of every configuration first: a sequential plan's first look completes first, and
+    # each worker's first (cold) run is not always the first configuration's
+    from prereg_kit.jobs import PlannedRun
+    from trainer.launch import seed_major
+
+    runs = [PlannedRun(c, s, "main", None) for c, s in [("A", 0), ("A", 1), ("A", 2), ("B", 5), ("B", 6)]]
+    assert [(r.configuration, r.seed) for r in seed_major(runs)] == [("A", 0), ("B", 5), ("A", 1), ("B", 6), ("A", 2)]
+    assert seed_major([]) == []

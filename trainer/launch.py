@@ -78,10 +78,24 @@ class Job:
     exit_code: int | None = None  # of the run process, once it has ended
 
 
+def seed_major(runs: Sequence) -> list:
+    """The runs in seed-major order (every configuration's first seed, then every second seed, …):
+    a sequential plan's early looks complete first, and a worker's first (cold) run is not always
+    the same configuration's."""
+    configs = list(dict.fromkeys(r.configuration for r in runs))
+    nth: dict[str, int] = {}
+    key = {}
+    for r in runs:  # a seed's place within its own configuration (configurations may have other seeds)
+        key[id(r)] = (nth.get(r.configuration, 0), configs.index(r.configuration))
+        nth[r.configuration] = key[id(r)][0] + 1
+    return sorted(runs, key=lambda r: key[id(r)])
+
+
 def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str] | None = None,
               seeds: Sequence[int] | None = None) -> tuple[PlanFile, list[Job]]:
     """The runs of a stage (optionally a subset), each with its spec and whether it is done."""
     pf, runs = stage_runs(study_dir, stage, configs, seeds)  # main runs: locked, unchanged plan
+    runs = seed_major(runs)
     plan = pf.plan
     study = pf.path.parent
     ev = plan.evaluation
