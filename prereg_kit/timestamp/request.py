@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import secrets
 import socket
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Iterable
 
 from .base import CertSource, _check_digest, _libs, MAX_RESPONSE_BYTES, TimestampError
@@ -32,6 +29,10 @@ def build_request(digest: bytes, nonce: int) -> bytes:
 
 
 def _post(url: str, body: bytes, timeout: float) -> bytes:
+    import urllib.error  # noqa: PLC0415  (http.client and ssl cost 0.1 s; verify and lock never post)
+    import urllib.parse  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise TimestampError(f"timestamp authority URL must be http(s)://host/..., got {url!r}")
