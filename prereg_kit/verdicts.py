@@ -121,6 +121,8 @@ def read_hypotheses(plan: Plan, contrasts: pd.DataFrame) -> pd.DataFrame:
         reading = h.readings.get(outcome) or h.readings.get(outcome.replace(" ", "-")) or h.readings.get(
             outcome.replace(" ", "_"))
         evidence = "; ".join(f"{cid}: {by_id.loc[cid, 'verdict']}" for cid in ids) or "no contrast named"
+        if not reading and str(outcome).startswith("continue"):  # an interim look of a sequential plan
+            reading = "(an interim look: the hypothesis is read when the study stops or reaches its final look)"
         out.append({"id": h.id, "statement": h.statement, "prediction": h.prediction, "outcome": outcome,
                     "evidence": evidence,
                     "reading": reading if reading else f"(the plan gave no reading for outcome '{outcome}')"})

@@ -283,9 +283,23 @@ def test_analyze_look_by_look_and_dry_run_power(tmp_path):
     rows = {r["contrast"]: r for r in json.loads(run.stdout)["contrasts"]}
     assert rows["C1"]["n"] == 3 and rows["C1"]["seeds"] == "0-2"
     assert json.loads(run.stdout)["sequential"]["look"] == 1
+    if rows["C1"]["verdict"].startswith("continue"):  # an interim look gives no hypothesis reading yet
+        hyp = json.loads(run.stdout)["hypotheses"][0]
+        assert hyp["reading"].startswith("(an interim look") and "gave no reading" not in hyp["reading"]
     run = CliRunner().invoke(app, ["analyze", study, "--resamples", "50"])
     assert run.exit_code == 0, run.stderr
     report = (tmp_path / "dr" / "report" / "report.md").read_text()
     assert "## Sequential looks" in report and "| 1 of 2 | 0, 1, 2 | C1 |" in report and "| 2 of 2 |" in report
     kinds = [e["kind"] for e in read_chain(tmp_path / "dr" / "plan.toml").entries]
     assert kinds.count("look") == 2
+
+
+def test_an_interim_look_reads_no_hypothesis_yet(tmp_path):
+    import pandas as pd
+
+    from prereg_kit.verdicts import read_hypotheses
+
+    plan = _plan(tmp_path, members='["C1"]')
+    df = pd.DataFrame({"contrast": ["C1"], "verdict": ["continue to look 2"]})
+    hyp = read_hypotheses(plan, df).iloc[0]
+    assert hyp["outcome"] == "continue to look 2" and hyp["reading"].startswith("(an interim look")
