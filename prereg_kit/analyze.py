@@ -481,16 +481,25 @@ def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget
             r = rd.read_at_tokens(cv, budget)
             derived[key] = r[r["reached"]].groupby("configuration")["accuracy"]
     stages = ["selection", "generation", "credit", "update", "weight_sync"]
+    # the iteration rows up to each run's reading, as numpy slices of one stable sort by run
+    # (original order kept within a run, so every sum adds the same numbers in the same order)
+    it = iterations.sort_values(rd.RUN, kind="stable", ignore_index=True)
+    cfg, sd = it["configuration"].to_numpy(dtype=object), it["seed"].to_numpy()
+    st = np.flatnonzero(np.r_[True, (cfg[1:] != cfg[:-1]) | (sd[1:] != sd[:-1]), True]) if len(it) else np.array([0])
+    where = {(cfg[a], int(sd[a])): (a, b) for a, b in zip(st[:-1], st[1:])}
+    cum, tot_col, cont = (it[c].to_numpy(dtype="float64") for c in ("cum_tokens", "tokens_total", "tokens_continuation"))
+    secs_all = [it[f"seconds_{s}"].to_numpy(dtype="float64") for s in stages]
     rows = []
     for name, g in at_b.groupby("configuration", sort=True):
-        its = iterations[iterations["configuration"] == name]
         share_tok, shares, unsplit = [], [], False
-        for r in g.itertuples():
-            run = its[(its["seed"] == r.seed) & (its["cum_tokens"] <= r.tokens + 1e-9)]
-            tot = run["tokens_total"].sum()
-            share_tok.append(run["tokens_continuation"].sum() / tot if tot else np.nan)
-            unsplit |= bool(run[[f"seconds_{s}" for s in stages]].isna().to_numpy().any())  # seconds_step only
-            secs = np.array([run[f"seconds_{s}"].sum() for s in stages])
+        for seed, tok in zip(g["seed"].to_numpy(), g["tokens"].to_numpy(dtype="float64")):
+            a, b = where.get((name, int(seed)), (0, 0))
+            m = cum[a:b] <= tok + 1e-9
+            tot = np.nansum(tot_col[a:b][m])
+            share_tok.append(np.nansum(cont[a:b][m]) / tot if tot else np.nan)
+            run = [x[a:b][m] for x in secs_all]
+            unsplit |= any(bool(np.isnan(x).any()) for x in run)  # seconds_step only
+            secs = np.array([np.nansum(x) for x in run])
             shares.append(secs / secs.sum() if secs.sum() else np.full(len(stages), np.nan))
         sh = np.full(len(stages), np.nan) if unsplit else np.nanmean(np.array(shares), axis=0)
         rows.append({"configuration": name, "n_seeds": len(g), "accuracy_at_B": g["accuracy"].mean(),
