@@ -94,9 +94,6 @@ class Analysis(Shown):
     sequential: SequentialLook | None = None  # the look read, for a plan with [sequential]
 
 
-# ---------------------------------------------------------------------------------------- stats
-
-
 # ---------------------------------------------------------------------------------------- study
 
 
@@ -159,6 +156,7 @@ class VerifiedRuns:
     notes: list[str]
     drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
     look: int = 0  # the sequential look read (0: the plan has none)
+    sets: "rd.SetRows | None" = None  # each set's rows of evals, selected once
 
 
 def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress: bool | None = None,
@@ -181,7 +179,7 @@ def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress
     if len(main) < len(st.meta):
         notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
     keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
-    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes, look=k)
+    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes, look=k, sets=rd.SetRows(keep))
 
 
 def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
@@ -190,7 +188,7 @@ def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
     the plan's admission rules, and the drift flags."""
     adm = v.plan_file.plan.admission
     try:
-        evals = rd.select_levels(v.evals, eval_set, levels)
+        evals = rd.select_levels(v.sets(eval_set), eval_set, levels)
         curves = rd.accuracy_curve(evals, eval_set=eval_set, verifier=verifier, metric=metric)
         flags = v.drift.get((eval_set, levels))
         if flags is None:  # the curve just read is one of the two drift compares: not read again
@@ -259,11 +257,11 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             a, flags = _admitted(v, eval_set, verifier, metric, levels)
             try:
                 pa = (None if metric in DERIVED_METRICS else rd.problem_accuracy(
-                    rd.select_levels(keep, eval_set, levels), eval_set=eval_set, verifier=verifier, metric=metric))
+                    rd.select_levels(v.sets(eval_set), eval_set, levels), eval_set=eval_set, verifier=verifier, metric=metric))
             except rd.ReadingError as e:
                 raise PreregError(f"{study_dir}: {e}") from None
             n_drift = int(flags["drifted"].sum())
-            if metric == "accuracy" and not levels and (lack := rd.runs_without(keep, "correct_strict", eval_sets=[eval_set])):
+            if metric == "accuracy" and not levels and (lack := rd.runs_without(v.sets(eval_set), "correct_strict", eval_sets=[eval_set])):
                 notes.append(f"{eval_set}: drift (default − strict) not checked for {len(lack)} run(s) that do not log "
                              f"correct_strict ({', '.join(f'{c}/seed-{s}' for c, s in lack[:3])}{' …' if len(lack) > 3 else ''})")
             if n_drift and metric == "accuracy" and not levels:

@@ -108,3 +108,87 @@ def test_configuration_summary_unsplit_and_missing_iterations(study, curves):
     new, old = configuration_summary(curves, its, 200_000.0), old_configuration_summary(curves, its, 200_000.0)
     pd.testing.assert_frame_equal(new, old, check_exact=True)
     assert (new["stage_shares"] == UNSPLIT).sum() == 1
+
+
+# ---- the design's problem-set check
+
+
+def _old_problem_sets(rows):
+    g = rows.groupby(["configuration", "seed", "eval_index"], sort=True)
+    gid = g.ngroup().to_numpy()
+    codes = pd.factorize(rows["problem_id"].astype(str))[0]
+    order = np.argsort(gid, kind="stable")
+    parts = np.split(codes[order], np.searchsorted(gid[order], np.arange(1, g.ngroups)))
+    return pd.Series([frozenset(p.tolist()) for p in parts], index=g.size().index, dtype=object)
+
+
+def old_eval_problem_violations(evals, plan):
+    if not len(evals):
+        return []
+    out = []
+    planned = {s.name: s for s in plan.evaluation.sets}
+    runs = evals[["configuration", "seed"]].drop_duplicates()
+    extra = evals[~evals["eval_set"].isin(list(planned))]
+    for (c, s), g in extra.groupby(["configuration", "seed"], sort=True):
+        names = sorted(g["eval_set"].unique())
+        out.append((c, int(s), f"evaluation set(s) {', '.join(map(repr, names))} are not in the plan "
+                                f"(have: {', '.join(planned)})"))
+    for name, spec in planned.items():
+        rows = evals[evals["eval_set"] == name]
+        have = rows[["configuration", "seed"]].drop_duplicates()
+        lacking = runs.merge(have, how="left", indicator=True)
+        for r in lacking[lacking["_merge"] == "left_only"].itertuples(index=False):
+            out.append((r.configuration, int(r.seed), f"never evaluated on the plan's set {name!r}"))
+        if not len(rows):
+            continue
+        sets = _old_problem_sets(rows)
+        counts = sets.value_counts()
+        reference = counts.index[0]
+        if spec.n_problems is not None:
+            sized = [x for x in counts.index if len(x) == spec.n_problems]
+            reference = sized[0] if sized else reference
+        seen = set()
+        for (c, s, e), problems in sets.items():
+            if problems == reference and (spec.n_problems is None or len(problems) == spec.n_problems):
+                continue
+            if (c, s) in seen:
+                continue
+            seen.add((c, s))
+            if spec.n_problems is not None and len(problems) != spec.n_problems:
+                how = f"has {len(problems)} problems, the plan names {spec.n_problems}"
+            else:
+                how = (f"differs from the other runs' {len(reference)} problems "
+                       f"({len(reference - problems)} missing, {len(problems - reference)} extra)")
+            out.append((c, int(s), f"evaluation {e} of set {name!r} {how}"))
+    return out
+
+
+def _plan(**sizes):
+    from types import SimpleNamespace
+    return SimpleNamespace(evaluation=SimpleNamespace(sets=[SimpleNamespace(name=k, n_problems=v) for k, v in sizes.items()]))
+
+
+def _broken_evals(evals):
+    ev = evals.sample(frac=1.0, random_state=4).reset_index(drop=True)  # rows in any order
+    m = ev["eval_set"] == "math200"
+    first = ev.loc[m, "problem_id"].iloc[0]
+    ev = ev[~(m & (ev["configuration"] == "control") & (ev["seed"] == 1) & (ev["eval_index"] == 2)
+              & (ev["problem_id"] == first))]  # one problem missing
+    odd = ev[(ev["eval_set"] == "math200") & (ev["configuration"] == "third") & (ev["seed"] == 0)].iloc[:2].copy()
+    odd["problem_id"] = ["new-problem", odd["problem_id"].iloc[1]]  # an extra problem; a problem scored twice
+    ev = pd.concat([ev, odd], ignore_index=True)
+    ev = ev[~((ev["eval_set"] == "aime") & (ev["configuration"] == "treatment") & (ev["seed"] == 4))]  # never on aime
+    ghost = ev.iloc[:3].copy()
+    ghost["eval_set"] = "gsm8k"  # a set the plan does not name
+    return pd.concat([ev, ghost], ignore_index=True)
+
+
+@pytest.mark.parametrize("sizes", [{"math200": None, "aime": None}, {"math200": 12, "aime": 5},
+                                   {"math200": 13, "aime": 6, "absent": None}])
+def test_problem_set_check_equals_per_evaluation(study, sizes):
+    from prereg_kit.design import eval_problem_violations
+    for ev in (study.evals, _broken_evals(study.evals)):
+        new, old = eval_problem_violations(ev, _plan(**sizes)), old_eval_problem_violations(ev, _plan(**sizes))
+        assert new == old
+    assert any("1 missing, 0 extra" in w for _, _, w in new) or sizes["math200"] is not None
+    assert any("never evaluated" in w for _, _, w in new) and any("not in the plan" in w for _, _, w in new)

@@ -92,10 +92,31 @@ _DERIVED = {
 }
 
 
+class SetRows:
+    """Each evaluation set's rows of ``evals`` (in their order), from one grouping of the set
+    column: every reading of a set takes its rows from here instead of comparing every row's set
+    name again. A set without rows gets all of ``evals`` (its absence is named from them)."""
+
+    def __init__(self, evals: pd.DataFrame):
+        self.evals = evals
+        self._index: dict | None = None
+        self._rows: dict[str, pd.DataFrame] = {}
+
+    def __call__(self, eval_set: str) -> pd.DataFrame:
+        if self._index is None:
+            self._index = self.evals.groupby("eval_set", sort=False, observed=True).indices
+        if eval_set not in self._index:
+            return self.evals
+        if eval_set not in self._rows:
+            self._rows[eval_set] = self.evals.take(self._index[eval_set])
+        return self._rows[eval_set]
+
+
 def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "accuracy") -> pd.DataFrame:
     if verifier not in VERIFIERS:
         raise ReadingError(f"unknown verifier {verifier!r} (one of {', '.join(VERIFIERS)})")
-    ev = evals[evals["eval_set"] == eval_set]
+    mine = evals["eval_set"] == eval_set
+    ev = evals if len(evals) and mine.all() else evals[mine]  # one set's rows (SetRows): no copy
     if not len(ev):
         sets = ", ".join(sorted(map(str, evals["eval_set"].unique()))) or "none"
         raise ReadingError(f"no evaluation rows for set {eval_set!r} (sets logged: {sets})")
