@@ -192,3 +192,75 @@ def test_problem_set_check_equals_per_evaluation(study, sizes):
         assert new == old
     assert any("1 missing, 0 extra" in w for _, _, w in new) or sizes["math200"] is not None
     assert any("never evaluated" in w for _, _, w in new) and any("not in the plan" in w for _, _, w in new)
+
+
+# ---- drift flags and collapse flags
+
+
+def old_drift_flags(evals, *, eval_set, threshold=0.1, known=None):
+    known = known or {}
+    d = known["default"] if "default" in known else accuracy_curve(evals, eval_set=eval_set, verifier="default")
+    out = d[rd.RUN + ["eval_index", "iteration", "tokens"]].copy()
+    out["accuracy_default"] = d["accuracy"].to_numpy()
+    mine = evals[evals["eval_set"] == eval_set]
+    lack = mine.loc[mine["correct_strict"].isna(), rd.RUN].drop_duplicates()
+    if len(lack):
+        gone = evals[rd.RUN].merge(lack.assign(_lack=1), on=rd.RUN, how="left")["_lack"].notna().to_numpy()
+        s = (accuracy_curve(evals[~gone], eval_set=eval_set, verifier="strict") if (~gone & (evals["eval_set"] == eval_set).to_numpy()).any()
+             else d.iloc[:0])
+        out["accuracy_strict"] = out[rd.RUN + ["eval_index"]].merge(s[rd.RUN + ["eval_index", "accuracy"]], on=rd.RUN + ["eval_index"],
+                                                                    how="left")["accuracy"].to_numpy(dtype="float64")
+    else:
+        s = known["strict"] if "strict" in known else accuracy_curve(evals, eval_set=eval_set, verifier="strict")
+        out["accuracy_strict"] = s["accuracy"].to_numpy()
+    out["gap"] = out["accuracy_default"] - out["accuracy_strict"]
+    out["drifted"] = out["gap"] > threshold
+    return out
+
+
+def old_collapse_flags(curve, eval_set):
+    flags = np.zeros(len(curve))
+    for key, g in curve.groupby(rd.RUN, sort=False):
+        base = g[g["eval_index"] == 0]
+        if not len(base):
+            raise rd.ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]} has no evaluation 0 on set "
+                                  f"{eval_set!r} (the base model's pass@4 is read at the start of the run)")
+        if float(base["updates"].iloc[0]) != 0:
+            raise rd.ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]}: evaluation 0 on set {eval_set!r} "
+                                  f"was taken after {float(base['updates'].iloc[0]):g} updates, not before any update")
+        b = float(base["accuracy"].iloc[0])
+        flags[curve.index.get_indexer(g.index)] = (g["accuracy"].to_numpy(dtype="float64") < b).astype("float64")
+    return flags
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.05])
+def test_drift_flags_equal_per_curve(study, threshold):
+    ev = study.evals.sample(frac=1.0, random_state=6).reset_index(drop=True)
+    one = rd.SetRows(ev)("math200")
+    d = accuracy_curve(one, eval_set="math200")
+    for evals in (ev, one):
+        for known in (None, {"default": d}, {"strict": accuracy_curve(evals, eval_set="math200", verifier="strict")}):
+            new = rd.drift_flags(evals, eval_set="math200", threshold=threshold, known=known)
+            old = old_drift_flags(evals, eval_set="math200", threshold=threshold, known=known)
+            pd.testing.assert_frame_equal(new, old, check_exact=True)
+    lacking = ev.copy()
+    lacking.loc[(lacking["configuration"] == "third") & (lacking["seed"] == 1), "correct_strict"] = np.nan
+    pd.testing.assert_frame_equal(rd.drift_flags(lacking, eval_set="math200", threshold=threshold),
+                                  old_drift_flags(lacking, eval_set="math200", threshold=threshold), check_exact=True)
+
+
+def test_collapse_flags_equal_per_run(study):
+    from prereg_kit.readings.curves import _collapse_flags
+    c = accuracy_curve(study.evals, eval_set="math200", metric="pass@4").sample(frac=1.0, random_state=7)
+    np.testing.assert_array_equal(_collapse_flags(c, "math200"), old_collapse_flags(c, "math200"))
+    np.testing.assert_array_equal(_collapse_flags(c.iloc[:0], "x"), old_collapse_flags(c.iloc[:0], "x"))
+    dup = pd.concat([c, c[c["eval_index"] == 0].assign(accuracy=0.5)])  # a second evaluation 0: the first is the base
+    np.testing.assert_array_equal(_collapse_flags(dup, "math200"), old_collapse_flags(dup.reset_index(drop=True), "math200"))
+    no_base = c[~((c["configuration"] == "third") & (c["seed"] == 2) & (c["eval_index"] == 0))]
+    late = c.assign(updates=np.where((c["configuration"] == "control") & (c["eval_index"] == 0), 3, c["updates"]))
+    for bad in (no_base, late, pd.concat([late, no_base])):
+        with pytest.raises(rd.ReadingError) as new:
+            _collapse_flags(bad, "math200")
+        with pytest.raises(rd.ReadingError) as old:
+            old_collapse_flags(bad.reset_index(drop=True), "math200")
+        assert str(new.value) == str(old.value)

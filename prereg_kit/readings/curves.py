@@ -228,19 +228,29 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
 
 
 def _collapse_flags(curve: pd.DataFrame, eval_set: str) -> np.ndarray:
-    """Per evaluation: 1.0 when the run's pass@4 is strictly below its pass@4 at evaluation 0."""
-    flags = np.zeros(len(curve))
-    for key, g in curve.groupby(RUN, sort=False):
-        base = g[g["eval_index"] == 0]
-        if not len(base):
+    """Per evaluation: 1.0 when the run's pass@4 is strictly below its pass@4 at evaluation 0.
+    Runs are checked in the order they first appear; each run's base is its first evaluation 0."""
+    if not len(curve):
+        return np.zeros(0)
+    run = curve.groupby(RUN, sort=False).ngroup().to_numpy()  # numbered in order of appearance
+    n = int(run.max()) + 1
+    at0 = np.flatnonzero(curve["eval_index"].to_numpy() == 0)
+    _, first = np.unique(run[at0], return_index=True)
+    base = np.full(n, -1)
+    base[run[at0[first]]] = at0[first]
+    updates = curve["updates"].to_numpy(dtype="float64")
+    bad = (base < 0) | (updates[np.maximum(base, 0)] != 0)
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0])
+        r = int(np.flatnonzero(run == g)[0])
+        key = (curve["configuration"].iloc[r], curve["seed"].iloc[r])
+        if base[g] < 0:
             raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]} has no evaluation 0 on set "
                                f"{eval_set!r} (the base model's pass@{COLLAPSE_K} is read at the start of the run)")
-        if float(base["updates"].iloc[0]) != 0:
-            raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]}: evaluation 0 on set {eval_set!r} "
-                               f"was taken after {float(base['updates'].iloc[0]):g} updates, not before any update")
-        b = float(base["accuracy"].iloc[0])
-        flags[curve.index.get_indexer(g.index)] = (g["accuracy"].to_numpy(dtype="float64") < b).astype("float64")
-    return flags
+        raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]}: evaluation 0 on set {eval_set!r} "
+                           f"was taken after {float(updates[base[g]]):g} updates, not before any update")
+    acc = curve["accuracy"].to_numpy(dtype="float64")
+    return (acc < acc[base[run]]).astype("float64")
 
 
 def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: "Budgets", *,
