@@ -173,9 +173,10 @@ def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, 
         names = sorted(g["eval_set"].unique())
         out.append((c, int(s), f"evaluation set(s) {', '.join(map(repr, names))} are not in the plan "
                                 f"(have: {', '.join(planned)})"))
+    narrow = evals[["configuration", "seed", "eval_index", "problem_id"]]  # the columns the check reads
     by_set = evals.groupby("eval_set", sort=False, observed=True).indices  # each set's rows, selected once
     for name, spec in planned.items():
-        rows = evals.take(by_set[name]) if name in by_set else evals.iloc[:0]
+        rows = narrow.take(by_set[name]) if name in by_set else narrow.iloc[:0]
         have = rows[["configuration", "seed"]].drop_duplicates()
         lacking = runs.merge(have, how="left", indicator=True)
         for r in lacking[lacking["_merge"] == "left_only"].itertuples(index=False):

@@ -132,8 +132,11 @@ def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "ac
         acc = ev["greedy_correct"].astype("float64")
     else:
         acc = _metric_value(ev, eval_set, verifier, metric)
-    out = ev.assign(accuracy=np.asarray(acc, dtype="float64"))
-    return out
+    keep = [c for c in _READ if c in ev.columns]  # the columns the curves read: one narrow copy
+    return ev[keep].assign(accuracy=np.asarray(acc, dtype="float64"))
+
+
+_READ = RUN + ["eval_index", "iteration", "tokens", "train_seconds", "updates", "eval_seed", "problem_id"]
 
 
 def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
