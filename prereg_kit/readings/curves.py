@@ -161,13 +161,13 @@ def _set_hash(ids: pd.Series) -> str:
     return hashlib.sha1("\n".join(sorted(map(str, ids))).encode()).hexdigest()[:12]
 
 
-def _set_hashes(ev: pd.DataFrame, keys: list[str]) -> np.ndarray:
+def _set_hashes(ev: pd.DataFrame, keys: list[str], gid: np.ndarray | None = None) -> np.ndarray:
     """:func:`_set_hash` of every group of ``ev.groupby(keys, sort=True)``, in group order.
 
     Vectorized: problem ids become codes in sorted order once, each group's sorted codes are one
     slice, and a set is joined and hashed once however many evaluations scored it (the hash
     values are those of :func:`_set_hash`)."""
-    gid = ev.groupby(keys, sort=True).ngroup().to_numpy()
+    gid = ev.groupby(keys, sort=True).ngroup().to_numpy() if gid is None else gid  # the caller's grouping
     codes, uniques = pd.factorize(ev["problem_id"].astype("str"), sort=True)
     names = np.asarray(uniques, dtype=object)
     order = np.lexsort((codes, gid))
@@ -221,7 +221,7 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
     if len(bad):
         r = bad.iloc[0]
         raise ReadingError(f"configuration {r['configuration']!r} seed {r['seed']}: evaluation {r['eval_index']} on set {eval_set!r} logs {r['n_seeds']} sampling seeds")
-    out["problem_set"] = _set_hashes(ev, keys)
+    out["problem_set"] = _set_hashes(ev, keys, g.ngroup().to_numpy())
     out["eval_set"] = eval_set
     out["verifier"] = verifier
     if collapse:
