@@ -94,9 +94,6 @@ class Analysis(Shown):
     sequential: SequentialLook | None = None  # the look read, for a plan with [sequential]
 
 
-# ---------------------------------------------------------------------------------------- stats
-
-
 # ---------------------------------------------------------------------------------------- study
 
 
@@ -159,6 +156,7 @@ class VerifiedRuns:
     notes: list[str]
     drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
     look: int = 0  # the sequential look read (0: the plan has none)
+    sets: "rd.SetRows | None" = None  # each set's rows of evals, selected once
 
 
 def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress: bool | None = None,
@@ -181,7 +179,7 @@ def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress
     if len(main) < len(st.meta):
         notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
     keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
-    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes, look=k)
+    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes, look=k, sets=rd.SetRows(keep))
 
 
 def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
@@ -190,7 +188,7 @@ def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
     the plan's admission rules, and the drift flags."""
     adm = v.plan_file.plan.admission
     try:
-        evals = rd.select_levels(v.evals, eval_set, levels)
+        evals = rd.select_levels(v.sets(eval_set), eval_set, levels)
         curves = rd.accuracy_curve(evals, eval_set=eval_set, verifier=verifier, metric=metric)
         flags = v.drift.get((eval_set, levels))
         if flags is None:  # the curve just read is one of the two drift compares: not read again
@@ -259,11 +257,11 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             a, flags = _admitted(v, eval_set, verifier, metric, levels)
             try:
                 pa = (None if metric in DERIVED_METRICS else rd.problem_accuracy(
-                    rd.select_levels(keep, eval_set, levels), eval_set=eval_set, verifier=verifier, metric=metric))
+                    rd.select_levels(v.sets(eval_set), eval_set, levels), eval_set=eval_set, verifier=verifier, metric=metric))
             except rd.ReadingError as e:
                 raise PreregError(f"{study_dir}: {e}") from None
             n_drift = int(flags["drifted"].sum())
-            if metric == "accuracy" and not levels and (lack := rd.runs_without(keep, "correct_strict", eval_sets=[eval_set])):
+            if metric == "accuracy" and not levels and (lack := rd.runs_without(v.sets(eval_set), "correct_strict", eval_sets=[eval_set])):
                 notes.append(f"{eval_set}: drift (default − strict) not checked for {len(lack)} run(s) that do not log "
                              f"correct_strict ({', '.join(f'{c}/seed-{s}' for c, s in lack[:3])}{' …' if len(lack) > 3 else ''})")
             if n_drift and metric == "accuracy" and not levels:
@@ -481,16 +479,25 @@ def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget
             r = rd.read_at_tokens(cv, budget)
             derived[key] = r[r["reached"]].groupby("configuration")["accuracy"]
     stages = ["selection", "generation", "credit", "update", "weight_sync"]
+    # the iteration rows up to each run's reading, as numpy slices of one stable sort by run
+    # (original order kept within a run, so every sum adds the same numbers in the same order)
+    it = iterations.sort_values(rd.RUN, kind="stable", ignore_index=True)
+    cfg, sd = it["configuration"].to_numpy(dtype=object), it["seed"].to_numpy()
+    st = np.flatnonzero(np.r_[True, (cfg[1:] != cfg[:-1]) | (sd[1:] != sd[:-1]), True]) if len(it) else np.array([0])
+    where = {(cfg[a], int(sd[a])): (a, b) for a, b in zip(st[:-1], st[1:])}
+    cum, tot_col, cont = (it[c].to_numpy(dtype="float64") for c in ("cum_tokens", "tokens_total", "tokens_continuation"))
+    secs_all = [it[f"seconds_{s}"].to_numpy(dtype="float64") for s in stages]
     rows = []
     for name, g in at_b.groupby("configuration", sort=True):
-        its = iterations[iterations["configuration"] == name]
         share_tok, shares, unsplit = [], [], False
-        for r in g.itertuples():
-            run = its[(its["seed"] == r.seed) & (its["cum_tokens"] <= r.tokens + 1e-9)]
-            tot = run["tokens_total"].sum()
-            share_tok.append(run["tokens_continuation"].sum() / tot if tot else np.nan)
-            unsplit |= bool(run[[f"seconds_{s}" for s in stages]].isna().to_numpy().any())  # seconds_step only
-            secs = np.array([run[f"seconds_{s}"].sum() for s in stages])
+        for seed, tok in zip(g["seed"].to_numpy(), g["tokens"].to_numpy(dtype="float64")):
+            a, b = where.get((name, int(seed)), (0, 0))
+            m = cum[a:b] <= tok + 1e-9
+            tot = np.nansum(tot_col[a:b][m])
+            share_tok.append(np.nansum(cont[a:b][m]) / tot if tot else np.nan)
+            run = [x[a:b][m] for x in secs_all]
+            unsplit |= any(bool(np.isnan(x).any()) for x in run)  # seconds_step only
+            secs = np.array([np.nansum(x) for x in run])
             shares.append(secs / secs.sum() if secs.sum() else np.full(len(stages), np.nan))
         sh = np.full(len(stages), np.nan) if unsplit else np.nanmean(np.array(shares), axis=0)
         rows.append({"configuration": name, "n_seeds": len(g), "accuracy_at_B": g["accuracy"].mean(),

@@ -130,19 +130,27 @@ def missing_runs(plan: Plan, present: set[tuple[str, int]]) -> list[tuple[str, i
     return [k for k in planned_runs(plan) if k not in present]
 
 
-def _problem_sets(rows: pd.DataFrame) -> pd.Series:
-    """Per (configuration, seed, eval_index), sorted, the frozenset of its problems as integer
-    codes (one code per distinct problem id): set comparisons and sizes as with the ids, without
-    iterating the string column group by group."""
+def _problem_sets(rows: pd.DataFrame) -> tuple[pd.Series, list]:
+    """Per (configuration, seed, eval_index), sorted, its set of problems as the bytes of its
+    distinct problem codes in ascending order (one code per distinct problem id; equal bytes,
+    equal sets), and those code arrays: one sort of all rows, then a slice per evaluation, without
+    building a Python set per evaluation."""
     import numpy as np  # noqa: PLC0415  (lock and verify import this module without numpy/pandas)
     import pandas as pd  # noqa: PLC0415
 
     g = rows.groupby(["configuration", "seed", "eval_index"], sort=True)
     gid = g.ngroup().to_numpy()
-    codes = pd.factorize(rows["problem_id"].astype(str))[0]
-    order = np.argsort(gid, kind="stable")
-    parts = np.split(codes[order], np.searchsorted(gid[order], np.arange(1, g.ngroups)))
-    return pd.Series([frozenset(p.tolist()) for p in parts], index=g.size().index, dtype=object)
+    codes = pd.factorize(rows["problem_id"].astype(str))[0].astype(np.int64)
+    order = np.lexsort((codes, gid))
+    gs, cs = gid[order], codes[order]
+    n = g.ngroups
+    bounds = np.r_[0, np.searchsorted(gs, np.arange(1, n)), len(gs)]
+    group = np.repeat(np.arange(n), np.diff(bounds))  # as np.split at the bounds: rows before group 0's start join it
+    first = np.r_[True, (cs[1:] != cs[:-1]) | (group[1:] != group[:-1])]
+    ucs, ugroup = cs[first], group[first]
+    ub = np.searchsorted(ugroup, np.arange(n + 1))
+    parts = [ucs[ub[i]:ub[i + 1]] for i in range(n)]
+    return pd.Series([p.tobytes() for p in parts], index=g.size().index, dtype=object), parts
 
 
 def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, int, str]]:
@@ -155,6 +163,8 @@ def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, 
     """
     if not len(evals):
         return []
+    import numpy as np  # noqa: PLC0415
+
     out: list[tuple[str, int, str]] = []
     planned = {s.name: s for s in plan.evaluation.sets}
     runs = evals[["configuration", "seed"]].drop_duplicates()
@@ -163,32 +173,39 @@ def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, 
         names = sorted(g["eval_set"].unique())
         out.append((c, int(s), f"evaluation set(s) {', '.join(map(repr, names))} are not in the plan "
                                 f"(have: {', '.join(planned)})"))
+    narrow = evals[["configuration", "seed", "eval_index", "problem_id"]]  # the columns the check reads
+    by_set = evals.groupby("eval_set", sort=False, observed=True).indices  # each set's rows, selected once
     for name, spec in planned.items():
-        rows = evals[evals["eval_set"] == name]
+        rows = narrow.take(by_set[name]) if name in by_set else narrow.iloc[:0]
         have = rows[["configuration", "seed"]].drop_duplicates()
         lacking = runs.merge(have, how="left", indicator=True)
         for r in lacking[lacking["_merge"] == "left_only"].itertuples(index=False):
             out.append((r.configuration, int(r.seed), f"never evaluated on the plan's set {name!r}"))
         if not len(rows):
             continue
-        sets = _problem_sets(rows)
+        sets, parts = _problem_sets(rows)
+        size = {k: len(p) for k, p in zip(sets, parts)}
         counts = sets.value_counts()
         reference = counts.index[0]
         if spec.n_problems is not None:
-            sized = [x for x in counts.index if len(x) == spec.n_problems]
+            sized = [x for x in counts.index if size[x] == spec.n_problems]
             reference = sized[0] if sized else reference
+        ref = parts[sets.tolist().index(reference)]
+        n_ref = len(ref)
+        ok = (sets == reference).to_numpy()
+        if spec.n_problems is not None:
+            ok = ok & (n_ref == spec.n_problems)
         seen: set[tuple[str, int]] = set()
-        for (c, s, e), problems in sets.items():
-            if problems == reference and (spec.n_problems is None or len(problems) == spec.n_problems):
-                continue
+        for i in np.flatnonzero(~ok):
+            (c, s, e), problems = sets.index[i], parts[i]
             if (c, s) in seen:
                 continue
             seen.add((c, s))
             if spec.n_problems is not None and len(problems) != spec.n_problems:
                 how = f"has {len(problems)} problems, the plan names {spec.n_problems}"
             else:
-                how = (f"differs from the other runs' {len(reference)} problems "
-                       f"({len(reference - problems)} missing, {len(problems - reference)} extra)")
+                how = (f"differs from the other runs' {n_ref} problems "
+                       f"({len(np.setdiff1d(ref, problems))} missing, {len(np.setdiff1d(problems, ref))} extra)")
             out.append((c, int(s), f"evaluation {e} of set {name!r} {how}"))
     return out
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from ..plan import COLLAPSE_K, ReadingPoint
 from .base import (AdmissionResult, DRIFT_THRESHOLD, EXCLUSION_COLUMNS, exclusions_table, PairingError,
     ReadingError, RUN, VERIFIERS)
-from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves, select_levels
+from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves, select_levels, SetRows
 from .points import read_span, span_positions, SPAN_KINDS
 from .spans import (first_crossing, share_to_target, target_curves,
     TARGET_KINDS, target_statistics, to_target)
@@ -60,7 +60,7 @@ __all__ = [
     "exclude_drifted_evaluations", "exclude_drifted_runs", "EXCLUSION_COLUMNS", "exclusions_table",
     "paired_readings", "PairedReadings", "PairingError", "problem_accuracy", "read_at_control_time",
     "read_at_time", "read_at_tokens", "read_at_updates", "READ_COLUMNS", "read_point", "ReadingError",
-    "ReadingPoint", "relative_accuracy_curves", "RUN", "VERIFIERS", "select_levels", "first_crossing", "read_span",
+    "ReadingPoint", "relative_accuracy_curves", "RUN", "VERIFIERS", "select_levels", "SetRows", "first_crossing", "read_span",
     "share_to_target", "span_positions", "SPAN_KINDS", "target_curves", "TARGET_KINDS", "target_statistics", "to_target", "DYNAMICS", "training_dynamics",
     "needed_columns", "refuse_unlogged", "runs_without",
 ]

@@ -33,7 +33,8 @@ def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_
     d = known["default"] if "default" in known else accuracy_curve(evals, eval_set=eval_set, verifier="default")
     out = d[RUN + ["eval_index", "iteration", "tokens"]].copy()  # either can be B's axis
     out["accuracy_default"] = d["accuracy"].to_numpy()
-    mine = evals[evals["eval_set"] == eval_set]
+    in_set = evals["eval_set"] == eval_set
+    mine = evals if in_set.all() else evals[in_set]  # one set's rows (SetRows): no copy
     lack = mine.loc[mine["correct_strict"].isna(), RUN].drop_duplicates()
     if len(lack):
         gone = evals[RUN].merge(lack.assign(_lack=1), on=RUN, how="left")["_lack"].notna().to_numpy()
@@ -42,11 +43,19 @@ def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_
         out["accuracy_strict"] = out[RUN + ["eval_index"]].merge(s[RUN + ["eval_index", "accuracy"]], on=RUN + ["eval_index"],
                                                                  how="left")["accuracy"].to_numpy(dtype="float64")
     else:
-        s = known["strict"] if "strict" in known else accuracy_curve(evals, eval_set=eval_set, verifier="strict")
-        out["accuracy_strict"] = s["accuracy"].to_numpy()
+        out["accuracy_strict"] = known["strict"]["accuracy"].to_numpy() if "strict" in known else _mean_accuracy(mine)
     out["gap"] = out["accuracy_default"] - out["accuracy_strict"]
     out["drifted"] = out["gap"] > threshold
     return out
+
+
+def _mean_accuracy(mine: pd.DataFrame) -> np.ndarray:
+    """Strict accuracy per (configuration, seed, eval_index), in key order: the mean over problems
+    of correct_strict/samples, the value :func:`accuracy_curve` reads (same rows, same group
+    mean), without its per-evaluation columns; the default curve already checked the rows."""
+    keys = RUN + ["eval_index"]
+    acc = mine["correct_strict"].to_numpy(dtype="float64") / mine["samples"].to_numpy(dtype="float64")
+    return mine[keys].assign(accuracy=acc).groupby(keys, sort=True)["accuracy"].mean().to_numpy()
 
 
 def drifted_at(flags: pd.DataFrame, budget: Budgets) -> pd.DataFrame:

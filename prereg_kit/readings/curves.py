@@ -92,10 +92,31 @@ _DERIVED = {
 }
 
 
+class SetRows:
+    """Each evaluation set's rows of ``evals`` (in their order), from one grouping of the set
+    column: every reading of a set takes its rows from here instead of comparing every row's set
+    name again. A set without rows gets all of ``evals`` (its absence is named from them)."""
+
+    def __init__(self, evals: pd.DataFrame):
+        self.evals = evals
+        self._index: dict | None = None
+        self._rows: dict[str, pd.DataFrame] = {}
+
+    def __call__(self, eval_set: str) -> pd.DataFrame:
+        if self._index is None:
+            self._index = self.evals.groupby("eval_set", sort=False, observed=True).indices
+        if eval_set not in self._index:
+            return self.evals
+        if eval_set not in self._rows:
+            self._rows[eval_set] = self.evals.take(self._index[eval_set])
+        return self._rows[eval_set]
+
+
 def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "accuracy") -> pd.DataFrame:
     if verifier not in VERIFIERS:
         raise ReadingError(f"unknown verifier {verifier!r} (one of {', '.join(VERIFIERS)})")
-    ev = evals[evals["eval_set"] == eval_set]
+    mine = evals["eval_set"] == eval_set
+    ev = evals if len(evals) and mine.all() else evals[mine]  # one set's rows (SetRows): no copy
     if not len(ev):
         sets = ", ".join(sorted(map(str, evals["eval_set"].unique()))) or "none"
         raise ReadingError(f"no evaluation rows for set {eval_set!r} (sets logged: {sets})")
@@ -111,8 +132,11 @@ def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "ac
         acc = ev["greedy_correct"].astype("float64")
     else:
         acc = _metric_value(ev, eval_set, verifier, metric)
-    out = ev.assign(accuracy=np.asarray(acc, dtype="float64"))
-    return out
+    keep = [c for c in _READ if c in ev.columns]  # the columns the curves read: one narrow copy
+    return ev[keep].assign(accuracy=np.asarray(acc, dtype="float64"))
+
+
+_READ = RUN + ["eval_index", "iteration", "tokens", "train_seconds", "updates", "eval_seed", "problem_id"]
 
 
 def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
@@ -137,13 +161,13 @@ def _set_hash(ids: pd.Series) -> str:
     return hashlib.sha1("\n".join(sorted(map(str, ids))).encode()).hexdigest()[:12]
 
 
-def _set_hashes(ev: pd.DataFrame, keys: list[str]) -> np.ndarray:
+def _set_hashes(ev: pd.DataFrame, keys: list[str], gid: np.ndarray | None = None) -> np.ndarray:
     """:func:`_set_hash` of every group of ``ev.groupby(keys, sort=True)``, in group order.
 
     Vectorized: problem ids become codes in sorted order once, each group's sorted codes are one
     slice, and a set is joined and hashed once however many evaluations scored it (the hash
     values are those of :func:`_set_hash`)."""
-    gid = ev.groupby(keys, sort=True).ngroup().to_numpy()
+    gid = ev.groupby(keys, sort=True).ngroup().to_numpy() if gid is None else gid  # the caller's grouping
     codes, uniques = pd.factorize(ev["problem_id"].astype("str"), sort=True)
     names = np.asarray(uniques, dtype=object)
     order = np.lexsort((codes, gid))
@@ -197,7 +221,7 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
     if len(bad):
         r = bad.iloc[0]
         raise ReadingError(f"configuration {r['configuration']!r} seed {r['seed']}: evaluation {r['eval_index']} on set {eval_set!r} logs {r['n_seeds']} sampling seeds")
-    out["problem_set"] = _set_hashes(ev, keys)
+    out["problem_set"] = _set_hashes(ev, keys, g.ngroup().to_numpy())
     out["eval_set"] = eval_set
     out["verifier"] = verifier
     if collapse:
@@ -207,19 +231,29 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
 
 
 def _collapse_flags(curve: pd.DataFrame, eval_set: str) -> np.ndarray:
-    """Per evaluation: 1.0 when the run's pass@4 is strictly below its pass@4 at evaluation 0."""
-    flags = np.zeros(len(curve))
-    for key, g in curve.groupby(RUN, sort=False):
-        base = g[g["eval_index"] == 0]
-        if not len(base):
+    """Per evaluation: 1.0 when the run's pass@4 is strictly below its pass@4 at evaluation 0.
+    Runs are checked in the order they first appear; each run's base is its first evaluation 0."""
+    if not len(curve):
+        return np.zeros(0)
+    run = curve.groupby(RUN, sort=False).ngroup().to_numpy()  # numbered in order of appearance
+    n = int(run.max()) + 1
+    at0 = np.flatnonzero(curve["eval_index"].to_numpy() == 0)
+    _, first = np.unique(run[at0], return_index=True)
+    base = np.full(n, -1)
+    base[run[at0[first]]] = at0[first]
+    updates = curve["updates"].to_numpy(dtype="float64")
+    bad = (base < 0) | (updates[np.maximum(base, 0)] != 0)
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0])
+        r = int(np.flatnonzero(run == g)[0])
+        key = (curve["configuration"].iloc[r], curve["seed"].iloc[r])
+        if base[g] < 0:
             raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]} has no evaluation 0 on set "
                                f"{eval_set!r} (the base model's pass@{COLLAPSE_K} is read at the start of the run)")
-        if float(base["updates"].iloc[0]) != 0:
-            raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]}: evaluation 0 on set {eval_set!r} "
-                               f"was taken after {float(base['updates'].iloc[0]):g} updates, not before any update")
-        b = float(base["accuracy"].iloc[0])
-        flags[curve.index.get_indexer(g.index)] = (g["accuracy"].to_numpy(dtype="float64") < b).astype("float64")
-    return flags
+        raise ReadingError(f"metric collapse: configuration {key[0]!r} seed {key[1]}: evaluation 0 on set {eval_set!r} "
+                           f"was taken after {float(updates[base[g]]):g} updates, not before any update")
+    acc = curve["accuracy"].to_numpy(dtype="float64")
+    return (acc < acc[base[run]]).astype("float64")
 
 
 def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: "Budgets", *,
