@@ -50,6 +50,8 @@ def test_a_run_in_the_worker_writes_its_stderr_to_its_log_and_gets_a_fresh_state
     """The run's stderr (Python's and a C-level write to fd 2) goes to its own log; its environment
     is its own; torch's seed and threads are as at the worker's start, whatever the run before did."""
     _fd_stderr(monkeypatch)
+    rng_before = torch.get_rng_state()
+    torch.manual_seed(torch.initial_seed())  # as at a worker's start: earlier tests may have drawn from it
     fresh = run_worker.FreshState.now()
     expected = torch.rand(3)  # the first draws of the default generator at the worker's start
     seen: dict = {}
@@ -77,6 +79,7 @@ def test_a_run_in_the_worker_writes_its_stderr_to_its_log_and_gets_a_fresh_state
             assert torch.equal(seen["draw"], expected) and seen["threads"] == fresh.threads
     finally:
         torch.set_num_threads(threads_before)
+        torch.set_rng_state(rng_before)
 
 
 def test_an_exception_in_a_run_is_that_runs_failure_and_a_stopped_run_retires_the_worker(tmp_path, monkeypatch):
