@@ -34,6 +34,7 @@ from .schema import (EVALS, ITERATIONS, KINDS, LogProblem, META_FILE, _PARQUET_K
 
 _RUN = "_run"  # the folder's index in find_runs order, while the tables are one
 _LINE = re.compile(r": line (\d+): ")
+_TEXT = ["eval_set", "problem_id"]  # repeated in every evaluation row; back to text once in pandas
 
 
 @dataclass
@@ -55,7 +56,8 @@ def _read_current(folder: Path) -> dict[str, pa.Table] | None:
     for kind in KINDS:
         pp, jp = _parquet_path(folder, kind), _jsonl_path(folder, kind)
         try:
-            table = pq.read_table(pp, page_checksum_verification=True)
+            # Text columns as dictionaries: a few distinct values repeated, read as codes.
+            table = pq.read_table(pp, page_checksum_verification=True, read_dictionary=_TEXT)
         except (OSError, pa.ArrowException):
             return None
         info = json.loads((table.schema.metadata or {}).get(_PARQUET_KEY, b"{}"))
@@ -91,6 +93,11 @@ def _validated(tables: list[pa.Table], runs: list[int], kind: str, slow: set[int
     del table
     pa.default_memory_pool().release_unused()  # hand the freed Arrow pages back to the system
     run = df.pop(_RUN).to_numpy()
+    for c in _TEXT:  # the same text dtype as the per-run reader, built after the numbers are freed
+        if c in df and isinstance(df[c].dtype, pd.CategoricalDtype):
+            cat = df[c].array  # taking the codes from the categories: astype copies via objects
+            text = pd.array(np.asarray(cat.categories, dtype=object), dtype="str")
+            df[c] = pd.Series(text.take(cat.codes, allow_fill=True), index=df.index)
     for _ in range(64):
         keep = ~np.isin(run, list(slow)) if slow else None
         sub = df[keep] if keep is not None else df
