@@ -295,21 +295,34 @@ def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]]
 
 def difference_figure(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, title: str,
                       margin: float = 0.02, grid_points: int = 60, synthetic: bool = False):
-    """The figure of :func:`difference` and its data (:func:`difference_data`)."""
-    fig = difference(curves, pairs, title=title, margin=margin, synthetic=synthetic, grid_points=grid_points)
-    return fig, difference_data(curves, pairs, grid_points)
+    """The figure of :func:`difference` and its data (:func:`difference_data`), computed once."""
+    ax = _axes(None, (9, 4.2))
+    data = _draw_difference(ax, curves, pairs, margin, grid_points)
+    decorate(ax, title, synthetic)
+    return ax.figure, data
 
 
 def _interpolated_differences(curves: pd.DataFrame, tr: str, co: str, k: int):
-    a = curves[curves["configuration"] == tr]
-    b = curves[curves["configuration"] == co]
-    seeds = sorted(set(a["seed"]) & set(b["seed"]))
-    if not seeds:
+    """Per seed both configurations, the treatment's minus the control's accuracy on a common
+    grid of ``k`` training times up to the shortest run's end (linear interpolation). Column-wise:
+    one stable sort and slices per (configuration, seed), not a filter of the frame per seed."""
+    both = curves.loc[curves["configuration"].isin([tr, co]), ["configuration", "seed", "train_seconds", "accuracy"]]
+    both = both.sort_values(["configuration", "seed", "train_seconds"], kind="stable")
+    ends = both.groupby(["configuration", "seed"], sort=False)["train_seconds"].max().unstack(0)
+    if tr not in ends or co not in ends:
         return None, None
-    end = min(min(a.groupby("seed")["train_seconds"].max()[seeds]), min(b.groupby("seed")["train_seconds"].max()[seeds]))
-    grid = np.linspace(0, end, k)
-    rows = []
-    for s in seeds:
-        ga, gb = a[a["seed"] == s].sort_values("train_seconds"), b[b["seed"] == s].sort_values("train_seconds")
-        rows.append(np.interp(grid, ga["train_seconds"], ga["accuracy"]) - np.interp(grid, gb["train_seconds"], gb["accuracy"]))
-    return np.asarray(rows), grid
+    ends = ends[[tr, co]].dropna()
+    if not len(ends):
+        return None, None
+    grid = np.linspace(0, float(ends.to_numpy().min()), k)
+    key = both["configuration"].to_numpy(dtype=object), both["seed"].to_numpy()
+    t, acc = both["train_seconds"].to_numpy(dtype="float64"), both["accuracy"].to_numpy(dtype="float64")
+    cut = np.flatnonzero((key[0][1:] != key[0][:-1]) | (key[1][1:] != key[1][:-1])) + 1
+    start = dict(zip(zip(key[0][np.r_[0, cut]], key[1][np.r_[0, cut]].tolist()), zip(np.r_[0, cut], np.r_[cut, len(t)])))
+
+    def curve(cfg: str, seed) -> np.ndarray:
+        a, b = start[(cfg, seed)]
+        return np.interp(grid, t[a:b], acc[a:b])
+
+    seeds = sorted(ends.index.tolist())
+    return np.asarray([curve(tr, s) - curve(co, s) for s in seeds]), grid

@@ -34,6 +34,7 @@ from .schema import (EVALS, ITERATIONS, KINDS, LogProblem, META_FILE, _PARQUET_K
 
 _RUN = "_run"  # the folder's index in find_runs order, while the tables are one
 _LINE = re.compile(r": line (\d+): ")
+_TEXT = ["eval_set", "problem_id"]  # repeated in every evaluation row; back to text once in pandas
 
 
 @dataclass
@@ -55,7 +56,8 @@ def _read_current(folder: Path) -> dict[str, pa.Table] | None:
     for kind in KINDS:
         pp, jp = _parquet_path(folder, kind), _jsonl_path(folder, kind)
         try:
-            table = pq.read_table(pp, page_checksum_verification=True)
+            # Text columns as dictionaries: a few distinct values repeated, read as codes.
+            table = pq.read_table(pp, page_checksum_verification=True, read_dictionary=_TEXT)
         except (OSError, pa.ArrowException):
             return None
         info = json.loads((table.schema.metadata or {}).get(_PARQUET_KEY, b"{}"))
@@ -78,13 +80,24 @@ def _run_of_row(run: np.ndarray, err: RunLogError) -> int | None:
     return int(run[int(m.group(1)) - 1]) if m and int(m.group(1)) - 1 < len(run) else None
 
 
-def _validated(table: pa.Table, kind: str, slow: set[int], where: str) -> pd.DataFrame | None:
-    """Validate every run's rows at once; a run whose rows fail goes to ``slow`` (the per-run
-    reader names its file, line and field) and the rest are validated again. ``None``: the
-    failures are too many or not tied to a row (the per-run reader reads the study)."""
-    df = table.to_pandas(self_destruct=True)  # the Arrow buffers go as they are converted
+def _validated(tables: list[pa.Table], runs: list[int], kind: str, slow: set[int], where: str) -> pd.DataFrame | None:
+    """Concatenate the runs' tables of one kind (``tables`` is emptied) and validate every run's
+    rows at once; a run whose rows fail goes to ``slow`` (the per-run reader names its file, line
+    and field) and the rest are validated again. ``None``: the failures are too many or not tied
+    to a row (the per-run reader reads the study)."""
+    table = _concat(tables, runs)
+    tables.clear()  # the concatenated table is the only reference left to the Arrow buffers
+    # Memory: only one copy of the rows should be alive. self_destruct frees each Arrow column
+    # once converted; split_blocks keeps one pandas block per column (no consolidation copy).
+    df = table.to_pandas(self_destruct=True, split_blocks=True)
     del table
+    pa.default_memory_pool().release_unused()  # hand the freed Arrow pages back to the system
     run = df.pop(_RUN).to_numpy()
+    for c in _TEXT:  # the same text dtype as the per-run reader, built after the numbers are freed
+        if c in df and isinstance(df[c].dtype, pd.CategoricalDtype):
+            cat = df[c].array  # taking the codes from the categories: astype copies via objects
+            text = pd.array(np.asarray(cat.categories, dtype=object), dtype="str")
+            df[c] = pd.Series(text.take(cat.codes, allow_fill=True), index=df.index)
     for _ in range(64):
         keep = ~np.isin(run, list(slow)) if slow else None
         sub = df[keep] if keep is not None else df
@@ -188,14 +201,15 @@ def load_columnar(folders: list[Path], *, strict: bool, where: str) -> Columnar 
     if (strict and slow) or not fast:
         return None
     try:
-        it = _validated(_concat(tables.pop(ITERATIONS), fast), ITERATIONS, slow, where)
-        ev = _validated(_concat(tables.pop(EVALS), fast), EVALS, slow, where)
+        it = _validated(tables.pop(ITERATIONS), fast, ITERATIONS, slow, where)
+        ev = _validated(tables.pop(EVALS), fast, EVALS, slow, where)
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # runs whose extra columns disagree in type
         return None
     if it is None or ev is None or (strict and slow):
         return None
     slow |= _order_failures(it, ev)
-    it, ev = it[~it[_RUN].isin(list(slow))], ev[~ev[_RUN].isin(list(slow))]
+    if slow:  # a boolean mask copies the frame: only when some run is left out
+        it, ev = it[~it[_RUN].isin(list(slow))], ev[~ev[_RUN].isin(list(slow))]
     it = add_derived_runs(it)
     odd = _inconsistent_runs(it, ev)
     problems: dict[int, list[LogProblem]] = {i: [] for i in fast if i not in slow}

@@ -307,7 +307,9 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
                 i = _first_bad(np.isinf(df[extra].to_numpy(dtype="float64", na_value=np.nan)))
                 if i is not None:
                     raise RunLogError(f"{where}: line {first_line + i}: field '{extra}': expected a finite number, got {_show(df[extra].iloc[i])}")
-    res = pd.DataFrame(out, index=df.index)
+    # copy=False: the checked columns are the input's own where no coercion was needed (pandas
+    # copies on write); a copy here would double a study's rows while both are alive.
+    res = pd.DataFrame(out, index=df.index, copy=False)
     return res.reset_index(drop=True)
 
 
