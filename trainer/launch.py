@@ -83,12 +83,12 @@ def seed_major(runs: Sequence) -> list:
     a sequential plan's early looks complete first, and a worker's first (cold) run is not always
     the same configuration's."""
     configs = list(dict.fromkeys(r.configuration for r in runs))
-    nth: dict[str, int] = {}
-    key = {}
-    for r in runs:  # a seed's place within its own configuration (configurations may have other seeds)
-        key[id(r)] = (nth.get(r.configuration, 0), configs.index(r.configuration))
-        nth[r.configuration] = key[id(r)][0] + 1
-    return sorted(runs, key=lambda r: key[id(r)])
+    place: dict[str, int] = {}  # a seed's place within its own configuration (they may have other seeds)
+    keyed = []
+    for r in runs:
+        keyed.append(((place.get(r.configuration, 0), configs.index(r.configuration)), r))
+        place[r.configuration] = place.get(r.configuration, 0) + 1
+    return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
 
 
 def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str] | None = None,
