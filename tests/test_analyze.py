@@ -122,6 +122,20 @@ def test_allow_missing_seeds_excludes_and_reports(dry, tmp_path):
     assert ((a.exclusions["seed"] == 3) & a.exclusions["what"].str.startswith("unpaired")).any()
 
 
+def test_cli_dry_run_refuses_a_bad_effect_and_a_foreign_folder(tmp_path):
+    # the quick part of the walkthrough below (slow step): both refusals come before any simulation
+    runner = CliRunner()
+    (tmp_path / "plan.toml").write_text(ANALYSIS_PLAN)
+    res = runner.invoke(app, ["dry-run", str(tmp_path), "-e", "P1"])
+    assert res.exit_code == 2 and "NAME=NUMBER" in res.output
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "precious.txt").write_text("keep")
+    res = runner.invoke(app, ["dry-run", str(tmp_path), "--out", str(tmp_path / "other")])
+    assert res.exit_code == 2 and (tmp_path / "other" / "precious.txt").exists()
+    assert not (tmp_path / "other" / MARKER).exists()
+
+
+@pytest.mark.slow
 def test_cli_dry_run_then_analyze(tmp_path):
     runner = CliRunner()
     (tmp_path / "plan.toml").write_text(ANALYSIS_PLAN)

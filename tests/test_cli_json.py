@@ -54,6 +54,19 @@ def test_analyze_json_equals_results_json(dry, tmp_path):
     assert doc["format"] == "prereg-results/1" and {r["contrast"] for r in doc["contrasts"]} == {"C1", "C2"}
 
 
+def test_verify_into_a_pipe_prints_no_colour(dry):
+    # the quick variant: the same console in a fresh process, without the analysis (the slow step runs analyze)
+    folder, _ = dry
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
+    env["PYTHONPATH"] = str(ROOT)
+    res = subprocess.run([sys.executable, "-m", "prereg_kit", "verify", str(folder)],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "OK" in res.stdout
+    assert "\x1b[" not in res.stdout and "\x1b[" not in res.stderr  # no colour
+
+
+@pytest.mark.slow
 def test_analyze_into_a_pipe_prints_no_colour(dry, tmp_path):
     folder, _ = dry
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}

@@ -166,7 +166,10 @@ def fake_vllm(monkeypatch):
     return fake
 
 
-@pytest.mark.parametrize("natural", [False, pytest.param(True, marks=pytest.mark.slow)])
+# both lengths train an iteration of each engine (slow step); the stand-in's phase stays in the
+# default suite through test_vllm_stand_in_ignoring_the_limit_is_caught
+@pytest.mark.slow
+@pytest.mark.parametrize("natural", [False, True])
 def test_vllm_phase_and_cross_engine_check_against_a_stand_in(gc, tmp_path, fake_vllm, natural):
     rc, s = _run(gc, tmp_path, "--engines", "hf,vllm", *(["--natural-length"] if natural else []))
     assert rc == 0, s
@@ -194,6 +197,7 @@ def test_engine_names_are_checked(gc, tmp_path):
         gc.parse_args(["--engines", ","])
 
 
+@pytest.mark.slow  # a warm-up iteration of the tiny model is needed before the deadline can cut in
 def test_deadline_stops_timing_and_says_so(gc, tmp_path, capsys):
     # past the deadline after the warm-up: no timed iteration, no throughput, the accounting still checked
     rc, s = _run(gc, tmp_path, "--engines", "hf", "--deadline-s", "0", iterations=("--warmup", "1", "--iterations", "3"))
