@@ -83,12 +83,20 @@ def test_lock_and_verify_import_no_numpy(study: Path, tmp_path: Path):
     assert loaded == ["trainer.rewards.channels"]  # the channels were checked, without numpy
 
 
-def test_the_wrapper_sees_numpy(tmp_path: Path):
-    """The numpy check can fail: a process that imports numpy is reported."""
-    code = WRAPPER.format(heavy=("numpy",)).replace('runpy.run_module', 'import numpy; runpy.run_module')
+def test_help_imports_neither_numpy_nor_the_plan_models(tmp_path: Path):
+    """`--help` lists the commands without building the plan's pydantic models."""
+    loaded, res = _loaded("--help", cwd=tmp_path, heavy=("numpy", "pydantic"))
+    assert res.returncode == 0 and "lock" in res.stdout, res.stderr
+    assert loaded == []
+
+
+@pytest.mark.parametrize("library", ["numpy", "pydantic"])
+def test_the_wrapper_sees_numpy_and_pydantic(tmp_path: Path, library: str):
+    """The checks above can fail: a process that imports the library is reported."""
+    code = WRAPPER.format(heavy=(library,)).replace('runpy.run_module', f'import {library}; runpy.run_module')
     res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
                          timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
-    assert 'LOADED ["numpy"]' in res.stdout
+    assert f'LOADED ["{library}"]' in res.stdout
 
 
 @pytest.mark.parametrize("module, absent", [
