@@ -1,5 +1,5 @@
 """Benchmark: how long a `prereg` process takes to start, as a ratio to `python -c "import pandas"`
-measured in the same run.
+and to the interpreter floor `python -c pass`, both measured in the same run.
 
 Each command is a fresh process (wall time from spawn to exit, median of ``--repeat``), on a
 small study locked in a temporary folder (the tests' small plan):
@@ -10,8 +10,11 @@ small study locked in a temporary folder (the tests' small plan):
 * ``import prereg_kit.analyze`` (what `analyze` and `report` pay before any work: pandas and
   scipy are its tools, so this one is expected near or above 1).
 
-The reference (``import pandas``) is timed in the same run, interleaved with ours, so a busy
-machine slows both. Lines read ``startup  prereg --help  0.79× import pandas``.
+The references (``import pandas``; ``pass``, the interpreter's own start) are timed in the same
+run, interleaved with ours, so a busy machine slows all alike. Lines read
+``startup  prereg --help  0.79× import pandas  3.10× python -c pass  (650 ms, CPU 600 ms)``: ratios
+of wall times; the process's CPU seconds (user + system, its children included) are shown beside,
+steadier than wall time when other processes share the cores.
 
     python3 benchmarks/startup_speed.py [--repeat 5] [--before /path/to/other/checkout] [--numba]
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -42,13 +46,20 @@ PRE = [sys.executable, "-m", "prereg_kit"]
 
 
 def wall(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
-    """Seconds from spawning ``cmd`` to its exit (it must succeed)."""
+    """Seconds from spawning ``cmd`` to its exit (it must succeed); its CPU seconds (user + system)
+    are appended to ``CPU``."""
     t0 = time.perf_counter()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     res = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
     dt = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {res.stdout}{res.stderr}")
     return dt
+
+
+CPU: list[float] = []  # CPU seconds of each process ``wall`` ran, in order
 
 
 def main() -> None:
@@ -77,26 +88,38 @@ def main() -> None:
             "import prereg_kit.analyze": lambda i: [sys.executable, "-c", "import prereg_kit.analyze"],
         }
         ref_cmd = [sys.executable, "-c", "import pandas"]
+        floor_cmd = [sys.executable, "-c", "pass"]
         wall(ref_cmd, env, tmp)  # warm the file cache for both sides
         for k, e in envs.items():
             for name, make in commands.items():
                 wall(make(f"{k}-warm"), e, tmp)
         times: dict[tuple[str, str], list[float]] = {(k, name): [] for k in envs for name in commands}
+        cpu: dict[tuple[str, str], list[float]] = {key: [] for key in times}
         ref: list[float] = []
+        floor: list[float] = []
+        ref_cpu: list[float] = []
+        floor_cpu: list[float] = []
         for i in range(args.repeat):  # interleaved: a burst of load slows every side alike
             ref.append(wall(ref_cmd, env, tmp))
+            ref_cpu.append(CPU[-1])
+            floor.append(wall(floor_cmd, env, tmp))
+            floor_cpu.append(CPU[-1])
             for k, e in envs.items():
                 for name, make in commands.items():
                     times[k, name].append(wall(make(f"{k}-{i}"), e, tmp))
-    r = statistics.median(ref)
-    print(f"reference: python -c 'import pandas'  {r * 1e3:.0f} ms (median of {args.repeat})")
+                    cpu[k, name].append(CPU[-1])
+    med = statistics.median
+    r, f = med(ref), med(floor)
+    print(f"reference: python -c 'import pandas'  {r * 1e3:.0f} ms, CPU {med(ref_cpu) * 1e3:.0f} ms (median of {args.repeat})")
+    print(f"reference: python -c pass             {f * 1e3:.0f} ms, CPU {med(floor_cpu) * 1e3:.0f} ms")
     for name in commands:
-        m = statistics.median(times["ours", name])
+        m = med(times["ours", name])
         before = ""
         if "before" in envs:
-            b = statistics.median(times["before", name])
-            before = f"   before: {b / r:5.2f}× ({b * 1e3:.0f} ms)"
-        print(f"startup  {name:<26} {m / r:5.2f}× import pandas   ({m * 1e3:.0f} ms){before}")
+            b = med(times["before", name])
+            before = f"   before: {b / r:5.2f}× {b / f:5.2f}× ({b * 1e3:.0f} ms, CPU {med(cpu['before', name]) * 1e3:.0f} ms)"
+        print(f"startup  {name:<26} {m / r:5.2f}× import pandas {m / f:5.2f}× python -c pass   "
+              f"({m * 1e3:.0f} ms, CPU {med(cpu['ours', name]) * 1e3:.0f} ms){before}")
     if args.numba:
         numba_cache()
 

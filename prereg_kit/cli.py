@@ -23,7 +23,6 @@ from .cli_json import JsonOpt, print_json
 from .cli_run import run
 from .cli_status import status
 from .errors import PreregError
-from .plan import PLAN_FILE
 
 app = typer.Typer(
     name="prereg",
@@ -52,6 +51,8 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def new(study_dir: Annotated[Path, typer.Argument(help="Folder for the new study.")],
         force: Annotated[bool, typer.Option(help="Overwrite an existing plan.toml.")] = False) -> None:
     """Write a commented template plan into STUDY_DIR/plan.toml."""
+    from .plan import PLAN_FILE  # the plan's models (pydantic) only for commands that read one: --help starts fast
+
     target = study_dir / PLAN_FILE
     if target.exists() and not force:
         raise PreregError(f"{target}: exists already (use --force to overwrite)")

@@ -16,7 +16,6 @@ from rich.markup import escape
 
 from .cli_base import RUNNER_HELP, err, handles_errors, out, seed_list, split_values
 from .errors import PreregError
-from .plan import resolve_plan_path
 
 EXECUTORS = ("local", "slurm", "ray")
 # which executors each option belongs to (the option's flag, the dict key the runner gets)
@@ -79,6 +78,7 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
         retries: Annotated[int | None, typer.Option("--retries", help="Ray: retries of a run whose worker was lost (default 3).")] = None,
         fresh_process: Annotated[bool, typer.Option("--fresh-process", help="One process per run, not one worker process per job slot training its runs in turn (local executor). docs/cli.md")] = False) -> None:
     """Train every configuration x seed of the plan's stage; skip complete runs, resume incomplete ones."""
+    from .plan import resolve_plan_path  # the plan's models (pydantic) only when a command runs: --help starts fast
     from .runners import load_runner
 
     given = {"partition": partition, "account": account, "gpus_per_run": gpus_per_run, "cpus_per_run": cpus_per_run,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
-
 from .cli_base import handles_errors, out
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 _STYLE = {"pending": "dim", "queued": "cyan", "running": "bold blue", "stopped": "yellow", "failed": "red",
           "complete": "green"}
@@ -40,6 +41,8 @@ def _t(s: float | None) -> str:
 
 def render(st) -> Table:
     """The table of one :class:`~prereg_kit.status.StudyStatus`, with the totals as its caption."""
+    from rich.table import Table  # noqa: PLC0415  (lock and verify print no table)
+
     from .status import BLIND_NOTE  # noqa: PLC0415
 
     tab = Table(title=f"{escape(st.study)} · stage {st.stage} · {escape(st.plan)}", title_justify="left",

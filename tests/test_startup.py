@@ -1,5 +1,6 @@
 """`prereg --help`, `lock` and `verify` start without the heavy libraries: pandas, scipy,
-matplotlib, torch and numba are imported only by the commands that compute or draw."""
+matplotlib, torch and numba are imported only by the commands that compute or draw; lock and
+verify (the recipe check with the built-in trainer included) import no numpy either."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ runpy.run_module("prereg_kit", run_name="__main__")
 """
 
 
-def _loaded(*args: str, cwd: Path) -> tuple[list[str], subprocess.CompletedProcess]:
-    res = subprocess.run([sys.executable, "-c", WRAPPER.format(heavy=HEAVY), *args], capture_output=True,
+def _loaded(*args: str, cwd: Path, heavy: tuple[str, ...] = HEAVY) -> tuple[list[str], subprocess.CompletedProcess]:
+    res = subprocess.run([sys.executable, "-c", WRAPPER.format(heavy=heavy), *args], capture_output=True,
                          text=True, cwd=cwd, timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("LOADED ")]
     assert line, res.stdout + res.stderr
@@ -57,6 +58,45 @@ def test_the_wrapper_sees_a_heavy_import(tmp_path: Path):
     res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
                          timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
     assert 'LOADED ["pandas"]' in res.stdout
+
+
+def test_lock_and_verify_import_no_numpy(study: Path, tmp_path: Path):
+    """The recipe check included: a plan naming reward channels loads the trainer's channel table."""
+    from plans import run_plan
+
+    loaded, res = _loaded("lock", str(study / "plan.toml"), cwd=tmp_path, heavy=("numpy",))
+    assert res.returncode == 0 and (study / "plan.lock").exists(), res.stdout + res.stderr
+    assert loaded == []
+    loaded, res = _loaded("verify", str(study), cwd=tmp_path, heavy=("numpy",))
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
+    assert loaded == []
+    multi = tmp_path / "multi"
+    multi.mkdir()
+    (multi / "plan.toml").write_text(run_plan(
+        id="tinymr", title="Tiny multi-reward test", question="Does the wiring run?", comparator="additive",
+        treatment="tag", task_levels="[1, 2]", recipe='channels = ["correct", "negative"]\n',
+        configurations='[configurations.additive]\noverrides = { aggregation = { rule = "lagrangian" } }\n'
+                       '[configurations.tag]\noverrides = { aggregation = { rule = "tag" }, anchor = "elected" }\n',
+        tokens=300, eval_every="B/2", samples=4, n_problems=4, smoke_configurations='["additive"]'))
+    loaded, res = _loaded("lock", str(multi / "plan.toml"), cwd=tmp_path, heavy=("numpy", "trainer.rewards.channels"))
+    assert res.returncode == 0 and (multi / "plan.lock").exists(), res.stdout + res.stderr
+    assert loaded == ["trainer.rewards.channels"]  # the channels were checked, without numpy
+
+
+def test_help_imports_neither_numpy_nor_the_plan_models(tmp_path: Path):
+    """`--help` lists the commands without building the plan's pydantic models."""
+    loaded, res = _loaded("--help", cwd=tmp_path, heavy=("numpy", "pydantic"))
+    assert res.returncode == 0 and "lock" in res.stdout, res.stderr
+    assert loaded == []
+
+
+@pytest.mark.parametrize("library", ["numpy", "pydantic"])
+def test_the_wrapper_sees_numpy_and_pydantic(tmp_path: Path, library: str):
+    """The checks above can fail: a process that imports the library is reported."""
+    code = WRAPPER.format(heavy=(library,)).replace('runpy.run_module', f'import {library}; runpy.run_module')
+    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
+    assert f'LOADED ["{library}"]' in res.stdout
 
 
 @pytest.mark.parametrize("module, absent", [

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from pathlib import Path
-
-import numpy as np
 
 from ..stages import STAGES
 from .schema import META_FILE, RunLogError, RunMeta, SAFE_NAME
@@ -24,7 +23,7 @@ def run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str = "
     if not isinstance(configuration, str) or not SAFE_NAME.match(configuration) or ".." in configuration:
         raise RunLogError(f"configuration name {configuration!r} cannot name a run folder "
                           "(letters, digits and _ . + - only, starting with a letter or digit, no '..', at most 80)")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise RunLogError(f"seed {seed!r} cannot name a run folder (a non-negative integer)")
     base = Path(study_dir) / "runs" if stage == "main" else Path(study_dir) / "stages" / stage
     return base / configuration / f"seed-{seed}"

@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..stages import Stage
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
@@ -199,12 +199,14 @@ def _arrow_schema(columns: Sequence[Column]) -> pa.Schema:
 
 def _show(v: Any) -> str:
     """A value as the JSON file would show it (numpy scalars unwrapped)."""
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     if isinstance(v, np.generic):
         v = v.item()
     return repr(v)
 
 
 def _first_bad(mask: np.ndarray) -> int | None:
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     idx = np.flatnonzero(mask)
     return int(idx[0]) if idx.size else None
 
@@ -216,6 +218,7 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
     offending row (row ``i`` is line ``first_line + i``), the field and what was expected.
     Extra columns are kept as they are.
     """
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     import pandas as pd  # noqa: PLC0415  (only when a table is read: lock and verify start fast)
 
     out: dict[str, Any] = {}
@@ -317,6 +320,7 @@ def _stage_seconds_rule(out: dict[str, Any], n: int) -> list[tuple[int, str]]:
     """Training time comes either split into the five stages or as one unsplit ``seconds_step``
     (a trainer that does not time its stages; Appendix D's stage shares are then unavailable).
     Never neither, never some stages only; a step time beside all five stages is informative only."""
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     import pandas as pd  # noqa: PLC0415
 
     null = np.column_stack([pd.isna(out[c]).to_numpy() if c in out else np.ones(n, bool) for c in STAGE_SECONDS]) \

@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal
 
 from prereg_kit.errors import MissingExtraError, needs_extra
 from trainer.data.duplicates import DuplicateMatch, find_near_duplicates, normalize_text, shingles, word_tokens
 from trainer.data.verifiers import canonical_answer, extract_boxed, normalize_answer, parse_number
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "DataError",
@@ -120,7 +122,7 @@ def parse_level(value: Any) -> int | None:
     """MATH level: "Level 3" or 3 → 3; "Level ?", "", None → None."""
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         return int(value)
@@ -435,14 +437,15 @@ class ProblemPool:
 # The per-seed prompt stream.
 # ---------------------------------------------------------------------------------------------
 def _check_stream_args(pool_size: int, seed: int) -> None:
-    if isinstance(pool_size, bool) or not isinstance(pool_size, (int, np.integer)) or pool_size < 1:
+    if isinstance(pool_size, bool) or not isinstance(pool_size, numbers.Integral) or pool_size < 1:
         raise ValueError(f"pool_size must be a positive integer, got {pool_size!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
 
 
 def epoch_permutation(pool_size: int, seed: int, epoch: int) -> np.ndarray:
     """The order of the pool in one epoch: ``default_rng([seed, epoch]).permutation(pool_size)``."""
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     _check_stream_args(pool_size, seed)
     return np.random.default_rng([int(seed), int(epoch)]).permutation(int(pool_size))
 
@@ -453,6 +456,7 @@ def prompt_stream_positions(pool_size: int, seed: int, start: int, stop: int) ->
     Position k lies in epoch ``k // pool_size`` at offset ``k % pool_size`` of that epoch's
     permutation. A pure function: no state, so a resumed run gets the same prompts.
     """
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     _check_stream_args(pool_size, seed)
     if start < 0 or stop < start:
         raise ValueError(f"stream positions must satisfy 0 <= start <= stop, got {start}, {stop}")

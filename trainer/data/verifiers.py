@@ -31,14 +31,15 @@ import threading
 import math
 import re
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from prereg_kit.errors import MissingExtraError, needs_extra
 from trainer.data.normalize import (_INVISIBLE_CLASS, _TOKEN, MINUS_SIGNS, _full_token, _has_bidi_control, _last_token,
                                     _token_text_value, canonical_chars,
                                     last_number, normalize_answer, parse_number)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "DEFAULT_TOL",
@@ -123,6 +124,7 @@ def extract_boxed(text: str) -> str | None:
     One vectorized pass over the bytes: brace depth by cumsum, "does it close?" by
     a suffix minimum, then a search for the close of each box looked at.
     """
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     if "\\boxed" not in text and "\\fbox" not in text:
         return None
     data = text.encode("utf-8", "surrogatepass")  # ASCII braces never occur inside multibyte chars

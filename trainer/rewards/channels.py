@@ -24,14 +24,16 @@ from ``trainer.data.problems.Problem.tests``.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from trainer.rewards.sandbox import ProgramResult, ProgramTest, Sandbox
 from trainer.data.verifiers import DEFAULT_TOL, extract_answer, get_verifier, normalize_answer, parse_number
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "CHANNELS",
@@ -71,7 +73,7 @@ class Completion:
 
 
 def _n_tokens(tokens: int | Sequence[int]) -> int:
-    return int(tokens) if isinstance(tokens, (int, np.integer)) else len(tokens)
+    return int(tokens) if isinstance(tokens, numbers.Integral) else len(tokens)
 
 
 def _has(problem: Any, name: str) -> bool:
@@ -246,6 +248,7 @@ def score_channels(
     Program channels use ``programs[i]`` when given, else judge each completion's program once
     with ``sandbox`` (bounded concurrency: ``Sandbox.run_programs``).
     """
+    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
     if len(completions) != len(problems):
         raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
     comps = [c if isinstance(c, Completion) else Completion(c) for c in completions]
