@@ -32,6 +32,7 @@ per-problem values, so their contrasts take no crossed bootstrap. The configurat
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,23 +45,20 @@ from . import readings as rd
 from .callables import callable_module
 from .notebook import Shown
 from .audit import DeviceSummary, device_summary, run_devices
-from .design import eval_problem_violations, missing_runs
-from .errors import PreregError, ViolationError
+from .errors import PreregError
 from .margin import margin_bounds
 from .progress import progress as _progress
-from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan, PlanFile, load_plan, resolve_plan_path
+from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
 from .gradient_tests import gradient_results, GradientResults
 from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
 from .extrapolated import extrapolation_contrast
 from .readings.designs import design_readings
 from .robustness import robust_columns
-from .runlog import StudyRuns, load_study
-from .verify import verify_study
-from .sequential_looks import read_look, restrict_to_look, SequentialLook
+from .sequential_looks import read_look, SequentialLook
+from .verified import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401  (study_curves: public here too)
 
 UNSPLIT = "unavailable (time not split by stage)"  # never invented from an unsplit step time
-_HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
 
 from .verdicts import NOT_READ, adjust_and_read, contrast_statistics, PREDICTION_READING, read_hypotheses  # noqa: F401
 
@@ -97,6 +95,18 @@ class Analysis(Shown):
 # ---------------------------------------------------------------------------------------- study
 
 
+def _crossed_key(plan: Plan, c: Contrast) -> tuple[str, str, str, tuple[int, ...]] | None:
+    """The per-problem reading (set, verifier, metric, levels) that the crossed seed-by-problem
+    bootstrap of ``c`` takes, if it takes one (a primary paired contrast of a per-problem metric)."""
+    try:
+        metric, verifier = _metric_verifier(plan, c)
+    except PreregError:
+        return None
+    if c.tier != "primary" or not plan.statistics.crossed_bootstrap or c.design != "paired" or metric in DERIVED_METRICS:
+        return None
+    return (c.eval_set or plan.evaluation.primary, verifier, "accuracy" if metric == "greedy_accuracy" else metric, tuple(c.levels))
+
+
 def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
     """The contrast's metric and the verifier its value is read under: ``accuracy`` and
     ``pass@K`` (K ≤ the plan's samples) under the default or strict verifier, ``greedy_accuracy``,
@@ -118,117 +128,6 @@ def _metric_verifier(plan: Plan, c: Contrast) -> tuple[str, str]:
     raise PreregError(f"contrast {c.id}: metric {metric!r} is not supported by `prereg analyze` (accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse, log_length)")
 
 
-def _check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[list[str], dict, list[str]]:
-    rep = verify_study(study_dir, tsa_ca=tsa_ca)
-    lines = list(rep.info) + [f"warning: {w}" for w in rep.warnings]
-    notes = []
-    bad = rep.violations + rep.problems
-    if bad and not exploratory:
-        cls = PreregError if rep.problems else ViolationError  # as verify: unusable input (2) first
-        raise cls(*[f"{b} (preregistration check failed)" if not b.startswith("  ") else b for b in bad], _HINT)  # the path first
-    if bad:
-        notes += [f"preregistration check failed: {b.strip()}" for b in bad]
-        lines += [f"FAILED: {b.strip()}" for b in bad]
-    else:
-        lines.append("lock chain intact; plan unchanged since its last entry; run timing audit clean")
-    summary = {"exit_code": rep.exit_code, "violations": rep.violations, "problems": rep.problems,
-               "warnings": rep.warnings,
-               "entries": [{k: e[k] for k in ("index", "kind", "time", "content_sha256")} for e in rep.chain.plan_entries]
-               if rep.chain else [],
-               "seals": len(rep.chain.seals) if rep.chain else 0,
-               "head": {k: rep.chain.head[k] for k in ("index", "kind", "time", "hash")} if rep.chain else None}
-    return lines, summary, notes
-
-
-@dataclass
-class VerifiedRuns:
-    """A study's main-stage runs as the analysis admits them to be read: the lock verified, run
-    start times audited, seals checked, the plan's design enforced (``prereg verify`` and
-    ``prereg_kit.design``)."""
-
-    plan_path: Path
-    plan_file: PlanFile
-    lock_lines: list[str]
-    lock_summary: dict
-    runs: StudyRuns
-    evals: pd.DataFrame  # the main runs' evaluation rows
-    design_exclusions: pd.DataFrame
-    notes: list[str]
-    drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
-    look: int = 0  # the sequential look read (0: the plan has none)
-    sets: "rd.SetRows | None" = None  # each set's rows of evals, selected once
-
-
-def _verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress: bool | None = None,
-                   tsa_ca: str | Path | None = None, look: int | None = None) -> VerifiedRuns:
-    plan_path = resolve_plan_path(study_dir)
-    study_dir = plan_path.parent
-    lock_lines, lock_summary, notes = _check_verified(study_dir, exploratory, tsa_ca)
-    pf = load_plan(plan_path)
-    plan = pf.plan
-    st = load_study(study_dir, progress=progress)
-    pf, st, k = restrict_to_look(pf, st, look, notes)  # a sequential plan: only the look's seeds
-    plan = pf.plan
-    design_ex = _enforce_design(study_dir, plan, st, exploratory, notes)
-    for prob in st.problems:
-        if prob.kind != "corrupt":
-            notes.append(f"run log: {prob}")
-    if not len(st.meta):
-        raise PreregError(f"{study_dir}: no run logs under runs/ (run `prereg run {study_dir}` or `prereg dry-run`)")
-    main = st.meta[st.meta["stage"] == "main"]
-    if len(main) < len(st.meta):
-        notes.append(f"{len(st.meta) - len(main)} non-main run(s) under runs/ left out of the analysis")
-    keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
-    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, keep, design_ex, notes, look=k, sets=rd.SetRows(keep))
-
-
-def _admitted(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
-              levels: tuple[int, ...] = ()) -> tuple[rd.AdmissionResult, pd.DataFrame]:
-    """Curves of ``metric`` on ``eval_set`` (its problems of ``levels``; all when empty) kept by
-    the plan's admission rules, and the drift flags."""
-    adm = v.plan_file.plan.admission
-    try:
-        evals = rd.select_levels(v.sets(eval_set), eval_set, levels)
-        curves = rd.accuracy_curve(evals, eval_set=eval_set, verifier=verifier, metric=metric)
-        flags = v.drift.get((eval_set, levels))
-        if flags is None:  # the curve just read is one of the two drift compares: not read again
-            known = {verifier: curves} if metric == "accuracy" and verifier in ("default", "strict") else None
-            flags = v.drift[(eval_set, levels)] = rd.drift_flags(evals, eval_set=eval_set, threshold=adm.drift_threshold,
-                                                                 known=known)
-        a = rd.apply_admission(curves, iterations=v.runs.iterations, min_iteration=adm.min_iterations,
-                               meta=v.runs.meta, statuses=("complete",) if adm.require_complete else None,
-                               flags=flags, drop_drifted_evaluations=adm.drifted == "exclude")
-    except rd.ReadingError as e:
-        raise PreregError(f"{v.plan_path.parent}: {e}") from None
-    return a, flags
-
-
-@dataclass
-class StudyCurves:
-    """Admitted curves of one metric of a verified study, for figures: the same verification,
-    seal checks, design and admission rules as :func:`analyze_study`."""
-
-    plan: Plan
-    curves: pd.DataFrame  # configuration, seed, eval_index, tokens, train_seconds, updates, accuracy (the metric's value)
-    iterations: pd.DataFrame  # the main runs' iteration rows (with running sums)
-    exclusions: pd.DataFrame
-    notes: list[str]
-
-
-def study_curves(study_dir: str | Path, *, metric: str = "accuracy", eval_set: str | None = None,
-                 verifier: str | None = None, progress: bool | None = False) -> StudyCurves:
-    """Curves of ``metric`` (default the primary set under the plan's verifier; ``math_verify``
-    reads as ``default``) of a study whose lock, audit, seals and design verify, after its
-    admission rules. Refuses what ``prereg analyze`` refuses."""
-    v = _verified_runs(study_dir, progress=progress)
-    plan = v.plan_file.plan
-    ver = verifier or (plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default")
-    a, _ = _admitted(v, eval_set or plan.evaluation.primary, ver, metric)
-    its = v.runs.iterations.merge(v.runs.meta.loc[v.runs.meta["stage"] == "main", ["configuration", "seed"]],
-                                  on=["configuration", "seed"])
-    return StudyCurves(plan, a.kept, its, a.exclusions, v.notes)
-
-
 def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resamples: int | None = None,
                   progress: bool | None = None, tsa_ca: str | Path | None = None, not_read: bool = False,
                   look: int | None = None) -> Analysis:
@@ -238,8 +137,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     verifier not logged) becomes a row with status ``"not read"`` and the reason, and the others
     are read (``prereg dry-run``); otherwise its error stops the analysis. ``look``: the look of a
     sequential plan to read (default the last the runs complete; ``prereg_kit.sequential_looks``)."""
-    v = _verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca, look=look)
-    plan_path, pf, st, keep, notes, design_ex = v.plan_path, v.plan_file, v.runs, v.evals, v.notes, v.design_exclusions
+    v = verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca, look=look)
+    plan_path, pf, st, notes, design_ex = v.plan_path, v.plan_file, v.runs, v.notes, v.design_exclusions
     lock_lines, lock_summary = v.lock_lines, v.lock_summary
     study_dir = plan_path.parent
     plan = pf.plan
@@ -247,19 +146,16 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     nres = n_resamples or plan.statistics.bootstrap_resamples
     adm = plan.admission
 
-    cache: dict[tuple[str, str, str], tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = {}
+    cache: dict[tuple[str, str, str], tuple[pd.DataFrame, None, pd.DataFrame]] = {}
+    per_problem: dict[tuple[str, str, str, tuple[int, ...]], pd.DataFrame] = {}
+    pending = Counter(k for c in plan.contrasts if (k := _crossed_key(plan, c)))  # crossed readings still to take
     exclusions = [design_ex]
 
     def curves_for(eval_set: str, verifier: str, metric: str = "accuracy", levels: tuple[int, ...] = ()):
         if metric == "greedy_accuracy":
             metric = "accuracy"  # the greedy verifier already reads greedy correctness
         if (eval_set, verifier, metric, levels) not in cache:
-            a, flags = _admitted(v, eval_set, verifier, metric, levels)
-            try:
-                pa = (None if metric in DERIVED_METRICS else rd.problem_accuracy(
-                    rd.select_levels(v.sets(eval_set), eval_set, levels), eval_set=eval_set, verifier=verifier, metric=metric))
-            except rd.ReadingError as e:
-                raise PreregError(f"{study_dir}: {e}") from None
+            a, flags = admitted_curves(v, eval_set, verifier, metric, levels)
             n_drift = int(flags["drifted"].sum())
             if metric == "accuracy" and not levels and (lack := rd.runs_without(v.sets(eval_set), "correct_strict", eval_sets=[eval_set])):
                 notes.append(f"{eval_set}: drift (default − strict) not checked for {len(lack)} run(s) that do not log "
@@ -269,8 +165,21 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                              + ("excluded" if adm.drifted == "exclude" else "flagged, kept"))
             ex = a.exclusions.assign(eval_set=eval_set, verifier=verifier)
             exclusions.append(ex)
-            cache[(eval_set, verifier, metric, levels)] = (a.kept, pa, flags)
+            cache[(eval_set, verifier, metric, levels)] = (a.kept, None, flags)
         return cache[(eval_set, verifier, metric, levels)]
+
+    def problem_acc_for(eval_set: str, verifier: str, metric: str, levels: tuple[int, ...]) -> pd.DataFrame:
+        # per-problem accuracies (every evaluation's rows): read only for a crossed bootstrap, and
+        # let go after the last contrast that takes them (a set's rows again, at hundreds of runs)
+        key = (eval_set, verifier, "accuracy" if metric == "greedy_accuracy" else metric, levels)
+        if key not in per_problem:
+            try:
+                per_problem[key] = rd.problem_accuracy(rd.select_levels(v.sets(eval_set), eval_set, levels),
+                                                       eval_set=eval_set, verifier=verifier, metric=key[2])
+            except rd.ReadingError as e:
+                raise PreregError(f"{study_dir}: {e}") from None
+        pending[key] -= 1
+        return per_problem[key] if pending[key] > 0 else per_problem.pop(key)
 
     rows, per_seed, extrapolations = [], [], {}
     reference = plan.evaluation.reference
@@ -278,11 +187,12 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         with _unread_as_row(c, plan, rows, enabled=not_read):
             metric, verifier = _metric_verifier(plan, c)
             eval_set = c.eval_set or plan.evaluation.primary
-            rd.refuse_unlogged(keep, st.meta, contrast=c.id, metric=metric, verifier=verifier,  # by name, never a stand-in
-                               eval_sets=[eval_set] + [c.minus_eval_set] * bool(c.minus_eval_set),
-                               configurations=c.configuration_names())
-            curves, pa, _ = curves_for(eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric,
-                                       tuple(c.levels))
+            sets = [eval_set] + [c.minus_eval_set] * bool(c.minus_eval_set)
+            if rd.needed_columns(metric, verifier):  # by name, never a stand-in
+                rd.refuse_unlogged(v.rows_of(sets), st.meta, contrast=c.id, metric=metric, verifier=verifier,
+                                   eval_sets=sets, configurations=c.configuration_names())
+            read_as = (eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric, tuple(c.levels))
+            curves = curves_for(*read_as)[0]
             rp = c.reading_point
             point = rp.at_budget(B)
             if c.minus_eval_set:  # the second difference on its own test set (S21's Welch form, L3881-3882)
@@ -332,7 +242,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for a {c.design} contrast "
                              "(it resamples the seeds and problems of one seed-paired pair)")
             try:
-                dr = design_readings(curves, c.design, arms, point, problem_acc=pa if crossed else None,
+                dr = design_readings(curves, c.design, arms, point, problem_acc=problem_acc_for(*read_as) if crossed else None,
                                      allow_unpaired=adm.allow_missing_seeds,
                                      common_random_numbers=plan.evaluation.common_random_numbers)
             except rd.ReadingError as e:
@@ -407,48 +317,6 @@ def _unread_as_row(c: Contrast, plan: Plan, rows: list[dict], *, enabled: bool) 
                      "alternative": c.alternative, "prediction": c.prediction, "n": 0, "n_lower": 0, "n_higher": 0,
                      "tested_p": np.nan, "margin_low": lo, "margin_high": hi,
                      "status": NOT_READ, "reason": " ".join(" ".join(e.lines).split())})
-
-
-def _run_of(path: str) -> tuple[str, int]:
-    p = Path(path)
-    try:
-        return p.parent.name, int(p.name.removeprefix("seed-"))
-    except ValueError:
-        return p.parent.name, -1
-
-
-def _enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: bool, notes: list[str]) -> pd.DataFrame:
-    """Exactly the runs and evaluation problems the plan names (``prereg_kit.design``).
-
-    Violations, in the order of their cause: run logs that cannot be read, planned runs that are
-    missing, evaluations on other problems. Refused unless ``exploratory``; a missing run the
-    plan allows (``admission.allow_missing_seeds``) and, when exploratory, every run left out are
-    returned as exclusions (configuration, seed, eval_index, rule, reason)."""
-    rows, violations = [], []
-    unreadable = {}
-    for prob in st.problems:
-        if prob.kind == "corrupt":
-            unreadable[_run_of(prob.path)] = prob
-            violations.append(f"{Path(prob.path).relative_to(study_dir).as_posix()}: unreadable run log: "
-                              f"{prob.message.removeprefix('run left out: ')}")
-            rows.append((*_run_of(prob.path), pd.NA, "unreadable", prob.message.removeprefix("run left out: ")))
-    main = st.meta[st.meta["stage"] == "main"]
-    present = set(zip(main["configuration"], main["seed"].astype(int))) | set(unreadable)
-    for c, s in missing_runs(plan, present):
-        if plan.admission.allow_missing_seeds:
-            rows.append((c, s, pd.NA, "missing", "no run log (the plan's admission rules allow missing seeds)"))
-        else:
-            violations.append(f"runs/{c}/seed-{s}: a planned run is missing (the plan names seeds "
-                              f"{', '.join(map(str, plan.seeds_for('main', c)))} of configuration {c!r})")
-            rows.append((c, s, pd.NA, "missing", "no run log"))
-    keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
-    for c, s, what in eval_problem_violations(keep, plan):
-        violations.append(f"runs/{c}/seed-{s}: {what}")
-        rows.append((c, s, pd.NA, "evaluation_problems", what))
-    if violations and not exploratory:
-        raise ViolationError(*[f"design check failed: {v}" for v in violations], _HINT)
-    notes.extend(f"design check failed: {v}" for v in violations)
-    return rd.exclusions_table(rows)
 
 
 def _tidy_exclusions(ex: pd.DataFrame) -> pd.DataFrame:

@@ -67,7 +67,8 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
     """Audit the start time, stage and plan hash of every run under ``study_dir/runs``."""
     report = AuditReport()
     by_hash: dict[str, int] = {}
-    for e in chain.plan_entries:
+    plan_entries = chain.plan_entries  # built from the whole chain (every seal too): once, not per run
+    for e in plan_entries:
         by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
     election_now = election_sha256(study_dir)
     trainers: Counter[str] = Counter()
@@ -88,7 +89,7 @@ def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = No
             when = "before" if meta.started_at < chain.locked_at else "after"
             report.admitted.append(f"{name}: {meta.stage} run started {when} the lock (allowed)")
             continue
-        report.violations.extend(_main_run_violations(name, meta, chain, by_hash))
+        report.violations.extend(_main_run_violations(name, meta, chain, by_hash, plan_entries))
         _check_election(report, name, meta, election_now, Path(study_dir) / ELECTION_FILE)
         trainers[meta.trainer] += 1
         devices[(meta.configuration, meta.seed)] = device_type(meta)
@@ -147,7 +148,8 @@ def _check_election(report: AuditReport, name: str, meta: RunMeta, now: str, pat
                                  f"{_short(meta.election_sha256)}, the file is now {_short(now)})")
 
 
-def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, int]) -> list[str]:
+def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, int],
+                         plan_entries: list[dict]) -> list[str]:
     started = format_time(meta.started_at)
     if meta.started_at < chain.locked_at:
         return [f"{name}: main run started {started}, before the plan was locked ({chain.entries[0]['time']})"]
@@ -157,7 +159,7 @@ def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[s
     if meta.started_at < chain.time(idx):
         return [f"{name}: main run started {started}, before entry {idx} it claims ({chain.entries[idx]['time']})"]
     out = []
-    for later in chain.plan_entries:
+    for later in plan_entries:
         if later["index"] <= idx:
             continue
         keys = [c["key"] for c in later.get("changes", []) if _applies_to(c["key"], meta.configuration)]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from .jobs import planned_runs
 from .plan import Plan
 from .runlog import ELECTION_FILE, META_FILE, RunLogError, read_meta
+from .runlog.text import text_codes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -140,7 +141,7 @@ def _problem_sets(rows: pd.DataFrame) -> tuple[pd.Series, list]:
 
     g = rows.groupby(["configuration", "seed", "eval_index"], sort=True)
     gid = g.ngroup().to_numpy()
-    codes = pd.factorize(rows["problem_id"].astype(str))[0].astype(np.int64)
+    codes = text_codes(rows["problem_id"])[0]
     order = np.lexsort((codes, gid))
     gs, cs = gid[order], codes[order]
     n = g.ngroups
@@ -151,6 +152,17 @@ def _problem_sets(rows: pd.DataFrame) -> tuple[pd.Series, list]:
     ub = np.searchsorted(ugroup, np.arange(n + 1))
     parts = [ucs[ub[i]:ub[i + 1]] for i in range(n)]
     return pd.Series([p.tobytes() for p in parts], index=g.size().index, dtype=object), parts
+
+
+def _runs_in_order(evals: pd.DataFrame) -> pd.DataFrame:
+    """``evals[["configuration", "seed"]].drop_duplicates()``, from the rows where the run
+    changes (a run's rows are together, so this is a few rows, not a hash of every row)."""
+    import numpy as np  # noqa: PLC0415
+
+    key = evals[["configuration", "seed"]]
+    cfg, seed = text_codes(key["configuration"])[0], key["seed"].to_numpy()
+    same = (cfg[1:] == cfg[:-1]) & (seed[1:] == seed[:-1])
+    return key[np.r_[True, ~same]].drop_duplicates()
 
 
 def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, int, str]]:
@@ -167,7 +179,7 @@ def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, 
 
     out: list[tuple[str, int, str]] = []
     planned = {s.name: s for s in plan.evaluation.sets}
-    runs = evals[["configuration", "seed"]].drop_duplicates()
+    runs = _runs_in_order(evals)
     extra = evals[~evals["eval_set"].isin(list(planned))]
     for (c, s), g in extra.groupby(["configuration", "seed"], sort=True):
         names = sorted(g["eval_set"].unique())

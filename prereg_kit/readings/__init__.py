@@ -48,8 +48,9 @@ from .points import read_span, span_positions, SPAN_KINDS
 from .spans import (first_crossing, share_to_target, target_curves,
     TARGET_KINDS, target_statistics, to_target)
 from .dynamics import DYNAMICS, training_dynamics
-from .points import (budget_target, Budgets, check_pairing, paired_readings, PairedReadings, read_at_control_time, read_at_time,
+from .points import (budget_target, Budgets, read_at_control_time, read_at_time,
     read_at_tokens, read_at_updates, READ_COLUMNS, read_point)
+from .pairing import check_pairing, paired_readings, PairedReadings
 from .logged import needed_columns, refuse_unlogged, runs_without
 from .admission import (admit_min_iteration, admit_status, apply_admission, drift_flags, drifted_at,
     exclude_drifted_evaluations, exclude_drifted_runs)

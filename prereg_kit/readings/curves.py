@@ -13,6 +13,7 @@ from ..plan import COLLAPSE_K
 from .base import AdmissionResult, exclusions_table, PairingError, ReadingError, RUN, VERIFIERS
 from .points import Budgets, describe_target, read_at_tokens  # noqa: F401  (Budgets: annotations)
 from prereg_kit.stats import pass_at_k
+from ..runlog.text import text_codes
 
 # --------------------------------------------------------------------------------------------
 # Accuracy
@@ -93,23 +94,59 @@ _DERIVED = {
 
 
 class SetRows:
-    """Each evaluation set's rows of ``evals`` (in their order), from one grouping of the set
-    column: every reading of a set takes its rows from here instead of comparing every row's set
-    name again. A set without rows gets all of ``evals`` (its absence is named from them)."""
+    """Each evaluation set's rows of ``evals`` (in their order, with their index), from one
+    grouping of the set column: every reading of a set takes its rows from here instead of
+    comparing every row's set name again. A set without rows gets all of ``evals`` (its absence
+    is named from them).
 
-    def __init__(self, evals: pd.DataFrame):
-        self.evals = evals
+    ``consume=True``: ``evals`` is split into its sets now, column by column, and its columns are
+    taken out of it as they are split (it is left without columns), so that the rows are held
+    once — in their sets — rather than twice: for a caller that reads only by set afterwards.
+    Each set's rows are then numbered from 0 (the labels of ``evals`` are not kept)."""
+
+    def __init__(self, evals: pd.DataFrame, *, consume: bool = False):
+        self.evals: pd.DataFrame | None = evals
         self._index: dict | None = None
         self._rows: dict[str, pd.DataFrame] = {}
+        if consume and len(evals):
+            self._split(evals)
 
-    def __call__(self, eval_set: str) -> pd.DataFrame:
+    def _indices(self) -> dict:
         if self._index is None:
             self._index = self.evals.groupby("eval_set", sort=False, observed=True).indices
-        if eval_set not in self._index:
-            return self.evals
+        return self._index
+
+    def _split(self, evals: pd.DataFrame) -> None:
+        index = self._indices()
+        names = list(index)
+        columns: dict[str, dict[str, object]] = {n: {} for n in names}
+        for col in list(evals.columns):
+            values = evals.pop(col)  # the whole column is freed once each set has its share
+            for n in names:
+                columns[n][col] = values.array.take(index[n])
+            del values
+        # Each set's rows numbered from 0 (no label array per row), without a consolidating copy.
+        self._rows = {n: pd.DataFrame(columns[n], copy=False) for n in names}
+        self._index = dict.fromkeys(names)  # the sets' names; their row positions are no longer needed
+        self.evals = None
+
+    def __call__(self, eval_set: str) -> pd.DataFrame:
+        if eval_set not in self._indices():
+            return self.all()
         if eval_set not in self._rows:
             self._rows[eval_set] = self.evals.take(self._index[eval_set])
         return self._rows[eval_set]
+
+    def all(self) -> pd.DataFrame:
+        """Every row (after ``consume``: the sets' rows one after another, a new frame)."""
+        if self.evals is not None:
+            return self.evals
+        frames = list(self._rows.values())
+        return pd.concat(frames) if len(frames) > 1 else frames[0]
+
+    def logged(self) -> list[str]:
+        """The sets that have rows, in the order they first appear."""
+        return list(self._indices())
 
 
 def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "accuracy") -> pd.DataFrame:
@@ -150,8 +187,8 @@ def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "def
     """
     ev = _select(evals, eval_set, verifier, metric)
     out = ev[RUN + ["eval_index", "problem_id", "accuracy"]].copy()
-    out.insert(3, "eval_set", eval_set)
-    out.insert(4, "verifier", verifier)
+    for at, col, value in ((3, "eval_set", eval_set), (4, "verifier", verifier)):  # one name: a category, not a string per row
+        out.insert(at, col, pd.Categorical.from_codes(np.zeros(len(out), dtype=np.int8), categories=pd.Index([value], dtype="str")))
     return out.sort_values(RUN + ["eval_index", "problem_id"], ignore_index=True)
 
 
@@ -168,8 +205,7 @@ def _set_hashes(ev: pd.DataFrame, keys: list[str], gid: np.ndarray | None = None
     slice, and a set is joined and hashed once however many evaluations scored it (the hash
     values are those of :func:`_set_hash`)."""
     gid = ev.groupby(keys, sort=True).ngroup().to_numpy() if gid is None else gid  # the caller's grouping
-    codes, uniques = pd.factorize(ev["problem_id"].astype("str"), sort=True)
-    names = np.asarray(uniques, dtype=object)
+    codes, names = text_codes(ev["problem_id"])
     order = np.lexsort((codes, gid))
     gs, cs = gid[order], codes[order].astype(np.int64)
     n = int(gid.max()) + 1 if len(gid) else 0

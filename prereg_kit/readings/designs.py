@@ -23,7 +23,8 @@ import pandas as pd
 
 from ..plan import ReadingPoint
 from .base import exclusions_table, PairingError
-from .points import paired_readings, PairedReadings, read_at_tokens
+from .pairing import paired_readings, PairedReadings
+from .points import read_at_tokens
 
 UNIT_COLUMNS = ["unit", "seed", "treatment_value", "control_value", "difference", "read_at", "group"]
 

@@ -29,12 +29,13 @@ import pyarrow.parquet as pq
 
 from .folder import read_meta
 from .reader import _jsonl_path, _parquet_path, check_consistency
+from .text import sorted_categories
 from .schema import (EVALS, ITERATIONS, KINDS, LogProblem, META_FILE, _PARQUET_KEY, RunLogError, RunMeta, SCHEMAS,
                      STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS, validate_frame)
 
 _RUN = "_run"  # the folder's index in find_runs order, while the tables are one
 _LINE = re.compile(r": line (\d+): ")
-_TEXT = ["eval_set", "problem_id"]  # repeated in every evaluation row; back to text once in pandas
+_TEXT = ["eval_set", "problem_id"]  # repeated in every evaluation row: read as dictionaries, kept as categories
 
 
 @dataclass
@@ -75,6 +76,24 @@ def _concat(tables: list[pa.Table], runs: list[int]) -> pa.Table:
     return cat.append_column(_RUN, pa.array(np.repeat(np.array(runs, dtype=np.int64), lengths)))
 
 
+def _to_pandas(handed: list[pa.Table]) -> pd.DataFrame:
+    """The table in ``handed`` (one chunk per run; the list is emptied) as pandas, holding the rows about once: each column is made
+    one contiguous array while its chunks are freed, so the numeric columns then convert without a
+    copy (split_blocks: one pandas block per column, no consolidation), and self_destruct frees
+    what does convert by copying (text codes, flags) column by column."""
+    table = handed.pop().unify_dictionaries()  # one dictionary per text column across runs
+    arrays = {}
+    for name in list(table.column_names):
+        chunked = table.column(name)
+        table = table.drop_columns([name])  # the chunks' last reference goes with ``chunked``
+        arrays[name] = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+        del chunked
+        pa.default_memory_pool().release_unused()
+    table = pa.table(arrays)
+    del arrays
+    return table.to_pandas(self_destruct=True, split_blocks=True)
+
+
 def _run_of_row(run: np.ndarray, err: RunLogError) -> int | None:
     m = _LINE.search(str(err))
     return int(run[int(m.group(1)) - 1]) if m and int(m.group(1)) - 1 < len(run) else None
@@ -85,19 +104,13 @@ def _validated(tables: list[pa.Table], runs: list[int], kind: str, slow: set[int
     rows at once; a run whose rows fail goes to ``slow`` (the per-run reader names its file, line
     and field) and the rest are validated again. ``None``: the failures are too many or not tied
     to a row (the per-run reader reads the study)."""
-    table = _concat(tables, runs)
+    handed = [_concat(tables, runs)]
     tables.clear()  # the concatenated table is the only reference left to the Arrow buffers
-    # Memory: only one copy of the rows should be alive. self_destruct frees each Arrow column
-    # once converted; split_blocks keeps one pandas block per column (no consolidation copy).
-    df = table.to_pandas(self_destruct=True, split_blocks=True)
-    del table
-    pa.default_memory_pool().release_unused()  # hand the freed Arrow pages back to the system
+    df = _to_pandas(handed)  # handed over: no reference here keeps the runs' chunks alive
     run = df.pop(_RUN).to_numpy()
-    for c in _TEXT:  # the same text dtype as the per-run reader, built after the numbers are freed
-        if c in df and isinstance(df[c].dtype, pd.CategoricalDtype):
-            cat = df[c].array  # taking the codes from the categories: astype copies via objects
-            text = pd.array(np.asarray(cat.categories, dtype=object), dtype="str")
-            df[c] = pd.Series(text.take(cat.codes, allow_fill=True), index=df.index)
+    for c in _TEXT:  # sorted categories, as :func:`.study._load` gives every path's rows
+        if c in df:
+            df[c] = sorted_categories(df[c])
     for _ in range(64):
         keep = ~np.isin(run, list(slow)) if slow else None
         sub = df[keep] if keep is not None else df
@@ -180,6 +193,17 @@ def _inconsistent_runs(it: pd.DataFrame, ev: pd.DataFrame) -> set[int]:
 def load_columnar(folders: list[Path], *, strict: bool, where: str) -> Columnar | None:
     """Read the runs of ``folders`` column-wise (see the module); ``None``: read every run with
     the per-run reader instead (strict mode and some run needs it)."""
+    # Arrow's default allocator keeps what many small per-run tables free (about half again the
+    # rows' size at hundreds of runs); the system allocator hands it back. Restored on return.
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        return _load_columnar(folders, strict=strict, where=where)
+    finally:
+        pa.set_memory_pool(previous)
+
+
+def _load_columnar(folders: list[Path], *, strict: bool, where: str) -> Columnar | None:
     metas: dict[int, RunMeta] = {}
     tables: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
     fast: list[int] = []

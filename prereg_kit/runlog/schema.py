@@ -267,7 +267,9 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
             if col.kind == "int" and not bad.any():
                 conv = conv.astype("Int64" if np.isnan(v).any() else "int64")
         elif col.kind == "str":
-            if pd.api.types.is_string_dtype(s.dtype) and s.dtype != object:
+            if isinstance(s.dtype, pd.CategoricalDtype) and s.dtype.categories.dtype == "str":
+                conv = s  # text held as categories (runlog.text): each row is one of its strings
+            elif pd.api.types.is_string_dtype(s.dtype) and s.dtype != object:
                 conv = s.astype("str")
             else:
                 ok = s.map(lambda v: isinstance(v, (str, int, np.integer)) and not isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)

@@ -13,6 +13,7 @@ import pyarrow as pa
 from .folder import find_runs
 from .columnar import _RUN, Columnar, load_columnar
 from .reader import add_derived, read_run
+from .text import TEXT_COLUMNS, sorted_categories
 from .schema import EVALS, ITERATIONS, LogProblem, RunLogError, RunMeta, SCHEMAS, validate_frame
 
 
@@ -120,6 +121,10 @@ def _load(study_dir: str | Path, folders: list[Path], *, progress: bool | None, 
                 if not df[_RUN].is_monotonic_increasing:
                     df = df.sort_values(_RUN, kind="stable", ignore_index=True)
                 del df[_RUN]
+            if kind == EVALS:
+                for c in ("configuration",) + TEXT_COLUMNS:
+                    if c in df:
+                        df[c] = sorted_categories(df[c])
             return df
         empty = validate_frame(pd.DataFrame(), SCHEMAS[kind], where=str(study_dir))
         if kind == ITERATIONS:
