@@ -183,7 +183,8 @@ def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "def
     ``metric``: ``accuracy`` (default), ``pass@K`` (unbiased pass@k from samples and correct) or
     ``<channel>_rate`` (ch_<channel>/samples); the value is in the ``accuracy`` column. The
     derived metrics ``relative_accuracy`` and ``collapse`` have no per-problem value (an error).
-    Columns: configuration, seed, eval_index, eval_set, verifier, problem_id, accuracy.
+    Columns: configuration, seed, eval_index, eval_set, verifier, problem_id, accuracy; the text
+    columns are categoricals (``runlog.text``): one row per problem and evaluation, millions of rows.
     """
     ev = _select(evals, eval_set, verifier, metric)
     out = ev[RUN + ["eval_index", "problem_id", "accuracy"]].copy()
@@ -258,6 +259,8 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
         r = bad.iloc[0]
         raise ReadingError(f"configuration {r['configuration']!r} seed {r['seed']}: evaluation {r['eval_index']} on set {eval_set!r} logs {r['n_seeds']} sampling seeds")
     out["problem_set"] = _set_hashes(ev, keys, g.ngroup().to_numpy())
+    if isinstance(out["configuration"].dtype, pd.CategoricalDtype):  # a curve per evaluation: names as text again
+        out["configuration"] = out["configuration"].astype("str")
     out["eval_set"] = eval_set
     out["verifier"] = verifier
     if collapse:
