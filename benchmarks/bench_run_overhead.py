@@ -56,7 +56,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--keep", type=Path, default=None, help="keep the studies in this folder")
+    ap.add_argument("--quick", action="store_true", help="2 seeds (make bench)")
     args = ap.parse_args()
+    if args.quick:
+        args.seeds = min(args.seeds, 2)
     from rich.console import Console
 
     from trainer.launch import run_study
@@ -79,7 +82,7 @@ def main() -> None:
                 print(f"  {run}: wall {wall:.1f} s, overhead {over:.1f} s")
             print(f"  mean overhead {means[name]:.2f} s per run")
         a, b = means.values()
-        print(f"overhead per run, fresh / worker: {a / b:.1f}x")
+        print(f"overhead per run: fresh process {a / b:.1f}× a worker's later run")
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)

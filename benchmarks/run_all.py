@@ -32,10 +32,12 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("startup_speed.py", ["--quick"], "start-up time vs its reference"),
     ("bench_analyze.py", ["--quick"], "prereg analyze and its loading vs their references"),
     ("bench_trainer_cpu.py", ["--quick"], "the trainer's iteration vs a bare transformers generate + backward loop"),
+    ("bench_loading.py", ["--quick"], "load_study vs pandas per file and one pyarrow.dataset; analyze's growth with runs"),
+    ("bench_run_overhead.py", ["--quick"], "a run in a worker per job slot vs a fresh process per run"),
 ]
 
 #: Scripts other engineers are adding at the same time; listed before they land.
-IN_FLIGHT = {"stats_speed.py", "startup_speed.py"}
+IN_FLIGHT: set[str] = set()
 
 RATIO = re.compile(r"\d(?:[\d.,]*\d)?\s?×")
 
