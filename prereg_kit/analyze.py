@@ -146,7 +146,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     nres = n_resamples or plan.statistics.bootstrap_resamples
     adm = plan.admission
 
-    cache: dict[tuple[str, str, str], tuple[pd.DataFrame, None, pd.DataFrame]] = {}
+    cache: dict[tuple[str, str, str, tuple[int, ...]], tuple[pd.DataFrame, pd.DataFrame]] = {}  # admitted curves, drift flags
     per_problem: dict[tuple[str, str, str, tuple[int, ...]], pd.DataFrame] = {}
     pending = Counter(k for c in plan.contrasts if (k := _crossed_key(plan, c)))  # crossed readings still to take
     exclusions = [design_ex]
@@ -165,7 +165,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                              + ("excluded" if adm.drifted == "exclude" else "flagged, kept"))
             ex = a.exclusions.assign(eval_set=eval_set, verifier=verifier)
             exclusions.append(ex)
-            cache[(eval_set, verifier, metric, levels)] = (a.kept, None, flags)
+            cache[(eval_set, verifier, metric, levels)] = (a.kept, flags)
         return cache[(eval_set, verifier, metric, levels)]
 
     def problem_acc_for(eval_set: str, verifier: str, metric: str, levels: tuple[int, ...]) -> pd.DataFrame:
@@ -234,7 +234,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 curves = rel.kept
                 exclusions.append(rel.exclusions.assign(eval_set=eval_set, verifier=verifier))
             wanted = c.tier == "primary" and plan.statistics.crossed_bootstrap
-            crossed = wanted and metric not in DERIVED_METRICS and c.design == "paired"
+            crossed = _crossed_key(plan, c) is not None
             if wanted and metric in DERIVED_METRICS:
                 notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for metric {metric} "
                              "(a per-seed ratio or flag has no per-problem values)")
@@ -274,7 +274,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     else:
         contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
     v0 = plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default"
-    curves, _, _ = curves_for(plan.evaluation.primary, v0)
+    curves = curves_for(plan.evaluation.primary, v0)[0]
     extra = {}
     if reference is not None:
         try:

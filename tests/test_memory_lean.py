@@ -69,7 +69,6 @@ def test_consumed_set_rows_equal_the_selected_rows(study):
         pd.testing.assert_frame_equal(lean(name), plain(name).reset_index(drop=True))
         pd.testing.assert_frame_equal(rd.accuracy_curve(lean(name), eval_set=name),
                                       rd.accuracy_curve(plain(name), eval_set=name))
-    assert lean.logged() == ["math200", "aime"] or sorted(lean.logged()) == ["aime", "math200"]
     with pytest.raises(rd.ReadingError, match="sets logged: aime, math200"):
         rd.accuracy_curve(lean("gsm8k"), eval_set="gsm8k")  # an unknown set is still named from all rows
 

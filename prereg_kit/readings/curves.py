@@ -144,10 +144,6 @@ class SetRows:
         frames = list(self._rows.values())
         return pd.concat(frames) if len(frames) > 1 else frames[0]
 
-    def logged(self) -> list[str]:
-        """The sets that have rows, in the order they first appear."""
-        return list(self._indices())
-
 
 def _select(evals: pd.DataFrame, eval_set: str, verifier: str, metric: str = "accuracy") -> pd.DataFrame:
     if verifier not in VERIFIERS:
