@@ -105,6 +105,19 @@ def test_corrupt_run_k_of_many_is_named(study, tmp_path, how):
         load_study(root, progress=False, strict=True)
 
 
+@pytest.mark.parametrize("column", ["eval_set", "problem_id"])
+def test_a_run_missing_a_text_column_is_named_like_per_run(study, tmp_path, column):
+    """The text columns are read as dictionaries by name; a file without one takes the per-run
+    path, which names the file, instead of stopping the whole load."""
+    root = _copy(study, tmp_path)
+    folders = find_runs(root)
+    _rewrite(folders[4] / "evals.parquet", lambda d: d.drop(columns=[column]))
+    st = _assert_same(root)
+    bad = [p for p in st.problems if p.kind == "corrupt"]
+    assert len(bad) == 1 and bad[0].path == str(folders[4]) and column in bad[0].message, st.problems
+    assert len(st.meta) == len(folders) - 1
+
+
 def test_set_hashes_equal_per_group_hash():
     rng = np.random.default_rng(0)
     rows = []
@@ -195,3 +208,27 @@ def test_runs_split_equals_group_by(study):
         assert list(got) == list(want)
         for k in want:
             pd.testing.assert_frame_equal(got[k], want[k], check_exact=True)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_duplicate_runs_equal_pandas_duplicated(wide):
+    """The integer-key duplicate check names exactly the runs pandas' ``duplicated`` does, on
+    random frames with repeats, missing names and negative eval indices (``wide``: indices so
+    large the key needs the lexsort path)."""
+    from prereg_kit.runlog.columnar import _RUN, duplicate_runs
+    from prereg_kit.runlog.text import sorted_categories
+
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        n = int(rng.integers(1, 60))
+        names = np.array(["p0", "p1", "p2", "p10", None], dtype=object)
+        ev = pd.DataFrame({
+            _RUN: rng.integers(0, 6, n),
+            "eval_index": rng.integers(-2, 4, n) * (10 ** 17 if wide else 1),
+            "eval_set": pd.Series(rng.choice(np.array(["a", "b"], dtype=object), n)),
+            "problem_id": pd.Series(names[rng.integers(0, 5, n)]),
+        })
+        if trial % 2:
+            ev["eval_set"], ev["problem_id"] = sorted_categories(ev["eval_set"]), sorted_categories(ev["problem_id"])
+        want = set(ev.loc[ev.duplicated([_RUN, "eval_index", "eval_set", "problem_id"]), _RUN].tolist())
+        assert duplicate_runs(ev) == want, trial

@@ -112,3 +112,44 @@ def test_loading_restores_arrows_allocator(study):
     assert pa.default_memory_pool().backend_name == before
     release_memory()  # does nothing harmful where there is nothing to hand back
     assert pa.default_memory_pool().backend_name == before
+
+
+def _matrix_by_loc(pa_wide, config, rows, arm):
+    """The per-row pandas lookup the position table replaced, kept as the exact reference."""
+    out = []
+    for _, r in rows.iterrows():
+        seed, e_lo, e_hi, w = int(r["seed"]), int(r[f"{arm}_eval_lo"]), int(r[f"{arm}_eval_hi"]), float(r[f"{arm}_weight"])
+        if np.isnan(w):
+            run = pa_wide.loc[(config, seed)]
+            out.append(run.loc[(run.index >= e_lo) & (run.index <= e_hi)].to_numpy(dtype="float64").mean(axis=0))
+            continue
+        lo = pa_wide.loc[(config, seed, e_lo)].to_numpy(dtype="float64")
+        hi = pa_wide.loc[(config, seed, e_hi)].to_numpy(dtype="float64")
+        out.append((1 - w) * lo + w * hi)
+    return np.vstack(out) if out else np.empty((0, pa_wide.shape[1]))
+
+
+def test_matrix_by_position_equals_per_row_lookup():
+    """Readings between two evaluations and over spans (with evaluations missing inside a span)
+    give bit-identical per-problem rows; a run that is not in the pivot still raises KeyError."""
+    from prereg_kit.readings.pairing import _matrix
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        idx = [(c, s, e) for c in ("a", "b") for s in range(4) for e in range(6) if rng.random() > 0.15 or e == 0]
+        wide = pd.DataFrame(rng.random((len(idx), 3)), index=pd.MultiIndex.from_tuples(idx, names=["configuration", "seed", "eval_index"]),
+                            columns=["p1", "p2", "p3"]).sort_index()
+        have = {k[:2]: sorted(e for (c, s, e) in idx if (c, s) == k[:2]) for k in idx}
+        rows = []
+        for s in range(4):
+            ev = have[("a", s)]
+            if rng.random() < 0.5:
+                lo = ev[int(rng.integers(0, len(ev)))]
+                rows.append((s, lo, lo + int(rng.integers(0, 4)), np.nan))
+            else:
+                i = int(rng.integers(0, len(ev)))
+                rows.append((s, ev[i], ev[min(i + 1, len(ev) - 1)], float(rng.random())))
+        table = pd.DataFrame(rows, columns=["seed", "treatment_eval_lo", "treatment_eval_hi", "treatment_weight"])
+        np.testing.assert_array_equal(_matrix(wide, "a", table, "treatment"), _matrix_by_loc(wide, "a", table, "treatment"))
+    with pytest.raises(KeyError):
+        _matrix(wide, "a", table.assign(seed=9), "treatment")

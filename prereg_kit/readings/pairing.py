@@ -155,17 +155,26 @@ def _evaluations_read(table: pd.DataFrame) -> np.ndarray:
 
 
 def _matrix(pa_wide: pd.DataFrame, config: str, rows: pd.DataFrame, arm: str) -> np.ndarray:
-    out = []
-    for _, r in rows.iterrows():
-        seed, e_lo, e_hi, w = int(r["seed"]), int(r[f"{arm}_eval_lo"]), int(r[f"{arm}_eval_hi"]), float(r[f"{arm}_weight"])
-        if np.isnan(w):  # a span: the mean of every evaluation from lo to hi
-            run = pa_wide.loc[(config, seed)]
-            out.append(run.loc[(run.index >= e_lo) & (run.index <= e_hi)].to_numpy(dtype="float64").mean(axis=0))
+    """Each row's per-problem accuracies at its reading: ``(1 - w)·lo + w·hi`` of its two
+    evaluations, or for a span the mean of its run's evaluations from lo to hi. ``pa_wide``'s
+    rows (configuration, seed, eval_index; sorted) are found through one position table instead
+    of a pandas lookup per row; a reading whose evaluation is not there raises ``KeyError``."""
+    values = pa_wide.to_numpy(dtype="float64")
+    pos = {(str(c), int(s), int(e)): i for i, (c, s, e) in enumerate(pa_wide.index)}
+    runs = {k[:2] for k in pos}
+    out = np.empty((len(rows), values.shape[1]))
+    seeds = rows["seed"].to_numpy(dtype="int64").tolist()
+    los = rows[f"{arm}_eval_lo"].to_numpy(dtype="int64").tolist()
+    his = rows[f"{arm}_eval_hi"].to_numpy(dtype="int64").tolist()
+    weights = rows[f"{arm}_weight"].to_numpy(dtype="float64").tolist()
+    for k, (seed, e_lo, e_hi, w) in enumerate(zip(seeds, los, his, weights)):
+        if np.isnan(w):  # a span: the mean of every evaluation from lo to hi (in eval_index order)
+            if (config, seed) not in runs:
+                raise KeyError((config, seed))
+            out[k] = values[[pos[(config, seed, e)] for e in range(e_lo, e_hi + 1) if (config, seed, e) in pos]].mean(axis=0)
             continue
-        lo = pa_wide.loc[(config, seed, e_lo)].to_numpy(dtype="float64")
-        hi = pa_wide.loc[(config, seed, e_hi)].to_numpy(dtype="float64")
-        out.append((1 - w) * lo + w * hi)
-    return np.vstack(out) if out else np.empty((0, pa_wide.shape[1]))
+        out[k] = (1 - w) * values[pos[(config, seed, e_lo)]] + w * values[pos[(config, seed, e_hi)]]
+    return out
 
 
 def paired_readings(

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .folder import read_meta
-from .reader import _jsonl_path, _parquet_path, check_consistency
-from .text import sorted_categories
+from .reader import _jsonl_path, _parquet_path, check_consistency, parquet_table
+from .text import sorted_categories, text_codes
 from .schema import (EVALS, ITERATIONS, KINDS, LogProblem, META_FILE, _PARQUET_KEY, RunLogError, RunMeta, SCHEMAS,
                      STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS, validate_frame)
 
@@ -58,8 +58,8 @@ def _read_current(folder: Path) -> dict[str, pa.Table] | None:
         pp, jp = _parquet_path(folder, kind), _jsonl_path(folder, kind)
         try:
             # Text columns as dictionaries: a few distinct values repeated, read as codes.
-            table = pq.read_table(pp, page_checksum_verification=True, read_dictionary=_TEXT)
-        except (OSError, pa.ArrowException):
+            table = parquet_table(pp, _TEXT if kind == EVALS else None)
+        except (OSError, pa.ArrowException, KeyError):  # KeyError: a text column is missing
             return None
         info = json.loads((table.schema.metadata or {}).get(_PARQUET_KEY, b"{}"))
         if info.get("rows") != table.num_rows:
@@ -142,9 +142,32 @@ def _order_failures(it: pd.DataFrame, ev: pd.DataFrame) -> set[int]:
             same = r[1:] == r[:-1]
             bad |= _bad_runs(r[1:], same & ((d <= 0) if strict else (d < 0)))
     if len(ev):
-        dup = ev.duplicated([_RUN, "eval_index", "eval_set", "problem_id"]).to_numpy()
-        bad |= _bad_runs(ev[_RUN].to_numpy(), dup)
+        bad |= duplicate_runs(ev)
     return bad
+
+
+def duplicate_runs(ev: pd.DataFrame) -> set[int]:
+    """Runs holding two rows of the same (evaluation, set, problem): the four columns as one
+    integer key (mixed radix over their codes), sorted, and neighbours compared. The runs of
+    ``ev.duplicated([_RUN, "eval_index", "eval_set", "problem_id"])`` without hashing millions
+    of rows; a key too wide for 63 bits is compared column by column after a lexsort."""
+    run = ev[_RUN].to_numpy(dtype="int64")
+    cols = [run, ev["eval_index"].to_numpy(dtype="int64"), text_codes(ev["eval_set"])[0],
+            text_codes(ev["problem_id"])[0]]
+    cols = [c - c.min() for c in cols]  # a missing name's code is -1; eval indices may be any integers
+    sizes = [int(c.max()) + 1 for c in cols]
+    if np.prod([float(n) for n in sizes]) < 2.0 ** 62:
+        key = cols[0]
+        for c, n in zip(cols[1:], sizes[1:]):
+            key = key * n + c
+        key.sort()
+        repeated = key[1:][key[1:] == key[:-1]]
+        return set((np.unique(repeated // int(np.prod(sizes[1:]))) + run.min()).tolist())
+    s = [c[np.lexsort(cols[::-1])] for c in cols]
+    same = np.ones(max(len(run) - 1, 0), dtype=bool)
+    for c in s:
+        same &= c[1:] == c[:-1]
+    return set((np.unique(s[0][1:][same]) + run.min()).tolist())
 
 
 def _per_run_cumsum(values: np.ndarray, run: np.ndarray) -> np.ndarray:

@@ -126,8 +126,16 @@ def _parquet_path(folder: Path, kind: str) -> Path:
     return folder / f"{kind}.parquet"
 
 
+def parquet_table(path: Path, read_dictionary: list[str] | None = None) -> pa.Table:
+    """One run's Parquet file as an Arrow table, every page's checksum verified. Read through
+    ``ParquetFile`` in the calling thread: ``pq.read_table`` builds a dataset per file, which
+    took half the time of reading a run's small files."""
+    with pq.ParquetFile(path, page_checksum_verification=True, read_dictionary=read_dictionary) as f:
+        return f.read(use_threads=False)
+
+
 def _read_parquet(path: Path, kind: str) -> tuple[pd.DataFrame, dict]:
-    table = pq.read_table(path, page_checksum_verification=True)
+    table = parquet_table(path)
     info = json.loads((table.schema.metadata or {}).get(_PARQUET_KEY, b"{}"))
     if info.get("rows") != table.num_rows:
         raise RunLogError(f"{path}: incomplete Parquet file (rows {table.num_rows}, recorded {info.get('rows')})")
