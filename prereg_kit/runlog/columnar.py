@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .folder import read_meta
 from .reader import _jsonl_path, _parquet_path, check_consistency, parquet_table
