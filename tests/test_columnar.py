@@ -198,6 +198,35 @@ def test_pairing_equals_per_seed(study):
         assert set(got["seed"]) == ({0, 1, 2, 3, 4} if crn else {0, 1, 2})
 
 
+def test_pairing_equals_per_seed_on_random_damage(study):
+    """Random damage (sets changed in one evaluation or a whole run, sampling seeds missing or
+    changed, runs dropped, rows shuffled): the seeds found at once are those the per-seed check finds."""
+    curves = accuracy_curve(load_study(study, progress=False).evals, eval_set="math200")
+    rng = np.random.default_rng(8)
+    for trial in range(40):
+        bad = curves.copy()
+        bad["eval_seed"] = bad["eval_seed"].astype("Int64")
+        for _ in range(int(rng.integers(0, 5))):
+            row = int(rng.integers(0, len(bad)))
+            how = int(rng.integers(0, 5))
+            if how == 0:
+                bad.iloc[row, bad.columns.get_loc("problem_set")] = "other"
+            elif how == 1:
+                run = (bad["configuration"] == bad["configuration"].iloc[row]) & (bad["seed"] == bad["seed"].iloc[row])
+                bad.loc[run, "problem_set"] = "elsewhere"
+            elif how == 2:
+                bad.iloc[row, bad.columns.get_loc("eval_seed")] = pd.NA
+            elif how == 3:
+                bad.iloc[row, bad.columns.get_loc("eval_seed")] = 2**62 + int(rng.integers(0, 3))
+            else:
+                bad = bad.drop(index=bad.index[row])
+        bad = bad.sample(frac=1, random_state=trial)
+        for crn in (True, False):
+            got = check_pairing(bad, "treatment", "control", common_random_numbers=crn)
+            want = _pairing_per_seed(bad, "treatment", "control", common_random_numbers=crn)
+            pd.testing.assert_frame_equal(got, want)
+
+
 def test_runs_split_equals_group_by(study):
     from prereg_kit.readings.base import RUN
     curves = accuracy_curve(load_study(study, progress=False).evals, eval_set="math200").sample(frac=1, random_state=1)

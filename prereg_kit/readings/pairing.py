@@ -31,26 +31,44 @@ def _modal(s: pd.Series):
     return s.value_counts().index[0]
 
 
+def _per_seed(seed: np.ndarray, code: np.ndarray, no_seed: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct seed (ascending): how many problem sets its rows score, the set of its first
+    row, and whether any row lacks its sampling seed: one stable sort, then per-seed slices."""
+    order = np.argsort(seed, kind="stable")
+    s, c, n = seed[order], code[order], no_seed[order]
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    by = np.lexsort((c, s))  # within a seed, equal sets together
+    cs, ss = c[by], s[by]
+    new = np.r_[True, (cs[1:] != cs[:-1]) | (ss[1:] != ss[:-1])]
+    n_sets = np.add.reduceat(new.astype(np.int64), starts) if len(s) else np.zeros(0, np.int64)
+    no = np.maximum.reduceat(n, starts) if len(s) else np.zeros(0, bool)
+    return s[starts], n_sets, c[starts], no
+
+
 def _suspect_seeds(t: pd.DataFrame, c: pd.DataFrame, both: set[int], common_random_numbers: bool) -> list[int]:
-    """The seeds of ``both`` on which :func:`_seed_issues` can find anything, found with group
+    """The seeds of ``both`` on which :func:`_seed_issues` can find anything, found with array
     operations over all seeds at once: a run scoring more than one problem set, the two runs'
-    sets differing, an unknown sampling seed, or sampling seeds differing at an evaluation."""
+    sets differing, an unknown sampling seed, or sampling seeds differing at an evaluation.
+    (Curves are small — a row per evaluation — so pandas' per-call costs, not the rows, would
+    dominate a group-by here.)"""
     if not both:
         return []
-    def per_run(x: pd.DataFrame) -> pd.DataFrame:
-        x = x[x["seed"].isin(list(both))].assign(_no_seed=lambda d: d["eval_seed"].isna().to_numpy())
-        return x.groupby("seed").agg(n_sets=("problem_set", "nunique"), first_set=("problem_set", "first"),
-                                     no_seed=("_no_seed", "max"))
-    pt, pc = per_run(t), per_run(c)
-    m = pt.merge(pc, left_index=True, right_index=True, suffixes=("_t", "_c"))
-    bad = (m["n_sets_t"] > 1) | (m["n_sets_c"] > 1) | (m["first_set_t"] != m["first_set_c"])
+    keep = [x[x["seed"].isin(list(both))] for x in (t, c)]
+    codes = pd.factorize(pd.concat([k["problem_set"] for k in keep], ignore_index=True))[0]  # shared codes: sets comparable
+    split = len(keep[0])
+    sides = []
+    for k, code in zip(keep, (codes[:split], codes[split:])):
+        sides.append(_per_seed(k["seed"].to_numpy(dtype="int64"), code, k["eval_seed"].isna().to_numpy()))
+    (st, nt, ft, ot), (sc, nc, fc, oc) = sides
+    seeds, it, ic = np.intersect1d(st, sc, assume_unique=True, return_indices=True)
+    bad = (nt[it] > 1) | (nc[ic] > 1) | (ft[it] != fc[ic])
     if common_random_numbers:
-        bad |= m["no_seed_t"] | m["no_seed_c"]
-        e = t[["seed", "eval_index", "eval_seed"]].merge(c[["seed", "eval_index", "eval_seed"]], on=["seed", "eval_index"],
-                                                         suffixes=("_t", "_c"))
-        differ = (e["eval_seed_t"] != e["eval_seed_c"]).fillna(True).to_numpy(dtype=bool)
-        bad |= m.index.isin(e.loc[differ, "seed"].unique())
-    return sorted(int(x) for x in m.index[bad.to_numpy(dtype=bool)])
+        bad |= ot[it] | oc[ic]
+        cols = ["seed", "eval_index", "eval_seed"]
+        e = keep[0][cols].merge(keep[1][cols], on=["seed", "eval_index"], suffixes=("_t", "_c"))
+        differ = (e["eval_seed_t"] != e["eval_seed_c"]).fillna(True).to_numpy(dtype=bool)  # a missing seed differs
+        bad |= np.isin(seeds, e.loc[differ, "seed"].to_numpy(dtype="int64"))
+    return sorted(int(x) for x in seeds[bad])
 
 
 def _seed_issues(s: int, treatment: str, control: str, rt: pd.DataFrame, rc: pd.DataFrame,
