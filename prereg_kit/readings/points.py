@@ -92,10 +92,11 @@ def _row(key, run, br, at, note="") -> dict:
         return dict(configuration=key[0], seed=key[1], reached=False, at=at, eval_lo=pd.NA, eval_hi=pd.NA,
                     weight=np.nan, tokens=np.nan, train_seconds=np.nan, updates=np.nan, accuracy=np.nan, note=note)
     lo, hi, w = br
-    ei = run["eval_index"].to_numpy()  # columns, not rows: a row of mixed columns is a slow Series
-    lin = lambda c: (1 - w) * float(run[c].to_numpy()[lo]) + w * float(run[c].to_numpy()[hi])  # noqa: E731
-    return dict(configuration=key[0], seed=key[1], reached=True, at=at, eval_lo=int(ei[lo]),
-                eval_hi=int(ei[hi]), weight=w, tokens=lin("tokens"), train_seconds=lin("train_seconds"),
+    # The two rows' values column by column: a row of mixed columns would be a slow Series.
+    v = {c: run[c].to_numpy()[[lo, hi]].tolist() for c in ("eval_index", "tokens", "train_seconds", "updates", "accuracy")}
+    lin = lambda c: (1 - w) * float(v[c][0]) + w * float(v[c][1])  # noqa: E731
+    return dict(configuration=key[0], seed=key[1], reached=True, at=at, eval_lo=int(v["eval_index"][0]),
+                eval_hi=int(v["eval_index"][1]), weight=w, tokens=lin("tokens"), train_seconds=lin("train_seconds"),
                 updates=lin("updates"), accuracy=lin("accuracy"), note=note)
 
 
