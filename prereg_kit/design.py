@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from .jobs import planned_runs
 from .plan import Plan
 from .runlog import ELECTION_FILE, META_FILE, RunLogError, read_meta
+from .runlog.groups import group_numbers, rows_by_group
 from .runlog.text import text_codes
 
 if TYPE_CHECKING:
@@ -139,19 +140,21 @@ def _problem_sets(rows: pd.DataFrame) -> tuple[pd.Series, list]:
     import numpy as np  # noqa: PLC0415  (lock and verify import this module without numpy/pandas)
     import pandas as pd  # noqa: PLC0415
 
-    g = rows.groupby(["configuration", "seed", "eval_index"], sort=True)
-    gid = g.ngroup().to_numpy()
+    keys = ["configuration", "seed", "eval_index"]
+    gid = group_numbers(rows, keys)
     codes = text_codes(rows["problem_id"])[0]
-    order = np.lexsort((codes, gid))
+    order = rows_by_group(gid, codes)
     gs, cs = gid[order], codes[order]
-    n = g.ngroups
+    n = int(gid.max()) + 1 if len(gid) else 0
     bounds = np.r_[0, np.searchsorted(gs, np.arange(1, n)), len(gs)]
     group = np.repeat(np.arange(n), np.diff(bounds))  # as np.split at the bounds: rows before group 0's start join it
     first = np.r_[True, (cs[1:] != cs[:-1]) | (group[1:] != group[:-1])]
     ucs, ugroup = cs[first], group[first]
     ub = np.searchsorted(ugroup, np.arange(n + 1))
     parts = [ucs[ub[i]:ub[i + 1]] for i in range(n)]
-    return pd.Series([p.tobytes() for p in parts], index=g.size().index, dtype=object), parts
+    first = order[bounds[:-1]]  # a row of each group, in group order: the groups' keys
+    index = pd.MultiIndex.from_frame(rows[keys].take(first).reset_index(drop=True))
+    return pd.Series([p.tobytes() for p in parts], index=index, dtype=object), parts
 
 
 def _runs_in_order(evals: pd.DataFrame) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from ..plan import COLLAPSE_K
 from .base import AdmissionResult, exclusions_table, PairingError, ReadingError, RUN, VERIFIERS
 from .points import Budgets, describe_target, read_at_tokens  # noqa: F401  (Budgets: annotations)
 from prereg_kit.stats import pass_at_k
+from ..runlog.groups import group_numbers, rows_by_group
 from ..runlog.text import text_codes
 
 # --------------------------------------------------------------------------------------------
@@ -201,9 +202,9 @@ def _set_hashes(ev: pd.DataFrame, keys: list[str], gid: np.ndarray | None = None
     Vectorized: problem ids become codes in sorted order once, each group's sorted codes are one
     slice, and a set is joined and hashed once however many evaluations scored it (the hash
     values are those of :func:`_set_hash`)."""
-    gid = ev.groupby(keys, sort=True).ngroup().to_numpy() if gid is None else gid  # the caller's grouping
+    gid = group_numbers(ev, keys) if gid is None else gid  # the caller's grouping
     codes, names = text_codes(ev["problem_id"])
-    order = np.lexsort((codes, gid))
+    order = rows_by_group(gid, codes)
     gs, cs = gid[order], codes[order].astype(np.int64)
     n = int(gid.max()) + 1 if len(gid) else 0
     bounds = np.searchsorted(gs, np.arange(n + 1))
@@ -239,8 +240,11 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
     collapse = metric == "collapse"
     ev = _select(evals, eval_set, verifier, f"pass@{COLLAPSE_K}" if collapse else metric)
     keys = RUN + ["eval_index"]
-    g = ev.groupby(keys, sort=True)
-    out = g.agg(
+    gid = group_numbers(ev, keys)  # one number per evaluation: grouping by it hashes one column, not three
+    out = ev.groupby(gid, sort=True).agg(
+        configuration=("configuration", "first"),
+        seed=("seed", "first"),
+        eval_index=("eval_index", "first"),
         iteration=("iteration", "first"),
         tokens=("tokens", "first"),
         train_seconds=("train_seconds", "first"),
@@ -249,12 +253,12 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
         n_seeds=("eval_seed", "nunique"),
         n_problems=("problem_id", "size"),
         accuracy=("accuracy", "mean"),
-    ).reset_index()
+    ).reset_index(drop=True)
     bad = out[out["n_seeds"] > 1]
     if len(bad):
         r = bad.iloc[0]
         raise ReadingError(f"configuration {r['configuration']!r} seed {r['seed']}: evaluation {r['eval_index']} on set {eval_set!r} logs {r['n_seeds']} sampling seeds")
-    out["problem_set"] = _set_hashes(ev, keys, g.ngroup().to_numpy())
+    out["problem_set"] = _set_hashes(ev, keys, gid)
     if isinstance(out["configuration"].dtype, pd.CategoricalDtype):  # a curve per evaluation: names as text again
         out["configuration"] = out["configuration"].astype("str")
     out["eval_set"] = eval_set
