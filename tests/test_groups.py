@@ -58,3 +58,36 @@ def test_missing_or_other_keys_fall_back_to_pandas():
     df = pd.DataFrame({"configuration": ["a", "a", "b"], "seed": [1.5, 1.5, 0.5], "eval_index": [0, 1, 0]})
     np.testing.assert_array_equal(group_numbers(df, KEYS), df.groupby(KEYS, sort=True).ngroup().to_numpy())
     assert len(group_numbers(df.iloc[:0], KEYS)) == 0
+
+
+def test_problem_accuracy_rows_equal_a_sort_of_all_keys(tmp_path):
+    """The per-problem accuracies come in the order (and with the values) of sorting every row by
+    configuration, seed, evaluation and problem, whether the study's rows are in folder order or shuffled."""
+    from prereg_kit.readings import problem_accuracy
+    from prereg_kit.readings.base import RUN
+    from prereg_kit.runlog import load_study
+    from prereg_kit.synth import generate_study
+
+    generate_study(tmp_path, configurations={"control": 0.0, "treatment": 0.02}, seeds=range(12),
+                   budget_tokens=100_000, eval_every=50_000, eval_sets={"math200": 7}, rng=2)
+    evals = load_study(tmp_path, progress=False).evals
+    for rows in (evals, evals.sample(frac=1, random_state=3)):
+        got = problem_accuracy(rows, eval_set="math200")
+        plain = got.sample(frac=1, random_state=5).sort_values(RUN + ["eval_index", "problem_id"], ignore_index=True)
+        pd.testing.assert_frame_equal(got, plain, check_exact=True)
+
+
+def test_strict_accuracy_of_drift_flags_equals_its_curve(tmp_path):
+    """The drift check's strict accuracy (a group mean by evaluation number) is bit-identical to
+    the strict accuracy curve, on rows in folder order and shuffled."""
+    from prereg_kit.readings import accuracy_curve, drift_flags
+    from prereg_kit.runlog import load_study
+    from prereg_kit.synth import generate_study
+
+    generate_study(tmp_path, configurations={"control": 0.0, "treatment": 0.02}, seeds=range(11),
+                   budget_tokens=100_000, eval_every=50_000, eval_sets={"math200": 9}, rng=6)
+    evals = load_study(tmp_path, progress=False).evals
+    for rows in (evals, evals.sample(frac=1, random_state=1)):
+        flags = drift_flags(rows, eval_set="math200")
+        strict = accuracy_curve(rows, eval_set="math200", verifier="strict")
+        np.testing.assert_array_equal(flags["accuracy_strict"].to_numpy(), strict["accuracy"].to_numpy())

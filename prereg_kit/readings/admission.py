@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..runlog.groups import group_numbers
 from .base import AdmissionResult, DRIFT_THRESHOLD, exclusions_table, ReadingError, RUN
 from .curves import accuracy_curve
 from .points import _first_at_or_after, _runs, budget_target, Budgets, describe_target
@@ -55,7 +56,7 @@ def _mean_accuracy(mine: pd.DataFrame) -> np.ndarray:
     mean), without its per-evaluation columns; the default curve already checked the rows."""
     keys = RUN + ["eval_index"]
     acc = mine["correct_strict"].to_numpy(dtype="float64") / mine["samples"].to_numpy(dtype="float64")
-    return mine[keys].assign(accuracy=acc).groupby(keys, sort=True)["accuracy"].mean().to_numpy()
+    return pd.Series(acc).groupby(group_numbers(mine, keys), sort=True).mean().to_numpy()  # one number per evaluation
 
 
 def drifted_at(flags: pd.DataFrame, budget: Budgets) -> pd.DataFrame:

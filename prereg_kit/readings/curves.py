@@ -187,7 +187,9 @@ def problem_accuracy(evals: pd.DataFrame, *, eval_set: str, verifier: str = "def
     out = ev[RUN + ["eval_index", "problem_id", "accuracy"]].copy()
     for at, col, value in ((3, "eval_set", eval_set), (4, "verifier", verifier)):  # one name: a category, not a string per row
         out.insert(at, col, pd.Categorical.from_codes(np.zeros(len(out), dtype=np.int8), categories=pd.Index([value], dtype="str")))
-    return out.sort_values(RUN + ["eval_index", "problem_id"], ignore_index=True)
+    # sort_values(RUN + ["eval_index", "problem_id"]) from the blocks of each evaluation's rows
+    order = rows_by_group(group_numbers(out, RUN + ["eval_index"]), text_codes(out["problem_id"])[0])
+    return out.take(order).reset_index(drop=True)
 
 
 def _set_hash(ids: pd.Series) -> str:
