@@ -49,7 +49,7 @@ def test_the_analysis_imports_no_scipy_stats_optimize_or_integrate():
 
 
 def test_the_probe_sees_scipy_stats_when_something_imports_it():
-    assert _loaded("import scipy.stats") == ["scipy.integrate", "scipy.optimize", "scipy.stats"]
+    assert "scipy.stats" in _loaded("import scipy.stats")
     assert _loaded("import scipy.optimize") == ["scipy.optimize"]
 
 
@@ -262,7 +262,6 @@ def test_the_statistics_are_unchanged(name: str):
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    sys.path.insert(0, str(ROOT / "tests"))
     out = {name: _plain(f()) for name, f in sorted(_cases().items())}
     REFERENCE.parent.mkdir(exist_ok=True)
     REFERENCE.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
