@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, special
-from scipy import stats as sps
+from scipy import special
 
 from ._checks import Result, as_vector, check_confidence, paired_differences, safe_ratio
 from .paired import spread
+from .tdist import nct_cdf, nct_sf
 
 
 @dataclass(slots=True, frozen=True)
@@ -81,8 +81,8 @@ def nct_interval(t_obs: float, df: float, confidence: float) -> tuple[float, flo
     step = math.sqrt(1.0 + t_obs * t_obs / (2.0 * df))
 
     def cdf(lam: float) -> float:
-        v = float(sps.nct.cdf(t_obs, df, lam))
-        return v if math.isfinite(v) else 1.0 - float(sps.nct.sf(t_obs, df, lam))
+        v = nct_cdf(t_obs, df, lam)
+        return v if math.isfinite(v) else 1.0 - nct_sf(t_obs, df, lam)
 
     def root(target: float) -> float:
         f = lambda lam: cdf(lam) - target
@@ -91,7 +91,9 @@ def nct_interval(t_obs: float, df: float, confidence: float) -> tuple[float, flo
             lo -= step
         while f(hi) > 0:
             hi += step
-        return float(optimize.brentq(f, lo, hi, xtol=1e-12, rtol=1e-12, maxiter=500))
+        from scipy.optimize import brentq  # only here: importing scipy.optimize takes a second
+
+        return float(brentq(f, lo, hi, xtol=1e-12, rtol=1e-12, maxiter=500))
 
     return root(1.0 - a), root(a)
 

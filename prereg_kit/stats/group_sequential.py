@@ -19,10 +19,8 @@ from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
-
 from .sequential import sequential_boundaries
+from .tdist import norm_isf, norm_sf
 
 
 @lru_cache(maxsize=4096)
@@ -74,12 +72,14 @@ def repeated_p(p: float, information: Sequence[float], look: int, *, spending: s
         return 1.0
     if gap(lo) >= 0:
         return lo
-    return float(optimize.brentq(gap, lo, hi, xtol=1e-10))
+    from scipy.optimize import brentq
+
+    return float(brentq(gap, lo, hi, xtol=1e-10))
 
 
 def z_of_p(p: float) -> float:
     """|Z| of a two-sided p: ``Φ⁻¹(1 − p/2)``."""
-    return float(sps.norm.isf(p / 2.0))
+    return norm_isf(p / 2.0)
 
 
 def conditional_power(z: float, information: Sequence[float], look: int, final_boundary: float) -> float:
@@ -90,7 +90,7 @@ def conditional_power(z: float, information: Sequence[float], look: int, final_b
     t = float(info[look - 1] / info[-1])
     if t >= 1.0:
         return float(abs(z) >= final_boundary)
-    return float(sps.norm.sf((final_boundary - abs(z) / math.sqrt(t)) / math.sqrt(1.0 - t)))
+    return norm_sf((final_boundary - abs(z) / math.sqrt(t)) / math.sqrt(1.0 - t))
 
 
 def final_boundary(alpha: float, information: Sequence[float], spending: str = "obrien-fleming", rho: float = 2.0) -> float:

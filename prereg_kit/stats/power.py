@@ -13,10 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from scipy import integrate
-from scipy import stats as sps
-
 from ._checks import Result, check_alpha, check_alternative, equivalence_bounds, positive_int, positive_margin
+from .tdist import chi2_isf, chi2_pdf, chi2_ppf, nct_cdf, nct_sf, norm_cdf, t_ppf
 
 KINDS = ("superiority", "equivalence", "non-inferiority")
 
@@ -45,12 +43,12 @@ def power_paired_t(n: int, effect: float, sd: float, *, alpha: float = 0.05,
     df = n - 1
     nc = float(effect) * math.sqrt(n) / sd
     if alternative == "two-sided":
-        crit = sps.t.ppf(1 - alpha / 2, df)
-        return float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
-    crit = sps.t.ppf(1 - alpha, df)
+        crit = t_ppf(1 - alpha / 2, df)
+        return nct_sf(crit, df, nc) + nct_cdf(-crit, df, nc)
+    crit = t_ppf(1 - alpha, df)
     if alternative == "greater":
-        return float(sps.nct.sf(crit, df, nc))
-    return float(sps.nct.cdf(-crit, df, nc))
+        return nct_sf(crit, df, nc)
+    return nct_cdf(-crit, df, nc)
 
 
 def power_noninferiority(n: int, effect: float, sd: float, *, margin: float, alpha: float = 0.05) -> float:
@@ -63,7 +61,7 @@ def power_noninferiority(n: int, effect: float, sd: float, *, margin: float, alp
     m = positive_margin(margin)
     sd = _check_sd(sd)
     df = n - 1
-    return float(sps.nct.sf(sps.t.ppf(1 - alpha, df), df, (float(effect) + m) * math.sqrt(n) / sd))
+    return nct_sf(t_ppf(1 - alpha, df), df, (float(effect) + m) * math.sqrt(n) / sd)
 
 
 def power_tost_paired(n: int, effect: float, sd: float, *, margin: Any, alpha: float = 0.05) -> float:
@@ -82,22 +80,24 @@ def power_tost_paired(n: int, effect: float, sd: float, *, margin: Any, alpha: f
     sd = _check_sd(sd)
     nu = n - 1
     se = sd / math.sqrt(n)
-    c = float(sps.t.ppf(1 - alpha, nu))
+    c = t_ppf(1 - alpha, nu)
     a_hi = (high - float(effect)) / se
     a_lo = (low - float(effect)) / se
     u_star = nu * ((a_hi - a_lo) / (2 * c)) ** 2  # region empty beyond this U
 
     def integrand(u: float) -> float:
         k = c * math.sqrt(u / nu)
-        return max(0.0, sps.norm.cdf(a_hi - k) - sps.norm.cdf(a_lo + k)) * sps.chi2.pdf(u, nu)
+        return max(0.0, norm_cdf(a_hi - k) - norm_cdf(a_lo + k)) * chi2_pdf(u, nu)
 
     # Integrate only where the chi-square density is non-negligible.
-    lo_u = float(sps.chi2.ppf(1e-14, nu))
-    hi_u = min(u_star, float(sps.chi2.isf(1e-14, nu)))
+    lo_u = chi2_ppf(1e-14, nu)
+    hi_u = min(u_star, chi2_isf(1e-14, nu))
     if hi_u <= lo_u:
         return 0.0
     pts = [p for p in (float(nu), max(nu - 2.0, 0.0)) if lo_u < p < hi_u]
-    val, _ = integrate.quad(integrand, lo_u, hi_u, points=pts or None, limit=200, epsabs=1e-13, epsrel=1e-11)
+    from scipy.integrate import quad  # only here: importing scipy.integrate takes a second
+
+    val, _ = quad(integrand, lo_u, hi_u, points=pts or None, limit=200, epsabs=1e-13, epsrel=1e-11)
     return float(min(1.0, max(0.0, val)))
 
 

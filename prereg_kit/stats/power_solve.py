@@ -7,10 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import optimize
-from scipy import stats as sps
-
 from ._checks import Result, check_alternative
+from .tdist import nct_cdf, nct_sf, norm_cdf, norm_sf, t_isf
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,17 +31,17 @@ def _power(n: float, es: float, alpha: float, alternative: str) -> float:
     """Noncentral-t power of the paired t at a possibly fractional n (df = n − 1, λ = es·√n)."""
     df, nc = n - 1.0, es * math.sqrt(n)
     if alternative == "two-sided":
-        crit = sps.t.isf(alpha / 2.0, df)
-        value = float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
+        crit = t_isf(alpha / 2.0, df)
+        value = nct_sf(crit, df, nc) + nct_cdf(-crit, df, nc)
     else:
-        crit = sps.t.isf(alpha, df)
-        value = float(sps.nct.sf(crit, df, nc) if alternative == "greater" else sps.nct.cdf(-crit, df, nc))
+        crit = t_isf(alpha, df)
+        value = nct_sf(crit, df, nc) if alternative == "greater" else nct_cdf(-crit, df, nc)
     if math.isfinite(value):
         return value
     # scipy's nct fails far in the tails (a huge critical value or noncentrality), where the
     # power is 0 or 1 to many digits: the normal limit of T' there is exact enough
-    hi = float(sps.norm.sf(crit - nc))
-    lo = float(sps.norm.cdf(-crit - nc))
+    hi = norm_sf(crit - nc)
+    lo = norm_cdf(-crit - nc)
     return {"two-sided": hi + lo, "greater": hi}.get(alternative, lo)
 
 
@@ -51,7 +49,9 @@ def _root(f, lo: float, hi: float, what: str) -> float:
     flo, fhi = f(lo), f(hi)
     if flo * fhi > 0:
         raise ValueError(f"no {what} solves the power equation for the values given")
-    return float(optimize.brentq(f, lo, hi, xtol=1e-12, rtol=1e-12))
+    from scipy.optimize import brentq  # only here: importing scipy.optimize takes a second
+
+    return float(brentq(f, lo, hi, xtol=1e-12, rtol=1e-12))
 
 
 def solve_power_paired(*, n: float | None = None, effect: float | None = None, sd: float = 1.0,

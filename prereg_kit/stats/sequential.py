@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize
-from scipy import stats as sps
 from scipy.special import ndtr
 
 from ._checks import Result, check_alpha, positive_int
+from .tdist import norm_isf, norm_sf, norm_sf_array
 
 SPENDING = ("obrien-fleming", "pocock", "power")
 #: Simpson intervals per look (2·GRID + 1 points); 100 already reproduces published boundaries to 1e-5.
@@ -63,7 +62,7 @@ def spending_function(t: np.ndarray, alpha: float, spending: str, rho: float = 2
     t = np.asarray(t, dtype=float)
     if spending == "obrien-fleming":
         with np.errstate(divide="ignore"):
-            return 4.0 * sps.norm.sf(sps.norm.isf(alpha / 4.0) / np.sqrt(t))
+            return 4.0 * norm_sf_array(norm_isf(alpha / 4.0) / np.sqrt(t))
     if spending == "pocock":
         return alpha * np.log1p((math.e - 1.0) * t)
     return alpha * t**rho
@@ -149,12 +148,14 @@ def sequential_boundaries(n_looks: int, alpha: float = 0.05, spending: str = "ob
         if inc <= 1e-15 or rec.crossing(tk, Z_MAX) >= inc:
             c = math.inf
         else:
-            c = float(optimize.brentq(lambda x, tk=tk, inc=inc: rec.crossing(tk, x) - inc, 1e-6, Z_MAX, xtol=1e-10))
+            from scipy.optimize import brentq
+
+            c = float(brentq(lambda x, tk=tk, inc=inc: rec.crossing(tk, x) - inc, 1e-6, Z_MAX, xtol=1e-10))
         z.append(c)
         rec.advance(tk, c)
     return SequentialBoundaries(spending=spending, alpha=alpha, rho=float(rho) if spending == "power" else None,
                                 information=tuple(float(v) for v in t), z=tuple(z),
-                                nominal_p=tuple(float(2.0 * sps.norm.sf(c)) for c in z),
+                                nominal_p=tuple(2.0 * norm_sf(c) for c in z),
                                 cumulative_alpha=tuple(float(v) for v in cum),
                                 alpha_spent=tuple(float(v) for v in spent))
 
@@ -187,11 +188,13 @@ def classical_boundaries(n_looks: int, alpha: float = 0.05, shape: str = "obrien
         raise ValueError(f"shape must be 'obrien-fleming' or 'pocock'; got {shape!r}")
     t = _fractions(n_looks, information)
     scale = 1.0 / np.sqrt(t) if shape == "obrien-fleming" else np.ones(n_looks)
-    c = float(optimize.brentq(lambda x: crossing_probabilities(x * scale, t).sum() - alpha, 1.0, Z_MAX, xtol=1e-10))
+    from scipy.optimize import brentq
+
+    c = float(brentq(lambda x: crossing_probabilities(x * scale, t).sum() - alpha, 1.0, Z_MAX, xtol=1e-10))
     z = c * scale
     spent = crossing_probabilities(z, t)
     return SequentialBoundaries(spending=f"classical-{shape}", alpha=alpha, rho=None,
                                 information=tuple(float(v) for v in t), z=tuple(float(v) for v in z),
-                                nominal_p=tuple(float(2.0 * sps.norm.sf(v)) for v in z),
+                                nominal_p=tuple(2.0 * norm_sf(v) for v in z),
                                 cumulative_alpha=tuple(float(v) for v in np.cumsum(spent)),
                                 alpha_spent=tuple(float(v) for v in spent))

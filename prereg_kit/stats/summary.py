@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
-from scipy import stats as sps
 
 from ._checks import Result, check_confidence, equivalence_bounds, positive_int
+from .tdist import t_cdf_array, t_ppf, t_sf_array
 
 REPORTED_KEYS = ("p", "holm_p", "tost_p", "tost_holm_p", "noninferiority_p")
 
@@ -232,18 +232,18 @@ def from_summary(
         raise ValueError("a reported Holm p needs family_size")
 
     df = n - 1
-    crit = float(sps.t.ppf(0.5 + confidence / 2, df))
+    crit = t_ppf(0.5 + confidence / 2, df)
     root_n = math.sqrt(n)
 
     def statistics_at(center: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
         se = (hi - lo) / (2 * crit)
         t = center / se
-        out = {"t": t, "p": np.minimum(1.0, 2 * sps.t.sf(np.abs(t), df))}
+        out = {"t": t, "p": np.minimum(1.0, 2 * t_sf_array(np.abs(t), df))}
         if bounds is not None:
             low, high = bounds
-            out["tost_p"] = np.maximum(sps.t.sf((center - low) / se, df), sps.t.cdf((center - high) / se, df))
+            out["tost_p"] = np.maximum(t_sf_array((center - low) / se, df), t_cdf_array((center - high) / se, df))
             if low < 0:
-                out["noninferiority_p"] = sps.t.sf((center - low) / se, df)
+                out["noninferiority_p"] = t_sf_array((center - low) / se, df)
         return out
 
     point = {k: float(v[0]) for k, v in

@@ -10,7 +10,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from ._checks import (
     Result,
@@ -20,6 +19,7 @@ from ._checks import (
     equivalence_bounds,
     paired_differences,
 )
+from .tdist import norm_cdf, norm_ppf, norm_sf
 
 #: Largest number of non-zero differences with an exact p-value (scipy's ``method="auto"`` rule).
 EXACT_MAX_N = 50
@@ -93,7 +93,9 @@ def _signed_rank_p(x: np.ndarray, alternative: str) -> tuple[float, float, float
     n = nz.size
     if n == 0:
         return 0.0, 1.0, None, False, n_zero
-    ranks = sps.rankdata(np.abs(nz))
+    from scipy.stats import rankdata  # only here: importing scipy.stats takes over a second
+
+    ranks = rankdata(np.abs(nz))
     t_plus = float(ranks[nz > 0].sum())
     _, tie_sizes = np.unique(ranks, return_counts=True)
     ties = bool((tie_sizes > 1).any())
@@ -116,11 +118,11 @@ def _signed_rank_p(x: np.ndarray, alternative: str) -> tuple[float, float, float
         c = math.copysign(0.5, diff) if diff != 0 else 0.0
     z = (diff - c) / math.sqrt(var)
     if alternative == "greater":
-        p = float(sps.norm.sf(z))
+        p = norm_sf(z)
     elif alternative == "less":
-        p = float(sps.norm.cdf(z))
+        p = norm_cdf(z)
     else:
-        p = float(min(1.0, 2.0 * sps.norm.sf(abs(z))))
+        p = min(1.0, 2.0 * norm_sf(abs(z)))
     return t_plus, p, float(z), False, n_zero
 
 
@@ -148,7 +150,7 @@ def walsh_interval(x: np.ndarray, confidence: float) -> tuple[float, float, floa
         level = 1.0 - 2.0 * float(cdf[k - 1])
     else:
         sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
-        k = max(1, math.floor(n * (n + 1) / 4.0 - float(sps.norm.ppf(1 - a)) * sd))
+        k = max(1, math.floor(n * (n + 1) / 4.0 - norm_ppf(1 - a) * sd))
         level = confidence
     return float(w[k - 1]), float(w[m - k]), level
 
