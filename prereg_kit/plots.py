@@ -72,14 +72,16 @@ def save_all(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float
 
 def layout(fig, *, dpi: int = 120, rect: tuple[float, float, float, float] | None = None):
     """Lay the figure out tightly (``Figure.tight_layout(rect=rect)``) and return the box, in
-    inches, that ``savefig(bbox_inches="tight")`` at ``dpi`` would save: every artist's extent
-    plus ``savefig.pad_inches``, so long titles and labels are never cut off.
+    inches, that ``savefig(bbox_inches="tight")`` at ``dpi`` saves: every artist's extent plus
+    ``savefig.pad_inches``, so long titles and labels are never cut off.
 
-    Why not ``bbox_inches="tight"`` on each save: each such save draws the figure once more to
-    measure it, so a PNG and a PDF cost four draws; this measures once and each save draws once.
-    The layout runs through a ``TightLayoutEngine`` the figure is not given, so it has no layout
-    engine left for ``savefig`` to run again (a figure that has one is laid out by
-    ``Figure.tight_layout`` as before)."""
+    Why not ``bbox_inches="tight"`` on each save: such a save draws the figure once to measure
+    it and once to write it, so a PNG and a PDF cost four draws; here the box is measured once
+    (``Figure.get_tightbbox`` places ticks, titles and legends itself, without a draw) and each
+    file is drawn once. The layout runs through a ``TightLayoutEngine`` the figure is not given,
+    so no layout engine is left for ``savefig`` to run again; a figure that has one is laid out
+    by ``Figure.tight_layout``, as before. tests/test_figure_files.py checks every report
+    figure's PNG against the plain ``savefig(bbox_inches="tight")``, pixel for pixel."""
     import matplotlib as mpl  # noqa: PLC0415
     from matplotlib.layout_engine import TightLayoutEngine  # noqa: PLC0415
 
@@ -90,7 +92,6 @@ def layout(fig, *, dpi: int = 120, rect: tuple[float, float, float, float] | Non
     before = fig.dpi
     fig.dpi = dpi  # measured at the PNG's resolution, as savefig measures it
     try:
-        fig.draw_without_rendering()  # text, ticks and legends placed as when drawn
         box = fig.get_tightbbox()
     finally:
         fig.dpi = before

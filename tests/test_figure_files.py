@@ -14,7 +14,9 @@ from matplotlib.collections import PathCollection
 from PIL import Image
 import pytest
 
-from prereg_kit import plots
+from prereg_kit import extrapolation_plots, gradient_report, plots
+from prereg_kit.gradient_tests import GradientResults
+from prereg_kit.readings.extrapolation import Extrapolation
 
 THUMB = (48, 16)  # width, height of the grey thumbnail a reference keeps
 # rendered by the plain way (tight_layout, then savefig(bbox_inches="tight") per file) at dpi 120:
@@ -92,8 +94,28 @@ def _curves() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _extrapolation() -> Extrapolation:
+    pts = pd.DataFrame([{"seed": s, "eval_index": i, "tokens": 5000.0 * i, "observed": 0.3 + 0.04 * i,
+                         "extrapolated": 0.3 + 0.03 * i if i <= 3 else np.nan, "control": 0.3 + 0.02 * i,
+                         "usable": i <= 3} for s in range(2) for i in range(1, 6)])
+    return Extrapolation(e=1.5, per_seed=pd.DataFrame(), points=pts, n_usable=3, last_usable=3, last_tokens=15000.0)
+
+
+def _gradient() -> GradientResults:
+    table = pd.DataFrame({"test": "G1", "configuration": ["a", "b"], "status": "measured", "per_token": [1.2, 0.9],
+                          "per_token_ci_low": [1.0, 0.7], "per_token_ci_high": [1.4, 1.1]})
+    conds = pd.DataFrame({"test": ["G1"], "configuration": ["a"], "metric": ["per_token"], "bound": [1.1],
+                          "direction": [">"]})
+    return GradientResults(table=table, fit=pd.DataFrame(), conditions=conds, synthetic=False)
+
+
 def _write(kind: str, path: Path, *, synthetic: bool = False) -> list[Path]:
     """The report's figure ``kind`` of fixed data, written as the report writes it."""
+    if kind == "extrapolation":
+        return extrapolation_plots.extrapolation_figure(_extrapolation(), path, title="E1", treatment="t", control="c",
+                                                        synthetic=synthetic)
+    if kind == "gradient":
+        return gradient_report.efficiency_figure(_gradient(), path, title="gradient tests", synthetic=synthetic)
     if kind == "forest":
         return plots.forest_plot(*_contrasts(), path, title="every contrast (treatment − control)", synthetic=synthetic)
     if kind == "accuracy":
@@ -120,6 +142,7 @@ def _untight(fig, path, *, dpi=120, rect=None):
 def _written_by(saver, kind: str, path: Path, synthetic: bool = False) -> list[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plots, "save_all", saver)
+        mp.setattr(extrapolation_plots, "save_all", saver)
         return _write(kind, path, synthetic=synthetic)
 
 
@@ -150,7 +173,7 @@ def _looks_like(path: Path, size: tuple[int, int], thumb_hex: str) -> list[str]:
 
 
 @pytest.mark.parametrize("synthetic", [False, True])
-@pytest.mark.parametrize("kind", ["forest", "accuracy", "difference"])
+@pytest.mark.parametrize("kind", ["forest", "accuracy", "difference", "extrapolation", "gradient"])
 def test_a_written_png_is_the_plain_tight_savefig_pixel_for_pixel(tmp_path, kind, synthetic):
     ours = _write(kind, tmp_path / "ours.png", synthetic=synthetic)
     plain = _written_by(_plain, kind, tmp_path / "plain.png", synthetic)
@@ -161,7 +184,7 @@ def test_a_written_png_is_the_plain_tight_savefig_pixel_for_pixel(tmp_path, kind
     assert not np.array_equal(_pixels(whole[0]), _pixels(plain[0]))
 
 
-@pytest.mark.parametrize("kind", ["forest", "accuracy", "difference"])
+@pytest.mark.parametrize("kind", ["forest", "accuracy", "difference", "extrapolation", "gradient"])
 def test_a_written_pdf_page_holds_what_the_plain_tight_savefig_holds(tmp_path, kind):
     """The PDF shows the box measured for the PNG; the plain way measures it again with the PDF's
     own text metrics. The pages differ by less than the padding (savefig.pad_inches: 7.2 pt), so
