@@ -58,11 +58,45 @@ def save(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, fl
 
 
 def save_all(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, float] | None = None) -> list[Path]:
-    """Write ``fig`` as the PNG ``path`` and as a PDF beside it (same stem); return both paths."""
-    png = save(fig, path, dpi=dpi, rect=rect)
-    pdf = png.with_suffix(VECTOR)
-    fig.savefig(pdf, bbox_inches="tight")
-    return [png, pdf]
+    """Write ``fig`` as the PNG ``path`` and as a PDF beside it (same stem); return both paths.
+    Laid out as :func:`save` lays out; both files show the one tight box :func:`layout` measures
+    (the PNG pixel for pixel what :func:`save` writes)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    box = layout(fig, dpi=dpi, rect=rect)
+    fig.savefig(path, dpi=dpi, bbox_inches=box)
+    pdf = path.with_suffix(VECTOR)
+    fig.savefig(pdf, bbox_inches=box)
+    return [path, pdf]
+
+
+def layout(fig, *, dpi: int = 120, rect: tuple[float, float, float, float] | None = None):
+    """Lay the figure out tightly (``Figure.tight_layout(rect=rect)``) and return the box, in
+    inches, that ``savefig(bbox_inches="tight")`` at ``dpi`` saves: every artist's extent plus
+    ``savefig.pad_inches``, so long titles and labels are never cut off.
+
+    Why not ``bbox_inches="tight"`` on each save: such a save draws the figure once to measure
+    it and once to write it, so a PNG and a PDF cost four draws; here the box is measured once
+    (``Figure.get_tightbbox`` places ticks, titles and legends itself, without a draw) and each
+    file is drawn once. The layout runs through a ``TightLayoutEngine`` the figure is not given,
+    so no layout engine is left for ``savefig`` to run again; a figure that has one is laid out
+    by ``Figure.tight_layout``, as before. tests/test_figure_files.py checks every report
+    figure's PNG against the plain ``savefig(bbox_inches="tight")``, pixel for pixel."""
+    import matplotlib as mpl  # noqa: PLC0415
+    from matplotlib.layout_engine import TightLayoutEngine  # noqa: PLC0415
+
+    if fig.get_layout_engine() is None:
+        TightLayoutEngine(rect=rect).execute(fig)
+    else:
+        fig.tight_layout(rect=rect)
+    before = fig.dpi
+    fig.dpi = dpi  # measured at the PNG's resolution, as savefig measures it
+    try:
+        box = fig.get_tightbbox()
+    finally:
+        fig.dpi = before
+    pad = mpl.rcParams["savefig.pad_inches"]
+    return box.padded(pad, pad)
 
 
 def time_unit(seconds: float) -> tuple[float, str]:
@@ -155,13 +189,17 @@ def forest(contrasts: pd.DataFrame, per_seed: pd.DataFrame, *, ax=None, title: s
     ax.axvspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
     ax.axvline(0, color="black", lw=0.8)
     rng = np.random.default_rng(0)  # jitter only; fixed for reproducible figures
+    seeds = {k: g.to_numpy() for k, g in per_seed.groupby("contrast", sort=False, observed=True)["difference"]}
+    xs, ys = [], []  # every contrast's seed dots, drawn as one collection
     for i, row in enumerate(contrasts.itertuples(index=False)):
         y = n - 1 - i
-        dots = per_seed.loc[per_seed["contrast"] == row.contrast, "difference"].to_numpy()
-        ax.scatter(dots, y + rng.uniform(-0.15, 0.15, dots.size), s=10, color="#999999", zorder=2)
+        dots = seeds.get(row.contrast, np.empty(0))
+        xs.append(dots)
+        ys.append(y + rng.uniform(-0.15, 0.15, dots.size))
         color = TIER_COLOR.get(row.tier, "black")
         ax.errorbar(row.mean, y, xerr=[[row.mean - row.ci_low], [row.ci_high - row.mean]], fmt="o",
                     color=color, ms=6, capsize=3, lw=1.8, zorder=3)
+    ax.scatter(np.concatenate([np.empty(0), *xs]), np.concatenate([np.empty(0), *ys]), s=10, color="#999999", zorder=2)
     ax.set_yticks(range(n))
     metrics = contrasts["metric"].fillna("accuracy") if "metric" in contrasts else pd.Series(["accuracy"] * n)
     pairs = (contrasts["comparison"] if "comparison" in contrasts
