@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = ["CreditRuleName", "CreditSection", "EngineSection", "EvaluationSection", "ModelSection", "RewardsSection", "RolloutSection", "SandboxSettings", "SECTIONS", "SelectionRuleName", "SelectionSection", "TaskSection", "TinyModel", "UpdateSection", "WarmStart"]
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class TinyModel(_Strict):

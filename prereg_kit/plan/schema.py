@@ -21,7 +21,7 @@ from .fields import (_check_seeds, _FRACTION, INT_MAX, _METRIC,
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class Study(_Model):
