@@ -10,6 +10,12 @@ small study locked in a temporary folder (the tests' small plan):
 * ``import prereg_kit.analyze`` (what `analyze` and `report` pay before any work: pandas and
   scipy are its tools, so this one is expected near or above 1).
 
+Every process reads its bytecode from one private cache (``PYTHONPYCACHEPREFIX`` in the temporary
+folder, filled by a warm-up run of each command; ``PYTHONDONTWRITEBYTECODE`` is dropped), as an
+installed package starts: neither checkout compiles its sources in a timed run, whatever the
+environment says and whether a checkout holds ``__pycache__`` folders (a checkout with them and
+one without would otherwise differ by the compile time of every module they import).
+
 The references (``import pandas``; ``pass``, the interpreter's own start) are timed in the same
 run, interleaved with ours, so a busy machine slows all alike. Lines read
 ``startup  prereg --help  0.79× import pandas  3.10× python -c pass  (650 ms, CPU 600 ms)``: ratios
@@ -71,10 +77,11 @@ def main() -> None:
     from plans import SMALL_PLAN
 
     roots = {"ours": ROOT, **({"before": args.before.resolve()} if args.before else {})}
-    envs = {k: {**os.environ, "PYTHONPATH": str(r)} for k, r in roots.items()}
-    env = envs["ours"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        envs = {k: {**base, "PYTHONPATH": str(r), "PYTHONPYCACHEPREFIX": str(tmp / "pycache")} for k, r in roots.items()}
+        env = envs["ours"]
         template = tmp / "template"
         template.mkdir()
         (template / "plan.toml").write_text(SMALL_PLAN)
@@ -89,7 +96,8 @@ def main() -> None:
         }
         ref_cmd = [sys.executable, "-c", "import pandas"]
         floor_cmd = [sys.executable, "-c", "pass"]
-        wall(ref_cmd, env, tmp)  # warm the file cache for both sides
+        wall(ref_cmd, env, tmp)  # warm the file cache and fill the bytecode cache for both sides
+        wall(floor_cmd, env, tmp)
         for k, e in envs.items():
             for name, make in commands.items():
                 wall(make(f"{k}-warm"), e, tmp)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -33,6 +32,12 @@ INTERNAL_ERROR = 3  # exit code of a bug in prereg-kit: never 1, which means a v
 TRACEBACK_ENV = "PREREG_TRACEBACK"
 
 
+# The usage errors typer raises (click's ClickException, or the copy typer 0.29 ships): found from
+# typer's own BadParameter, so that importing click (~25 ms, not a dependency of typer 0.29) is left out.
+# With the typer versions built on click, typer.Exit and typer.Abort are click's Exit and Abort.
+CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 RUNNER_HELP = "Trainer to use when several are installed (entry points of group prereg_kit.runners)."
 
 
@@ -51,7 +56,7 @@ def handles_errors(fn):
             for line in e.lines:
                 err.print(f"[red]error:[/red] {escape(line)}" if not line.startswith("  ") else escape(line), soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (typer.Exit, typer.Abort, CLICK_EXCEPTION):
             raise  # the command's own exit
         except (MemoryError, RecursionError) as e:
             if os.environ.get(TRACEBACK_ENV):
@@ -93,7 +98,7 @@ def split_values(values: list[str] | None) -> list[str] | None:
 class _Flag(TyperOption):
     """An on/off option: no value follows it, so its help shows no type (typer 0.29 writes ``<bool>``)."""
 
-    def display_type_rich(self, ctx: click.Context) -> str | None:
+    def display_type_rich(self, ctx) -> str | None:
         return None if self.is_flag else super().display_type_rich(ctx)
 
 

@@ -51,10 +51,11 @@ def check_recipes(pf: PlanFile) -> RecipeCheck:
     name = getattr(pf.plan.study, "trainer", "builtin")
     if name == EXTERNAL:
         return RecipeCheck(note=f"recipe not checked: the plan's runs come from an external trainer (trainer = '{EXTERNAL}')")
-    if name not in installed_runners():
+    found = installed_runners()
+    if name not in found:
         return RecipeCheck(note=f"recipe not checked: trainer {name!r} is not installed")
     try:
-        runner = load_runner(name, command="lock")
+        runner = load_runner(name, command="lock", found=found)
     except PreregError as e:
         return RecipeCheck(note=f"recipe not checked: trainer {name!r} could not be loaded ({e.lines[0]})")
     if getattr(runner, "check_configuration", None) is None:

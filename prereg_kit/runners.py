@@ -29,14 +29,15 @@ def installed_runners() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
-def load_runner(name: str | None = None, *, command: str = "run") -> Any:
-    """The runner named ``name``, or the only one installed.
+def load_runner(name: str | None = None, *, command: str = "run", found: dict[str, EntryPoint] | None = None) -> Any:
+    """The runner named ``name``, or the only one installed (``found``: :func:`installed_runners`
+    when the caller has it already; each reading scans every installed package's metadata).
 
     Exit code 2 (:class:`PreregError`) when none is installed, when several are and ``--runner``
     does not choose, or when the chosen one is not installed; a runner whose own dependencies are
     missing (torch, transformers) is named with the extra that brings them.
     """
-    found = installed_runners()
+    found = installed_runners() if found is None else found
     if not found:
         raise PreregError(NONE_INSTALLED)
     if name is None:

@@ -10,7 +10,9 @@ deferred import cannot hide a cycle or an upward edge. ``check`` returns one lin
   belongs to the layer of the longest prefix that names it; every module must belong to one);
 * a **deferred import that is not allowed**: an import inside a function of one of our modules is
   accepted only where it keeps torch out of torch-free code (the imported module needs torch,
-  the importer does not) or keeps command start-up fast (the importer is a command module);
+  the importer does not), keeps command start-up fast (the importer is a command module), or is
+  one of the few (importer, imported) pairs listed as keeping a light command's start-up light
+  (``light``: the test names each and says why);
 * (imports under ``if TYPE_CHECKING:`` never run and are not counted; nor do the **lazy exports**
   of a package: imports inside its ``__init__``'s module-level ``__getattr__`` (PEP 562), which
   run only when a user reads that name on the package, so they place the package's public face
@@ -244,12 +246,13 @@ def needs_heavy(mods: Mapping[str, Module]) -> set[str]:
 
 def check(mods: Mapping[str, Module], *, packages: Mapping[str, Sequence[str]],
           layers: Mapping[str, Sequence[tuple[str, Sequence[str]]]],
-          commands: Sequence[str] = ()) -> list[str]:
+          commands: Sequence[str] = (), light: Iterable[tuple[str, str]] = ()) -> list[str]:
     """Every violation of the import rules, one line each (empty: the graph is clean)."""
     problems: list[str] = []
     for comp in cycles(mods):
         problems.append("cycle: " + " -> ".join(comp))
     heavy = needs_heavy(mods)
+    light = set(light)
     for name, m in sorted(mods.items()):
         top = owner(name, packages)
         own_layers = layers.get(top, ())
@@ -269,7 +272,7 @@ def check(mods: Mapping[str, Module], *, packages: Mapping[str, Sequence[str]],
                                     f"'{own_layers[mine][0]}' to '{own_layers[theirs][0]}'")
             if target in m.deferred and target not in m.top:
                 keeps_torch_out = target in heavy and name not in heavy
-                if not keeps_torch_out and name not in commands:
+                if not keeps_torch_out and name not in commands and (name, target) not in light:
                     problems.append(f"{name}:{m.deferred[target]}: imports {target} inside a function; "
                                     "allowed only to keep torch out of torch-free code or in a command module")
         for target in sorted(set(m.lazy) - m.top - set(m.deferred)):

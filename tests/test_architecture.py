@@ -77,10 +77,17 @@ LAYERS = {
 COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
             "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
+# Deferred imports outside command modules that keep the start-up of `prereg lock` and `prereg
+# verify` light, (importer, imported) each: the recipe check of every plan reaches the trainer's
+# reward spec, and the channel table behind it (the verifiers, the problem formats, the program
+# sandbox) is needed only by a recipe that names channels. Each pair is one edge, not a licence for
+# the module: any other deferred import there still fails.
+LIGHT_START = (("trainer.rewards.spec", "trainer.rewards.channels"),)
 
-def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS) -> list[str]:
+
+def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS, light=LIGHT_START) -> list[str]:
     return check(scan(root, [p for p in packages if (root / p.split(".")[0]).is_dir()]), packages=packages,
-                 layers=layers, commands=commands)
+                 layers=layers, commands=commands, light=light)
 
 
 def test_the_project_has_no_cycles_and_imports_only_downward():
@@ -168,6 +175,29 @@ def test_a_deferred_import_is_allowed_only_to_keep_torch_out(tmp_path):
     problems = _tiny(tmp_path, files, layers=layers)
     assert problems == ["app.top:3: imports app.high inside a function; allowed only to keep torch out of "
                         "torch-free code or in a command module"], problems
+
+
+def test_a_deferred_import_for_a_light_start_is_allowed_only_for_the_listed_pair(tmp_path):
+    """A pair in the light-start list passes; the same module deferring another import, or another
+    module deferring the listed one, still fails."""
+    files = {"app/top.py": "def f():\n    from app.low import X\n",
+             "app/side.py": "def f():\n    from app.low import X\n"}
+    layers = {"app": [("low", ["app.__init__", "app.low"]), ("high", ["app.high", "app.top", "app.side"])]}
+    root = _package(tmp_path, {"app/__init__.py": "", "app/low.py": "X = 1\n", "app/high.py": "Y = 1\n"} | files)
+    problems = check(scan(root, ["app"]), packages={"app": ()}, layers=layers, light=[("app.top", "app.low")])
+    assert problems == ["app.side:2: imports app.low inside a function; allowed only to keep torch out of "
+                        "torch-free code or in a command module"], problems
+    (root / "app/top.py").write_text("def f():\n    from app.low import X\n    from app.high import Y\n")
+    problems = check(scan(root, ["app"]), packages={"app": ()}, layers=layers, light=[("app.top", "app.low")])
+    assert "app.top:3: imports app.high inside a function; allowed only to keep torch out of torch-free code or in a " \
+           "command module" in problems and not any(p.startswith("app.top:2") for p in problems), problems
+
+
+def test_the_project_needs_its_light_start_pairs():
+    """Without the list the project's check fails on exactly those pairs: the list holds no stale entry."""
+    problems = _check(ROOT, light=())
+    assert sorted(p.split(":")[0] + " -> " + p.split("imports ")[1].split()[0] for p in problems) == \
+        sorted(f"{a} -> {b}" for a, b in LIGHT_START), problems
 
 
 def test_imports_for_type_checking_only_do_not_count(tmp_path):

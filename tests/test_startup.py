@@ -134,3 +134,80 @@ def test_a_drawn_figure_still_gets_its_watermark():
     fig, ax = plots.subplots()
     plots.watermark(ax)
     assert any(isinstance(a, Text) and a.get_text() == "SYNTHETIC" for a in ax.artists + ax.texts)
+
+
+def test_lock_and_verify_leave_out_click_filelock_and_the_channel_table(study: Path, tmp_path: Path):
+    """typer 0.29 runs without click; verify only reads the lock chain, so it needs no OS lock
+    (filelock); a plan naming no reward channels needs no channel table."""
+    light = ("click", "trainer.rewards.channels")
+    loaded, res = _loaded("lock", str(study / "plan.toml"), cwd=tmp_path, heavy=(*light, "filelock"))
+    assert res.returncode == 0 and (study / "plan.lock").exists(), res.stdout + res.stderr
+    assert loaded == ["filelock"]  # lock takes the chain's OS lock
+    loaded, res = _loaded("verify", str(study), cwd=tmp_path, heavy=(*light, "filelock"))
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
+    assert loaded == []
+
+
+@pytest.mark.parametrize("library", ["click", "filelock", "trainer.rewards.channels"])
+def test_the_wrapper_sees_click_filelock_and_the_channel_table(tmp_path: Path, library: str):
+    """The check above can fail: a process that imports the module is reported."""
+    code = WRAPPER.format(heavy=(library,)).replace('runpy.run_module', f'import {library}; runpy.run_module')
+    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
+    assert f'LOADED ["{library}"]' in res.stdout
+
+
+def _commands() -> list[str]:
+    from typer.main import get_command_name
+
+    from prereg_kit.cli import app
+
+    return [c.name or get_command_name(c.callback.__name__) for c in app.registered_commands]
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_one_command_app_gives_the_same_help_and_usage_errors(command: str):
+    """`prereg CMD ...` runs a copy of the app holding CMD alone (typer builds every command's
+    parameters first): its --help and its usage error are the full app's, and the app is unchanged."""
+    from typer.testing import CliRunner
+
+    from prereg_kit.cli import app, app_for
+
+    before = list(app.registered_commands)
+    one = app_for([command, "--help"])
+    assert one is not app and [c.callback for c in one.registered_commands] == \
+        [c.callback for c in app.registered_commands if (c.name or c.callback.__name__.replace("_", "-")) == command]
+    assert app.registered_commands == before and app.registered_groups
+    runner = CliRunner()
+    for args in ([command, "--help"], [command, "--no-such-option"]):
+        full, light = runner.invoke(app, args), runner.invoke(one, args)
+        assert (light.exit_code, light.output) == (full.exit_code, full.output), args
+
+
+def test_other_arguments_run_the_whole_app():
+    """Group options, plugin groups, unknown names and no arguments keep the app with every command."""
+    from prereg_kit.cli import app, app_for
+
+    groups = [g.name for g in app.registered_groups]
+    assert groups  # e.g. `prereg import` from the prereg_kit.commands entry point
+    for args in ([], ["--help"], ["--version"], ["lokc", "x"], [groups[0], "--help"]):
+        assert app_for(args) is app, args
+
+
+def test_a_usage_error_raised_by_a_command_is_typers_own():
+    """The error handler lets typer's usage errors through (found without importing click): exit 2
+    with typer's message, not an internal error."""
+    import typer
+    from typer.testing import CliRunner
+
+    from prereg_kit.cli_base import handles_errors
+
+    app = typer.Typer()
+
+    @app.command()
+    @handles_errors
+    def go(n: int = 0) -> None:
+        raise typer.BadParameter("not this one")
+
+    res = CliRunner().invoke(app, [])
+    assert res.exit_code == 2 and "not this one" in res.output and "internal error" not in res.output, res.output

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = ["CreditRuleName", "CreditSection", "EngineSection", "EvaluationSection", "ModelSection", "RewardsSection", "RolloutSection", "SandboxSettings", "SECTIONS", "SelectionRuleName", "SelectionSection", "TaskSection", "TinyModel", "UpdateSection", "WarmStart"]
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: the validator is made on first use, once for the outer model (a plan, a recipe),
+    # not once per class as each is defined: lock and verify start faster
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class TinyModel(_Strict):

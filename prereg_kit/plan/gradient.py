@@ -23,7 +23,7 @@ from .fields import INT_MAX, Name, _short
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 # Credit rules that spend continuation tokens (their update has a Monte-Carlo k), and rules that

@@ -21,7 +21,9 @@ from .fields import (_check_seeds, _FRACTION, INT_MAX, _METRIC,
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # defer_build: the validator is made on first use, once for the outer model (a plan, a recipe),
+    # not once per class as each is defined: lock and verify start faster
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class Study(_Model):

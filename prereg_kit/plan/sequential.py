@@ -16,7 +16,7 @@ from .fields import INT_MAX, _short
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class Futility(BaseModel):
@@ -24,7 +24,7 @@ class Futility(BaseModel):
     conditional power under the current trend (Lan & Wittes 1988) is below ``below``. Non-binding:
     the efficacy boundaries are computed as if it were never applied, so ignoring it keeps α."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
     kind: Literal["conditional-power", "none"] = "conditional-power"
     below: float = Field(default=0.1, gt=0, lt=1)
 

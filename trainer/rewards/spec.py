@@ -17,12 +17,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prereg_kit.runlog import ELECTION_FILE
 from trainer.errors import ConfigError
 from trainer.rewards.aggregation import parse_aggregation
-from trainer.rewards.channels import Channel, get_channel
+
+if TYPE_CHECKING:
+    from trainer.rewards.channels import Channel
+
+# The channel table (trainer.rewards.channels: the verifiers, the problem formats, the sandbox) is
+# imported by the functions that read channels: `prereg lock` and `prereg verify` check every
+# recipe through this module and must start fast when a plan names no channels.
 
 __all__ = ["CODE_DEFAULT_CHANNEL", "ELECTION_FILE", "build_channels", "channel_spec", "check_reward_config",
            "read_election"]
@@ -48,6 +54,8 @@ def channel_spec(item: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def build_channels(cfg) -> list[Channel]:
     """The recipe's channels (``correct`` gets the recipe's verifier unless it names one); a code
     task without channels: ``program_correct``."""
+    from trainer.rewards.channels import get_channel
+
     out = []
     for item in cfg.rewards.channels or ([CODE_DEFAULT_CHANNEL] if cfg.task.name == "code" else []):
         name, params = channel_spec(item)
@@ -74,6 +82,8 @@ def check_reward_config(cfg) -> None:
         if cfg.rewards.aggregation or cfg.rewards.anchor:
             raise ValueError("rewards.aggregation/anchor need rewards.channels (e.g. channels = [\"correct\", \"negative\"])")
         return
+    from trainer.rewards.channels import get_channel
+
     names = []
     for item in cfg.rewards.channels:
         name, params = channel_spec(item)
