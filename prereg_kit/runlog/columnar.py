@@ -18,7 +18,9 @@ start. :func:`load_columnar` returns ``None`` when the per-run path must do the 
 from __future__ import annotations
 
 import json
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -225,19 +227,29 @@ def load_columnar(folders: list[Path], *, strict: bool, where: str) -> Columnar 
         pa.set_memory_pool(previous)
 
 
+# Runs read at once: one per core (pyarrow decodes a file without holding the GIL), at most 8.
+_READERS = min(8, os.cpu_count() or 1)
+
+
+def _read_run(folder: Path) -> tuple[RunMeta | None, dict[str, pa.Table] | None]:
+    """A run's metadata and both tables (:func:`_read_current`); ``None`` in place of either
+    when the run must take the per-run path."""
+    try:
+        meta = read_meta(folder)
+    except RunLogError:
+        return None, None
+    return meta, _read_current(folder)
+
+
 def _load_columnar(folders: list[Path], *, strict: bool, where: str) -> Columnar | None:
     metas: dict[int, RunMeta] = {}
     tables: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
     fast: list[int] = []
     slow: set[int] = set()
-    for i, folder in enumerate(folders):
-        try:
-            meta = read_meta(folder)
-        except RunLogError:
-            slow.add(i)
-            continue
-        got = _read_current(folder)
-        if got is None:
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:  # pyarrow reads a file without the GIL
+        read = list(pool.map(_read_run, folders))
+    for i, (meta, got) in enumerate(read):
+        if meta is None or got is None:
             slow.add(i)
             continue
         metas[i] = meta
