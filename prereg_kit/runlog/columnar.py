@@ -256,6 +256,8 @@ def _load_columnar(folders: list[Path], *, strict: bool, where: str) -> Columnar
         fast.append(i)
         for k in KINDS:
             tables[k].append(got[k])
+    read.clear()  # the tables lists must hold the only references: _validated frees each run's chunks as it converts
+    got = None
     if (strict and slow) or not fast:
         return None
     try:
