@@ -204,9 +204,10 @@ def test_certificate_without_critical_timestamping_eku_fails(tsa, eku, critical,
 
 
 def test_certificate_not_valid_at_stamped_time_fails(tsa):
-    later = datetime.now(timezone.utc) + timedelta(days=2)
+    receipt = request_timestamp(DIGEST, tsa.url)
+    later = verify_receipt(receipt, DIGEST).gen_time + timedelta(days=2)  # the TSA's clock, not the test's
     cert = make_tsa_cert(tsa.ca_key, tsa.ca_cert, tsa.key, "Test TSA", not_before=later)
-    forged = resign(request_timestamp(DIGEST, tsa.url), tsa.key, cert)
+    forged = resign(receipt, tsa.key, cert)
     with pytest.raises(TimestampError) as e:
         verify_receipt(forged, DIGEST)
     assert "the TSA certificate was not valid at the stamped time" in _one_line(e)
@@ -216,15 +217,15 @@ def test_expired_tsa_certificate_still_proves_what_it_stamped_while_valid(tsa):
     """The chain is checked at the stamped time: a receipt outlives its TSA certificate."""
     from asn1crypto import tsp
 
-    now = datetime.now(timezone.utc).replace(microsecond=0)
-    cert = make_tsa_cert(tsa.ca_key, tsa.ca_cert, tsa.key, "Test TSA", not_before=now - timedelta(hours=20),
-                         not_after=now - timedelta(hours=1))
+    stamped = datetime(2021, 3, 1, 8, 0, 0, tzinfo=timezone.utc)  # fixed: valid 20 h around it, long expired
+    cert = make_tsa_cert(tsa.ca_key, tsa.ca_cert, tsa.key, "Test TSA", not_before=stamped - timedelta(hours=8),
+                         not_after=stamped + timedelta(hours=11))
     receipt = request_timestamp(DIGEST, tsa.url)
     tst = tsp.TimeStampResp.load(receipt)["time_stamp_token"]["content"]["encap_content_info"]["content"].parsed
     fields = ("version", "policy", "message_imprint", "serial_number", "accuracy", "ordering", "nonce", "tsa")
-    then = tsp.TSTInfo({**{k: tst[k] for k in fields}, "gen_time": now - timedelta(hours=12)}).dump()
+    then = tsp.TSTInfo({**{k: tst[k] for k in fields}, "gen_time": stamped}).dump()
     info = verify_receipt(resign(receipt, tsa.key, cert, econtent=then), DIGEST, trusted=tsa.ca_pem_path)
-    assert info.chain_checked and info.gen_time == now - timedelta(hours=12)
+    assert info.chain_checked and info.gen_time == stamped
     with pytest.raises(TimestampError) as e:  # the same certificate on a stamp made after it expired
         verify_receipt(resign(receipt, tsa.key, cert), DIGEST, trusted=tsa.ca_pem_path)
     assert "the TSA certificate was not valid at the stamped time" in _one_line(e)
@@ -261,16 +262,25 @@ def test_chain_embedded_by_the_tsa_verifies(tsa_factory):
             verify_receipt(bytes(bad), DIGEST)
 
 
-def test_embedded_ca_certificate_is_checked_where_it_can_be(tsa_factory):
+@pytest.mark.parametrize("month", range(1, 13))
+def test_embedded_ca_certificate_is_checked_where_it_can_be(tsa_factory, month):
     """The embedded CA certificate is not bound by the token's signature: its own (self-)signature
     is checked, and a certificate off the signer's chain is refused. Its issuer name is not
-    checkable offline (then it claims an issuer that is not embedded, like an intermediate)."""
-    t = tsa_factory("Chain TSA", embed_chain=True)
+    checkable offline (then it claims an issuer that is not embedded, like an intermediate).
+
+    Its validity is altered in the seconds' last digit, which stays a digit whatever the date, and
+    the certificates are dated in every month (the seconds through all ten digits): the refusal is
+    the signature's on any day, not a date that no longer parses."""
+    made = datetime(2020, month, 28, 11 + month, 59, 7 * month % 60, tzinfo=timezone.utc)
+    t = tsa_factory("Chain TSA", embed_chain=True, valid_from=made)
     raw = t.reply(build_request(DIGEST, 5))
     ca = t.ca_cert.public_bytes(_der())
     start = raw.index(ca)
+    not_before = b"\x17\x0d" + made.strftime("%y%m%d%H%M%SZ").encode()  # UTCTime, 13 bytes
+    assert ca.count(not_before) == 1
+    seconds_digit = ca.index(not_before) + 2 + 11
     for offset, reason in ((len(ca) - 3, "is not signed by CN=Chain TSA Root CA"),  # its signature
-                           (ca.index(b"\x17\x0d") + 5, "is not signed by CN=Chain TSA Root CA")):  # validity
+                           (seconds_digit, "is not signed by CN=Chain TSA Root CA")):  # its validity
         bad = bytearray(raw)
         bad[start + offset] ^= 0x01
         with pytest.raises(TimestampError) as e:

@@ -27,6 +27,12 @@ import pytest
 
 MODES = ("ok", "wrong_imprint", "wrong_nonce", "reject", "http_error", "garbage", "huge")
 
+# The local TSA stamps at the real time (``openssl ts -reply`` takes no clock), so its certificates
+# carry fixed dates over a window that holds any day the tests run: a test that alters a certificate's
+# date alters the same digits on every day of the year. Before 2050, so every date is a UTCTime.
+VALID_FROM = dt.datetime(2020, 6, 15, 12, 0, 0, tzinfo=dt.timezone.utc)
+VALID_UNTIL = dt.datetime(2049, 6, 15, 12, 0, 0, tzinfo=dt.timezone.utc)
+
 
 def _name(cn: str):
     from cryptography import x509
@@ -47,15 +53,17 @@ def _key_usage(*, sign: bool, ca: bool):
 def make_tsa_cert(ca_key, ca_cert, tsa_key, cn: str, *, eku: bool = True, eku_critical: bool = True,
                   days: int = 30, not_before: dt.datetime | None = None,
                   not_after: dt.datetime | None = None):
-    """A TSA certificate for ``tsa_key`` issued by the CA (timeStamping EKU unless told otherwise)."""
+    """A TSA certificate for ``tsa_key`` issued by the CA (timeStamping EKU unless told otherwise),
+    valid from ``not_before`` for ``days`` (or to ``not_after``); by default over the fixed window."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
-    start = not_before or dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)
+    start = not_before or VALID_FROM
+    end = not_after or (VALID_UNTIL if not_before is None else start + dt.timedelta(days=days))
     b = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
          .public_key(tsa_key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(start).not_valid_after(not_after or start + dt.timedelta(days=days))
+         .not_valid_before(start).not_valid_after(end)
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
          .add_extension(_key_usage(sign=True, ca=False), critical=True)
          .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False))
@@ -64,17 +72,16 @@ def make_tsa_cert(ca_key, ca_cert, tsa_key, cn: str, *, eku: bool = True, eku_cr
     return b.sign(ca_key, hashes.SHA256())
 
 
-def make_ca(cn: str):
-    """A self-signed CA: (key, certificate)."""
+def make_ca(cn: str, *, not_before: dt.datetime = VALID_FROM):
+    """A self-signed CA: (key, certificate), valid from ``not_before`` to the window's end."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
     cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=365))
+            .not_valid_before(not_before).not_valid_after(VALID_UNTIL)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(_key_usage(sign=False, ca=True), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -111,11 +118,12 @@ class LocalTSA:
     ``reject`` answers a rejection (no sha256 support), ``http_error`` answers HTTP 500,
     ``garbage`` answers 200 with bytes that are no response, ``huge`` with 2 MiB. ``embed_chain`` adds the CA
     certificate to every token; ``key_type`` "rsa" signs with RSA PKCS#1 v1.5 instead of ECDSA.
+    ``valid_from`` dates both certificates (they stay valid to the end of the fixed window).
     ``queries`` keeps the DER queries received.
     """
 
     def __init__(self, directory: Path, name: str = "Test TSA", *, mode: str = "ok",
-                 embed_chain: bool = False, key_type: str = "ec"):
+                 embed_chain: bool = False, key_type: str = "ec", valid_from: dt.datetime = VALID_FROM):
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -125,10 +133,11 @@ class LocalTSA:
         self.mode = mode
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.ca_key, self.ca_cert = make_ca(f"{name} Root CA")
+        self.ca_key, self.ca_cert = make_ca(f"{name} Root CA", not_before=valid_from)
         self.key = (rsa.generate_private_key(65537, 2048) if key_type == "rsa"
                     else ec.generate_private_key(ec.SECP256R1()))
-        self.cert = make_tsa_cert(self.ca_key, self.ca_cert, self.key, name)
+        self.cert = make_tsa_cert(self.ca_key, self.ca_cert, self.key, name, not_before=valid_from,
+                                  not_after=VALID_UNTIL)
         pem = serialization.Encoding.PEM
         self.ca_pem_path = self.dir / "ca.pem"
         self.tsa_pem_path = self.dir / "tsa.pem"
