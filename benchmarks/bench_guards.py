@@ -41,7 +41,7 @@ def line(name: str, ours: float, ref: float, what: str) -> None:
 
 
 def verifier(repeat: int) -> None:
-    from tests.test_verify import ADVERSARIAL
+    from test_verify import ADVERSARIAL
     from trainer.data.verifiers import extract_answer
 
     def both(t: str):
@@ -57,7 +57,7 @@ def verifier(repeat: int) -> None:
 def dedup(repeat: int) -> None:
     import numpy as np
 
-    from tests.test_data import _brute_force, _perturb, _random_problems
+    from test_data import _brute_force, _perturb, _random_problems
     from trainer.data.problems import Problem, ProblemPool
 
     rng = np.random.default_rng(1)
@@ -72,7 +72,7 @@ def dedup(repeat: int) -> None:
 
 def plans(repeat: int) -> None:
     from plans import SMALL_PLAN
-    from tests.test_plan_limits import MAX_SEEDS, _deep, _errors, _loads
+    from test_plan_limits import MAX_SEEDS, _deep, _errors, _loads
 
     ref = best(lambda: _loads(SMALL_PLAN), repeat)
     big = f"[{', '.join(map(str, range(MAX_SEEDS)))}]"

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import PreregError
-from .lock import Chain, format_time
+from .lock import Chain, format_time, parse_time
 from .look_chain import look_chain_problems, stopped_run_findings
 from .plan import Contrast, Plan, validate_plan
 from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta, uses_elected_anchor
@@ -146,6 +147,26 @@ def _check_election(report: AuditReport, name: str, meta: RunMeta, now: str, pat
     elif now != meta.election_sha256:
         report.violations.append(f"{name}: {path} changed after the run read it (run recorded "
                                  f"{_short(meta.election_sha256)}, the file is now {_short(now)})")
+
+
+def plan_entry_at(chain: Chain, when: datetime) -> dict[str, Any] | None:
+    """The plan entry (lock or amendment) in force at ``when``: the last one dated at or before it;
+    None before the lock."""
+    found = None
+    for e in chain.plan_entries:
+        if parse_time(e["time"]) <= when:
+            found = e
+    return found
+
+
+def main_run_problems(name: str, meta: RunMeta, chain: Chain) -> list[str]:
+    """What the audit will say of one main run's timing and plan entry (see :func:`audit_runs`):
+    started before the lock or before the entry its plan hash names, or launched under an entry
+    that a later amendment superseded for its configuration. Empty when the run is admissible;
+    an importer asks before it writes, so the refusal comes at import, not at the next verify."""
+    plan_entries = chain.plan_entries
+    by_hash = {e["content_sha256"]: e["index"] for e in plan_entries}
+    return _main_run_violations(name, meta, chain, by_hash, plan_entries)
 
 
 def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, int],

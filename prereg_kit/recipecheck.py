@@ -28,6 +28,41 @@ from .runners import installed_runners, load_runner
 from .tomlpos import key_lines, line_of
 
 EXTERNAL = "external"  # runs come from another trainer and are imported: nothing to check
+BUILTIN = "builtin"
+
+# Trainers that train outside prereg-kit, by the name a plan gives in ``[study] trainer``: how
+# their runs come in, and what is checked of them there (``prereg lock`` says both, and what
+# the plan leaves to the trainer's own settings).
+OUTSIDE: dict[str, tuple[str, str]] = {
+    "verl": ("`prereg import verl`",
+             "the run's configuration and seed are planned ones, it started after the lock, its generated tokens, "
+             "stage seconds and updates come from verl's own log (dynamic sampling refused), and its validation "
+             "outputs are re-scored with the plan's verifiers"),
+    "openrlhf": ("`prereg import openrlhf`",
+                 "the run's configuration and seed are planned ones, it started after the lock, its generated tokens, "
+                 "step seconds and updates come from OpenRLHF's logged metrics (dynamic filtering refused), and its "
+                 "evaluation outputs are re-scored with the plan's verifiers"),
+    "trl": ("PreregCallback in TRL's GRPOTrainer (or `prereg import trl`)",
+            "PreregCallback stops a run whose TRL settings differ from the configuration's recipe (group size, "
+            "completion limit, temperature, top-p, learning rate and its schedule, prompts per batch), counts the "
+            "generated tokens itself and runs the plan's evaluations"),
+    EXTERNAL: ("`prereg import <tool>`",
+               "the run's configuration and seed are planned ones, it started after the lock, its compute comes from "
+               "the tool's logs, and evaluation outputs are re-scored with the plan's verifiers"),
+}
+
+
+def outside_note(name: str, checked_recipe: bool) -> str:
+    """What ``prereg lock`` says of a plan whose runs a trainer outside prereg-kit makes."""
+    how, checked = OUTSIDE[name]
+    tool = "the trainer" if name == EXTERNAL else name
+    left = ("the settings TRL has beyond those" if name == "trl"
+            else f"the recipe's settings ([recipe] and overrides) are what {tool}'s own configuration sets: each run "
+                 "keeps that configuration (meta.config), which is not compared with the plan")
+    recipe = " and its recipe keys against the built-in trainer's settings, which PreregCallback reads" if checked_recipe else ""
+    return (f"trainer {name!r} trains outside prereg-kit; its runs come in through {how}. Checked now: the plan "
+            f"(configurations, seeds, budget, evaluations, contrasts){recipe}. Checked as runs come in: {checked}. "
+            f"Left to {tool}: {left}")
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_SUGGEST = 200  # characters of a key worth comparing with the valid names (a huge key has no near miss)
 _MAX_SHOWN = 60  # characters of a key echoed in a message
@@ -48,10 +83,18 @@ class RecipeCheck:
 
 def check_recipes(pf: PlanFile) -> RecipeCheck:
     """Check every runnable configuration of ``pf`` with the plan's trainer, if it is installed."""
-    name = getattr(pf.plan.study, "trainer", "builtin")
-    if name == EXTERNAL:
-        return RecipeCheck(note=f"recipe not checked: the plan's runs come from an external trainer (trainer = '{EXTERNAL}')")
+    name = getattr(pf.plan.study, "trainer", BUILTIN)
     found = installed_runners()
+    if name in OUTSIDE and name not in found:
+        if name == "trl" and BUILTIN in found:  # PreregCallback reads the recipe as the built-in trainer's settings
+            res = _check_with(pf, BUILTIN, found)
+            if not res.note:
+                return RecipeCheck(problems=res.problems, note=outside_note(name, checked_recipe=True))
+        return RecipeCheck(note=outside_note(name, checked_recipe=False))
+    return _check_with(pf, name, found)
+
+
+def _check_with(pf: PlanFile, name: str, found) -> RecipeCheck:
     if name not in found:
         return RecipeCheck(note=f"recipe not checked: trainer {name!r} is not installed")
     try:

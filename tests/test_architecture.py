@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.architecture import check, cycles, long_modules, scan
+from architecture import check, cycles, long_modules, scan
 
 ROOT = Path(__file__).resolve().parents[1]
 

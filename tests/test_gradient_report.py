@@ -23,7 +23,7 @@ from prereg_kit.gradient_tests import _summaries, efficiency_value, gradient_res
 from prereg_kit.lock import lock_plan
 from prereg_kit.plan import load_plan
 from prereg_kit.verify import verify_study
-from tests.test_gradient_plan import plan_text
+from test_gradient_plan import plan_text
 
 cli = CliRunner()
 

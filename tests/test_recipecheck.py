@@ -249,12 +249,35 @@ def test_the_stand_in_is_asked_only_for_its_own_plans(tmp_path, monkeypatch):
 def test_external_and_uninstalled_trainers_lock_without_a_check(tmp_path, monkeypatch):
     standin = _StandIn(["recipe: x: unknown key"], None)
     _install(monkeypatch, "stand-in", standin)
-    for name, note in (("external", "recipe not checked: the plan's runs come from an external trainer"),
+    for name, note in (("external", "trainer 'external' trains outside prereg-kit; its runs come in through `prereg import <tool>`"),
                        ("stand-out", "recipe not checked: trainer 'stand-out' is not installed")):
         path = _plan(tmp_path / name, recipe="mc_kk = 3\n", study=f'trainer = "{name}"\n')
         code, out, err = _lock(path)
         assert code == 0 and note in out, err
     assert standin.calls == []
+
+
+@pytest.mark.parametrize("name, how", [("verl", "`prereg import verl`"), ("openrlhf", "`prereg import openrlhf`"),
+                                       ("trl", "PreregCallback in TRL's GRPOTrainer")])
+def test_a_plan_of_a_trainer_outside_says_what_is_checked_and_what_is_left_to_it(tmp_path, name, how):
+    """Not "not installed": the lock says how the runs come in, what is checked now and then, and what
+    the plan leaves to the trainer's own settings."""
+    path = _plan(tmp_path, study=f'trainer = "{name}"\n')
+    code, out, err = _lock(path)
+    assert code == 0, err
+    assert "not installed" not in out and "recipe not checked" not in out
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"trainer {name!r} trains outside prereg-kit"))
+    assert f"its runs come in through {how}" in line and "Checked now: the plan" in line
+    assert "Checked as runs come in: " in line and "started after the lock" in line or name == "trl"
+    if name == "trl":  # PreregCallback reads the recipe as the built-in trainer's settings: checked as such
+        assert "recipe keys against the built-in trainer's settings" in line and "Left to trl: the settings TRL has" in line
+    else:
+        assert f"Left to {name}: the recipe's settings ([recipe] and overrides) are what {name}'s own configuration sets" in line
+
+
+def test_a_trl_plan_with_a_recipe_the_built_in_trainer_does_not_know_is_refused(tmp_path):
+    path = _plan(tmp_path, recipe="mc_kk = 3\n", study='trainer = "trl"\n')
+    assert any("mc_kk: unknown key" in ln for ln in _refused(path))
 
 
 def test_a_runner_without_check_configuration_is_named(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prereg_kit.plan import load_plan
-from tests.plans import SMALL_PLAN
+from plans import SMALL_PLAN
 from trainer.config import (FLAT_KEYS, SECTIONS, ConfigError, TrainerConfig, config_of, flat_keys, merge_recipe,
                             parse_config, plan_flat_keys, sectioned, updated)
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Callable
 import typer
 
 from ..cli_base import handles_errors
+from ..cli_json import JsonOpt
 from ..errors import PreregError
 
 app = typer.Typer(name="import", help="Import a run another trainer wrote (verl, OpenRLHF, TRL, trackers) into a locked study.",
@@ -65,17 +66,24 @@ def check_study(study_dir: Path, configuration: str, seed: int, stage: str) -> N
     check_target(study_dir, configuration, seed, stage)
 
 
-def finish(study_dir: Path, configuration: str, seed: int, run: Any, stage: str) -> None:
-    """Write an imported run and say where it went."""
+def finish(study_dir: Path, configuration: str, seed: int, run: Any, stage: str, as_json: bool = False) -> None:
+    """Write an imported run and say where it went: one line and the importer's notes, or with
+    ``as_json`` one JSON document (:func:`~.importing.import_summary`)."""
     from ..cli import err, out
-    from .importing import write_imported_run
+    from ..cli_json import print_json
+    from .importing import import_summary, write_imported_run
 
     folder = write_imported_run(study_dir, configuration, seed, run, stage=stage)
-    it, ev = run.iterations, run.evaluations
-    tokens = int(it[["tokens_rollout", "tokens_continuation", "tokens_discarded"]].to_numpy().sum()) if len(it) else 0
-    out.print(f"imported {run.importer} run -> {folder} ({len(it)} iterations, {tokens} generated tokens, "
-              f"{ev['iteration'].nunique() if len(ev) else 0} evaluations)", soft_wrap=True)
-    for note in run.source.get("notes", []):
+    doc = import_summary(folder, run, configuration=configuration, seed=seed, stage=stage)
+    if as_json:
+        print_json(doc)
+        return
+    out.print(f"imported {run.importer} run -> {folder} ({doc['iterations']} iterations, {doc['tokens']} generated tokens, "
+              f"{doc['evaluations']} evaluations{', sealed' if doc['sealed'] else ''})", soft_wrap=True)
+    if not doc["evaluations"]:
+        err.print("note: no evaluations: the analysis refuses this run until per-problem results are imported "
+                  "(--evaluations; `prereg import evaluations` builds them from the trainer's outputs)", soft_wrap=True)
+    for note in doc["notes"]:
         err.print(f"note: {note}", soft_wrap=True)
 
 
@@ -87,7 +95,7 @@ def verl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="verl's
              responses_per_step: Annotated[int | None, typer.Option("--responses-per-step", min=1, help="Responses generated a step (default from --config).")] = None,
              updates_per_step: Annotated[int | None, typer.Option("--updates-per-step", min=1, help="Optimizer steps a step (default from --config).")] = None,
              eval_set: EvalSet = None, eval_seed: EvalSeed = None, started_at: StartedAt = None, ended_at: EndedAt = None,
-             trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main") -> None:
+             trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main", as_json: JsonOpt = False) -> None:
     """verl: the file logger's JSONL, its config and validation dumps (re-scored with our verifiers)."""
     check_study(study_dir, configuration, seed, stage)
     from .verl import import_verl
@@ -96,7 +104,7 @@ def verl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="verl's
                       updates_per_step=updates_per_step, eval_set=eval_set, eval_seed=eval_seed,
                       started_at=parse_time(started_at, "--started-at"), ended_at=parse_time(ended_at, "--ended-at"),
                       trainer=trainer or "verl", device=device)
-    finish(study_dir, configuration, seed, run, stage)
+    finish(study_dir, configuration, seed, run, stage, as_json)
 
 
 @handles_errors
@@ -108,7 +116,7 @@ def openrlhf_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="Pe
                  key: Annotated[list[str] | None, typer.Option("--key", help="Override the preset: column=logged_key (repeatable).")] = None,
                  evaluations: Annotated[Path | None, typer.Option("--evaluations", help="Evaluation outputs as JSON lines: step, input, output, answer.")] = None,
                  eval_set: EvalSet = None, eval_seed: EvalSeed = None, started_at: StartedAt = None, ended_at: EndedAt = None,
-                 trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main") -> None:
+                 trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main", as_json: JsonOpt = False) -> None:
     """OpenRLHF: per-step metrics (JSON lines) mapped through the OpenRLHF preset."""
     check_study(study_dir, configuration, seed, stage)
     from .openrlhf import import_openrlhf
@@ -117,7 +125,7 @@ def openrlhf_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="Pe
                           keys=dict(_pair(k, "--key") for k in key or []), evaluations=evaluations, eval_set=eval_set,
                           eval_seed=eval_seed, started_at=parse_time(started_at, "--started-at"),
                           ended_at=parse_time(ended_at, "--ended-at"), trainer=trainer or "openrlhf", device=device)
-    finish(study_dir, configuration, seed, run, stage)
+    finish(study_dir, configuration, seed, run, stage, as_json)
 
 
 @handles_errors
@@ -127,7 +135,7 @@ def trl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="TRL's t
             args: Annotated[Path | None, typer.Option("--args", help="GRPOConfig as JSON (per_device_train_batch_size, gradient_accumulation_steps, world_size).")] = None,
             evaluations: Annotated[Path | None, typer.Option("--evaluations", help="Evaluation outputs as JSON lines: step, input, output, answer.")] = None,
             eval_set: EvalSet = None, eval_seed: EvalSeed = None, started_at: StartedAt = None, ended_at: EndedAt = None,
-            trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main") -> None:
+            trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main", as_json: JsonOpt = False) -> None:
     """TRL's trainer_state.json (log_history every step); for a live run use PreregCallback instead."""
     check_study(study_dir, configuration, seed, stage)
     from .trl_state import import_trl_state
@@ -135,7 +143,7 @@ def trl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="TRL's t
     run = import_trl_state(path, completions_per_step=completions_per_step, args=args, evaluations=evaluations,
                            eval_set=eval_set, eval_seed=eval_seed, started_at=parse_time(started_at, "--started-at"),
                            ended_at=parse_time(ended_at, "--ended-at"), trainer=trainer or "trl", device=device)
-    finish(study_dir, configuration, seed, run, stage)
+    finish(study_dir, configuration, seed, run, stage, as_json)
 
 
 def _pair(text: str, option: str) -> tuple[str, str]:

@@ -9,14 +9,18 @@ evaluation x set x problem. :func:`write_imported_run` places it in the study as
 - the configuration and seed must be ones the plan's stage runs (dense-rewards paper §2.3, C.1:
   seeds and configurations are fixed before the runs), and a main-stage import needs a locked,
   unchanged plan (:func:`prereg_kit.jobs.require_locked`);
-- a run folder that already holds files is never overwritten;
+- a run folder that already holds files is never overwritten, and a run is written only inside
+  the study (a symbolic link on the way to its folder is refused before anything is written);
 - each evaluation is placed at the compute spent before it: cumulative generated tokens,
   training seconds and updates after the iterations it follows (paper 1 §2.2: accuracy is read
   at matched generated tokens), 0 for the evaluation before training;
-- the run's start time must be known: the preregistration audit checks that a main run started
-  after the plan was locked (paper 1 §2.3, C.1), so a start time is never invented;
+- the run's start time must be known, and a main run must have started after the plan was locked
+  (paper 1 §2.3, C.1): the import asks the audit's own rule (:func:`prereg_kit.audit.main_run_problems`)
+  before it writes, so a run trained before the lock is refused at import with both times named;
+  the run is recorded under the plan entry in force when it started;
 - the run is written through :class:`prereg_kit.runlog.RunLogWriter` (so it is validated like
-  every run), marked complete, and a main run is sealed into the lock chain.
+  every run), marked complete, and a main run is sealed into the lock chain; a refused import
+  leaves nothing behind (the folders it made are removed).
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..audit import check_device, split_device
-from ..errors import PreregError
+from ..audit import check_device, main_run_problems, plan_entry_at, split_device
+from ..errors import PreregError, ViolationError
 from ..jobs import require_locked
 from ..plan import load_plan
-from ..runlog import STAGE_SECONDS, TOKEN_KINDS, RunLogError, RunLogWriter, RunMeta, read_meta, run_dir, utc_now, write_meta
+from ..lock import read_chain
+from ..runlog import (STAGE_SECONDS, TOKEN_KINDS, RunLogError, RunLogWriter, RunMeta, check_inside, read_meta, run_dir,
+                      utc_now, write_meta)
 from ..seal import seal_runs
 
 STEP_SECONDS = "seconds_step"  # one unsplit training time per iteration, for a trainer that does not split stages
@@ -64,6 +70,7 @@ class ImportedRun:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     device: str = "unknown"
+    start_source: str = "--started-at"  # where started_at was read: named when the audit refuses it
 
 
 def file_record(path: str | Path, root: str | Path | None = None) -> dict[str, str]:
@@ -197,13 +204,20 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
                        stage: str = "main", seal: bool = True) -> Path:
     """Write ``run`` as the run log of ``configuration`` / ``seed`` of ``stage``; return its folder.
 
-    Refuses (one line each) a configuration or seed the stage does not have, a main-stage import
-    of an unlocked or changed plan, a folder that already has files, a run without a start time,
-    and iteration or evaluation rows the run-log format does not admit. Main runs are sealed.
+    Refuses (one line each, before anything is written) a configuration or seed the stage does not
+    have, a main-stage import of an unlocked or changed plan, a folder that already has files or is
+    reached through a symbolic link, a run without a start time, a main run that started before
+    the lock (or under an entry an amendment superseded for its configuration), and iteration or
+    evaluation rows the run-log format does not admit. Main runs are sealed. A refusal after the
+    first file was written removes what this import made.
     """
     pf = check_target(study_dir, configuration, seed, stage)
     study = pf.path.parent
     folder = run_dir(study, configuration, seed, stage=stage)
+    try:
+        check_inside(study, folder)
+    except RunLogError as e:
+        raise PreregError(f"{e}; nothing imported") from None
     if folder.exists() and any(folder.iterdir()):
         raise PreregError(f"{folder}: already holds files; an import never overwrites a run (remove the folder to import again)")
     if run.started_at is None:
@@ -213,28 +227,70 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
     step_seconds(iterations)  # refuse a half-split row before anything is written
     evals = place_evaluations(iterations, run.evaluations)
     _check_sets(pf, evals)
+    plan_hash = pf.content_sha256
+    if stage == "main":
+        chain = read_chain(pf.path)
+        entry = plan_entry_at(chain, run.started_at)
+        plan_hash = entry["content_sha256"] if entry is not None else plan_hash
     source = {**run.source, "importer": run.importer, "imported_at": utc_now().isoformat(), "importer_version": __version__}
     device, cpu = split_device(check_device(run.device))  # "cpu (<model>)" → device cpu, meta.cpu <model>
     meta = RunMeta(study=pf.plan.study.id, configuration=configuration, seed=seed, stage=stage,
-                   plan_hash=pf.content_sha256, config=run.config, started_at=run.started_at, device=device,
+                   plan_hash=plan_hash, config=run.config, started_at=run.started_at, device=device,
                    tool_version=__version__, trainer=run.trainer, source=source, **({"cpu": cpu} if cpu else {}))
-    created = not folder.exists()
-    w = RunLogWriter(folder, meta)
+    if stage == "main":
+        problems = main_run_problems(f"{configuration}/seed-{seed}", meta, chain)
+        if problems:
+            raise ViolationError(f"{problems[0]} (start time from {run.start_source}); nothing imported")
+    made = [p for p in [folder, *folder.parents] if study in p.parents and not p.exists()]
     try:
-        w.log_iterations(iterations)
-        w.log_eval_rows(evals)
-    except RunLogError as e:
-        w.finish("failed", compact=False)
-        shutil.rmtree(folder) if created else [p.unlink() for p in folder.iterdir() if p.is_file()]
-        raise PreregError(f"{e}; nothing imported") from None
-    w.finish("complete")
-    if run.ended_at is not None:
-        write_meta(folder, read_meta(folder).model_copy(update={"ended_at": run.ended_at}))
-    if stage == "main" and seal:
-        res = seal_runs(study, [folder])
-        if res.refused:
-            raise PreregError(f"{folder}: imported but not sealed: {res.refused[0]}")
+        w = RunLogWriter(folder, meta)
+        try:
+            w.log_iterations(iterations)
+            w.log_eval_rows(evals)
+        except RunLogError as e:
+            w.finish("failed", compact=False)
+            raise PreregError(f"{e}; nothing imported") from None
+        w.finish("complete")
+        if run.ended_at is not None:
+            write_meta(folder, read_meta(folder).model_copy(update={"ended_at": run.ended_at}))
+        if stage == "main" and seal:
+            res = seal_runs(study, [folder])
+            if res.refused:
+                raise PreregError(f"{folder}: not sealed: {res.refused[0]}; nothing imported")
+    except BaseException:
+        _remove_made(folder, made)
+        raise
     return folder
 
 
-__all__ = ["ImportedRun", "STEP_SECONDS", "check_target", "file_record", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]
+def _remove_made(folder: Path, made: list[Path]) -> None:
+    """Undo a refused import: its run folder's files, and each folder it created that is now empty."""
+    if folder.is_dir() and not folder.is_symlink():
+        if folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            for p in folder.iterdir():
+                if p.is_file() or p.is_symlink():
+                    p.unlink()
+    for d in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+def import_summary(folder: Path, run: ImportedRun, *, configuration: str, seed: int, stage: str) -> dict[str, Any]:
+    """What an import wrote, as ``prereg import ... --json`` prints it: the run folder, its
+    iterations, generated tokens, evaluations and evaluation rows, whether it was sealed, the
+    start time and where it came from, and the importer's notes."""
+    it, ev = run.iterations, run.evaluations
+    tokens = int(it[list(TOKEN_KINDS)].to_numpy(dtype=np.int64).sum()) if len(it) else 0
+    return {"run": str(folder), "importer": run.importer, "trainer": run.trainer, "configuration": configuration,
+            "seed": seed, "stage": stage, "iterations": int(len(it)), "tokens": tokens,
+            "evaluations": int(ev["iteration"].nunique()) if len(ev) else 0, "evaluation_rows": int(len(ev)),
+            "sealed": stage == "main", "started_at": run.started_at.isoformat() if run.started_at else None,
+            "start_source": run.start_source, "notes": list(run.source.get("notes", []))}
+
+
+__all__ = ["ImportedRun", "STEP_SECONDS", "check_target", "file_record", "import_summary", "iterations_from_lengths",
+           "place_evaluations", "step_seconds", "write_imported_run"]

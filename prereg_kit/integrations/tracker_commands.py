@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..cli_base import handles_errors
+from ..cli_json import JsonOpt
 from .tracker_presets import PRESETS, TrackerError
 
 Study = Annotated[Path, typer.Argument(help="the study folder (plan.toml, plan.lock, runs/)")]
@@ -52,22 +53,19 @@ def _check_study(study_dir: Path, configuration: str, seed: int, stage: str) -> 
     check_target(study_dir, configuration, seed, stage)
 
 
-def _write(study_dir: Path, configuration: str, seed: int, run, stage: str, device: str) -> None:
-    from .importing import write_imported_run  # noqa: PLC0415 - the import core writes and seals
+def _write(study_dir: Path, configuration: str, seed: int, run, stage: str, device: str, as_json: bool = False) -> None:
+    from .command import finish  # noqa: PLC0415 - the import core writes and seals
 
     run.device = device  # trackers do not log the device; the user states it (time contrasts compare it)
-    folder = write_imported_run(study_dir, configuration, seed, run, stage=stage)
-    n_ev = run.evaluations[["iteration"]].drop_duplicates().shape[0] if len(run.evaluations) else 0
-    typer.echo(f"{folder}: {len(run.iterations)} iterations, {n_ev} evaluations from {run.importer} ({run.source.get('preset')})")
-    if not n_ev:
-        typer.echo("no evaluations: the tracker logs only aggregates; the analysis refuses this run until per-problem "
-                   "results are imported (--evaluations)")
+    run.start_source = f"the {run.importer} log's own clock"  # trackers stamp the run; there is no --started-at
+    finish(study_dir, configuration, seed, run, stage, as_json)
 
 
 def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a TensorBoard run folder or event file")],
                 configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None, evals: Evals = None,
                 completions_per_step: PerStep = None, updates_per_step: Updates = None, wallclock: Wallclock = False,
-                prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
+                prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown",
+                as_json: JsonOpt = False) -> None:
     """Import a run from TensorBoard event files (float32: cumulative token counters refused)."""
     _check_study(study_dir, configuration, seed, stage)
     from .tensorboard import import_tensorboard  # noqa: PLC0415
@@ -76,14 +74,15 @@ def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a T
     run = import_tensorboard(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), prefix=prefix,
                              evals=evals, completions_per_step=completions_per_step,
                              updates_per_step=updates_per_step, wallclock=wallclock)
-    _write(study_dir, configuration, seed, run, stage, device)
+    _write(study_dir, configuration, seed, run, stage, device, as_json)
 
 
 def mlflow(study_dir: Study, path: Annotated[Path, typer.Argument(help="an MLflow run folder, file store (mlruns) or mlflow.db")],
            configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None,
            run_id: Annotated[Optional[str], typer.Option("--run-id", help="the MLflow run, when the store holds several")] = None,
            evals: Evals = None, completions_per_step: PerStep = None, updates_per_step: Updates = None,
-           wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
+           wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown",
+                as_json: JsonOpt = False) -> None:
     """Import a run from an MLflow store (file store or SQLite; '_at_' read back as '@')."""
     _check_study(study_dir, configuration, seed, stage)
     from .mlflow import import_mlflow  # noqa: PLC0415
@@ -92,14 +91,15 @@ def mlflow(study_dir: Study, path: Annotated[Path, typer.Argument(help="an MLflo
     run = import_mlflow(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), run_id=run_id,
                         prefix=prefix, evals=evals, completions_per_step=completions_per_step,
                         updates_per_step=updates_per_step, wallclock=wallclock)
-    _write(study_dir, configuration, seed, run, stage, device)
+    _write(study_dir, configuration, seed, run, stage, device, as_json)
 
 
 def wandb(study_dir: Study, path: Annotated[Path, typer.Argument(help="a W&B Parquet history file or folder (not the UI's CSV)")],
           configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None,
           step_key: Annotated[str, typer.Option("--step-key", help="the step axis column")] = "_step",
           evals: Evals = None, completions_per_step: PerStep = None, updates_per_step: Updates = None,
-          wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown") -> None:
+          wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown",
+                as_json: JsonOpt = False) -> None:
     """Import a run from a W&B run's Parquet history."""
     _check_study(study_dir, configuration, seed, stage)
     from .wandb import import_wandb  # noqa: PLC0415
@@ -108,7 +108,7 @@ def wandb(study_dir: Study, path: Annotated[Path, typer.Argument(help="a W&B Par
     run = import_wandb(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), step_key=step_key,
                        prefix=prefix, evals=evals, completions_per_step=completions_per_step,
                        updates_per_step=updates_per_step, wallclock=wallclock)
-    _write(study_dir, configuration, seed, run, stage, device)
+    _write(study_dir, configuration, seed, run, stage, device, as_json)
 
 
 COMMANDS = {"tensorboard": handles_errors(tensorboard), "mlflow": handles_errors(mlflow), "wandb": handles_errors(wandb)}

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 # do not pay for pandas/pyarrow, which the reader and writer import.
 _LAZY = {
     "STAGES": "..stages", "Stage": "..stages",
-    **dict.fromkeys(["find_runs", "read_meta", "run_dir", "write_meta"], ".folder"),
+    **dict.fromkeys(["check_inside", "find_runs", "read_meta", "run_dir", "write_meta"], ".folder"),
     **dict.fromkeys(["JOB_RECORD", "read_job_record", "record_exited", "record_started", "record_submitted",
                      "write_job_record"], ".jobrecord"),
     **dict.fromkeys(["RunLog", "add_derived", "check_consistency", "read_run", "read_table"], ".reader"),
@@ -78,7 +78,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from ..stages import STAGES, Stage
-    from .folder import find_runs, read_meta, run_dir, write_meta
+    from .folder import check_inside, find_runs, read_meta, run_dir, write_meta
     from .jobrecord import (JOB_RECORD, read_job_record, record_exited, record_started, record_submitted,
                             write_job_record)
     from .reader import RunLog, add_derived, check_consistency, read_run, read_table
@@ -95,7 +95,7 @@ __all__ = [
     "EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "uses_elected_anchor", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS", "META_FILE",
     "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "STEP_SECONDS", "TOKEN_KINDS", "WRITER_LOCK", "WRITER_NOTE",
     "Column", "LogProblem", "RunBusyError", "RunLock", "RunLog", "RunLogError", "RunLogWarning", "RunLogWriter",
-    "RunMeta", "Stage", "Status", "StudyRuns", "add_derived", "check_consistency", "election_sha256", "finalize",
+    "RunMeta", "Stage", "Status", "StudyRuns", "add_derived", "check_consistency", "check_inside", "election_sha256", "finalize",
     "find_runs", "load_study", "read_meta", "read_run", "read_table", "run_busy", "run_dir", "utc_now",
     "validate_frame", "write_meta",
 ]

@@ -29,6 +29,22 @@ def run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str = "
     return base / configuration / f"seed-{seed}"
 
 
+def check_inside(study_dir: str | Path, folder: str | Path) -> None:
+    """Refuse a run folder that a writer would not write inside the study: a symbolic link (or a
+    file) on the way from the study folder to it (``runs/``, ``stages/<stage>/``, the
+    configuration's folder, the run's own) would put the run's files, and the seal that covers
+    them, somewhere else."""
+    study, target = Path(study_dir), Path(folder)
+    cur = study
+    for part in target.relative_to(study).parts:
+        cur = cur / part
+        if cur.is_symlink():
+            raise RunLogError(f"{cur}: a symbolic link (to {os.readlink(cur)}): a run is written only inside its "
+                              "study, so replace the link by a folder")
+        if cur.exists() and not cur.is_dir():
+            raise RunLogError(f"{cur}: a file where a run folder belongs")
+
+
 def _fsync_dir(folder: Path) -> None:
     # Make a rename or a file creation durable; not every platform can open a directory.
     try:
