@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from .errors import PreregError
+from .errors import PreregError, extra_for
 
 
 def _console(stderr: bool = False) -> Console:
@@ -38,13 +38,27 @@ TRACEBACK_ENV = "PREREG_TRACEBACK"
 CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+def _command_path() -> str:
+    """The command being run as the user typed it (``prereg run``), from the click context (click's
+    own, or the copy typer 0.29 ships, found from typer's Context like CLICK_EXCEPTION)."""
+    import importlib  # noqa: PLC0415 - only on an error path
+
+    base = next(c for c in typer.Context.__mro__ if c.__name__ == "Context" and c.__module__.endswith(".core"))
+    try:
+        ctx = importlib.import_module(base.__module__.rpartition(".")[0] + ".globals").get_current_context(silent=True)
+    except (ImportError, AttributeError):
+        ctx = None
+    return ctx.command_path if ctx is not None else "this command"
+
+
 RUNNER_HELP = "Trainer to use when several are installed (entry points of group prereg_kit.runners)."
 
 
 def handles_errors(fn):
     """Turn :class:`PreregError` into its lines on stderr and its exit code; never show a traceback.
 
-    Memory or stack exhausted by an input is unusable input (exit 2); any other exception is
+    Memory or stack exhausted by an input is unusable input (exit 2), and so is a missing module
+    that one of prereg-kit's extras brings (one line naming the extra); any other exception is
     reported in one line as an internal error (exit 3) unless ``PREREG_TRACEBACK`` is set.
     """
 
@@ -68,6 +82,12 @@ def handles_errors(fn):
         except Exception as e:  # noqa: BLE001 - the last line of defence against a traceback
             if os.environ.get(TRACEBACK_ENV):
                 raise
+            module = (getattr(e, "name", None) or "").partition(".")[0] if isinstance(e, ModuleNotFoundError) else ""
+            extra = extra_for(module) if module else None
+            if extra is not None:  # an optional package this command needs: name the extra that brings it
+                err.print("[red]error:[/red] " + escape(f"{_command_path()} needs {module}, which is not installed: "
+                                                       f"pip install 'prereg-kit[{extra}]'"), soft_wrap=True)
+                raise typer.Exit(2) from None
             first = " ".join(str(e).split())[:300]
             err.print(f"[red]error:[/red] internal error in prereg-kit: {escape(type(e).__name__)}: {escape(first)} "
                       f"(a bug; {TRACEBACK_ENV}=1 shows the traceback)", soft_wrap=True)

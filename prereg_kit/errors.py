@@ -24,6 +24,35 @@ def needs_extra(what: str, package: str, extra: str) -> str:
     return f"{what} needs the {package} package, which is not installed: pip install 'prereg-kit[{extra}]'"
 
 
+# Distributions whose import name is not their project name with "-" → "_".
+_MODULE_OF = {"mlflow-skinny": "mlflow", "pyyaml": "yaml"}
+
+
+def extra_for(module: str) -> str | None:
+    """The extra of prereg-kit that brings the top-level module ``module`` (e.g. ``torch`` →
+    ``train``), read from the installed package's own requirements (``pyproject.toml``'s
+    optional dependencies: one source); the first extra that lists it, ``dev`` last; None when
+    no extra brings it (a core dependency, or not ours)."""
+    import importlib.metadata as md  # noqa: PLC0415 - only when a module is missing
+    import re  # noqa: PLC0415
+
+    try:
+        reqs = md.requires("prereg-kit") or []
+    except md.PackageNotFoundError:
+        return None
+    found: list[str] = []
+    for req in reqs:
+        name = re.match(r"[A-Za-z0-9._-]+", req)
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
+        if not name or not extra:
+            continue
+        dist = name.group(0).lower()
+        if _MODULE_OF.get(dist, dist.replace("-", "_").replace(".", "_")) == module:
+            found.append(extra.group(1))
+    found.sort(key=lambda e: e == "dev")  # stable: declaration order, the development extra last
+    return found[0] if found else None
+
+
 class MissingExtraError(PreregError, ImportError):
     """An optional package that a feature needs is missing or refuses to run (exit code 2)."""
 
