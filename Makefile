@@ -1,8 +1,11 @@
 # prereg-kit — everything installs into the current Python environment (use a venv if you like:
 # `python3 -m venv .venv && . .venv/bin/activate` before `make`).
 PYTHON ?= python3
-# CPU wheel of torch; a plain `torch` requirement could pull a multi-GB CUDA build.
-TORCH_PIN ?= torch==2.13.0
+# PyTorch is installed only when the environment has none, as TORCH_SPEC: by default PyPI's build
+# (on Linux x86-64 it brings CUDA, several GB); a CPU-only build comes from PyTorch's own index:
+#   make demo TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"
+TORCH_SPEC ?= 'torch>=2.4'
+PIP = $(PYTHON) -m pip install
 DEMO_DIR ?= build/demo
 # the demo's study (examples/demo: registry/cpu-grpo at demo size) and its runs at once; the full
 # CPU study: make demo DEMO_PLAN=registry/cpu-grpo/plan.toml DEMO_JOBS=1
@@ -15,9 +18,20 @@ PREREG = $(PYTHON) -m prereg_kit
 
 .PHONY: install demo trl-example test test-slow test-clock bench figures cpu-studies registry-smoke clean
 
-.make-installed: pyproject.toml
-	$(PYTHON) -m pip install -q "$(TORCH_PIN)"
-	$(PYTHON) -m pip install -q -e ".[dev,train,trl,tensorboard,cluster,analyses,hub]"
+# torch only where it is missing (a torch the user has is kept, whatever its build)
+.make-torch:
+	@$(PYTHON) -c "import torch" 2>/dev/null && echo "torch: using the installed $$($(PYTHON) -c 'import torch; print(torch.__version__)')" \
+	  || { echo "torch: installing $(TORCH_SPEC)"; $(PIP) $(TORCH_SPEC); }
+	@touch $@
+
+# what the demo imports: the core and the built-in trainer (the `train` extra)
+.make-demo-installed: pyproject.toml .make-torch
+	$(PIP) -e ".[train]"
+	@touch $@
+
+# development: every extra the tests use
+.make-installed: pyproject.toml .make-torch
+	$(PIP) -e ".[dev,train,trl,tensorboard,cluster,analyses,hub]"
 	@touch $@
 
 install: .make-installed
@@ -25,7 +39,7 @@ install: .make-installed
 # The built-in example: the demo study examples/demo (registry/cpu-grpo at demo size: tiny model,
 # synthetic task, 4 seeds, B = 15K tokens), copied to $(DEMO_DIR): lock, simulate (dry run), train
 # every configuration x seed ($(DEMO_JOBS) at once), analyze, report. About 3 1/2 minutes on 2 quiet cores (README).
-demo: .make-installed
+demo: .make-demo-installed
 	@echo "make demo: $(DEMO_PLAN) in $(DEMO_DIR): lock, dry run, train, analyze (README: time, scaling up)"
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	cp $(DEMO_PLAN) $(DEMO_DIR)/plan.toml
@@ -99,4 +113,4 @@ registry-smoke: .make-installed
 	$(PYTHON) -m trainer.smoke
 
 clean:
-	rm -rf build figures/out .make-installed
+	rm -rf build figures/out .make-installed .make-demo-installed .make-torch
