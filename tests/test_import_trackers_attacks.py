@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from importfiles import locked_study
 from test_import_core import _prereg
+from test_import_trackers import _wandb
 from trackerfiles import (file_store, hf_wandb, run_file, verl_mlflow, verl_tensorboard, verl_wandb, wandb_batch,
                           wandb_folder)
 from typer.testing import CliRunner
@@ -110,6 +111,8 @@ CASES = [
      r"run-t\.wandb: ends inside a record at byte \d+ \(the run was stopped mid-write\?\)"),
     ("wandb", "format version", lambda wb, tmp: _junk(tmp / "run-v.wandb", b":W&B\xe1\xbe\x01" + bytes(20)),
      r"run-v\.wandb: a W&B run file of format version 1; this reader knows version 0"),
+    ("wandb", "Parquet: step twice, two values", lambda wb, tmp: (_parquet_twice(tmp / "h.parquet"), ["--step-key", "train/global_step"]),
+     r"h\.parquet \(_step 2\): response_length/mean at step 1 is 301, but .*h\.parquet \(_step 1\) logged 300 for that step"),
     ("wandb", "junk Parquet", lambda wb, tmp: _junk(tmp / "history.parquet", b"PAR1 junk"),
      r"history\.parquet: not a Parquet file \(ArrowInvalid\)"),
     ("wandb", "empty folder", lambda wb, tmp: _folder(tmp / "empty"),
@@ -162,6 +165,13 @@ def _junk(path: Path, data: bytes) -> Path:
 def _folder(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _parquet_twice(path: Path) -> Path:
+    """A W&B history export whose rows 1 and 2 (two commits) are both at train/global_step 1, with different values."""
+    rows = {s: {"train/global_step": float(g), **STEP, "response_length/mean": v}
+            for s, (g, v) in enumerate([(0, 300.0), (1, 300.0), (1, 301.0), (2, 300.0)])}
+    return _wandb(path, rows)
 
 
 def _junk_metric(root: Path) -> Path:

@@ -110,12 +110,16 @@ def _write_wandb_runs(spec: Path) -> None:
         Path(run["dir"]).mkdir(parents=True, exist_ok=True)
         if run.get("verl"):
             tracking = verl_tracking_module()
-            os.environ["WANDB_DIR"] = run["dir"]
-            os.environ["WANDB_RUN_ID"] = run["id"]
-            t = tracking.Tracking("prereg-tests", run["id"], default_backend="wandb", config=run["config"])
-            for data, step in run["logs"]:
-                t.log(data, step)
-            t.finish()
+            init = wandb.init
+            # where a user sets WANDB_DIR and WANDB_RUN_ID (read once per process, so given here)
+            wandb.init = lambda **kw: init(**kw, dir=run["dir"], id=run["id"], mode="offline")
+            try:
+                t = tracking.Tracking("prereg-tests", run["id"], default_backend="wandb", config=run["config"])
+                for data, step in run["logs"]:
+                    t.log(data, step)
+                t.finish()
+            finally:
+                wandb.init = init
             continue
         r = wandb.init(mode="offline", dir=run["dir"], project="prereg-tests", id=run["id"], config=run["config"],
                        resume="allow" if run.get("resume") else None, settings=settings)
