@@ -1,7 +1,8 @@
-"""Tracker exports end to end: six runs written with each tracker's own format (W&B Parquet
-history, TensorBoard event files from torch's SummaryWriter, an MLflow file store from mlflow),
-imported with `prereg import`, then verified and analyzed like the built-in trainer's runs. The
-trackers carry no evaluation sampling seeds, so the plan preregisters
+"""Tracker exports end to end: six runs written by each tracker itself as verl logs to it (W&B run
+files from wandb's offline mode, TensorBoard event files from torch's SummaryWriter, an MLflow file
+store from mlflow; and W&B's Parquet history), imported with `prereg import`, then verified and
+analyzed like the built-in trainer's runs, to the exact per-seed differences of the evaluations
+given. The trackers carry no evaluation sampling seeds, so the plan preregisters
 `common_random_numbers = false` and the report says so; a plan that does not is refused by name."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from importfiles import IMPORT_PLAN, T_RUN, locked_study
 from test_import_core import _prereg
 from test_import_trackers import _mlflow_run, _tb, _wandb
+from trackerfiles import verl_wandb, wandb_batch, wandb_folder
 from typer.testing import CliRunner
 
 SKILL = {"A": 0.3, "B": 0.6}
@@ -30,16 +32,31 @@ def _metrics(seed: int) -> dict[int, dict[str, float]]:
                 "timing_s/step": 4.0} for s in STEPS}
 
 
-def _evals(path: Path, configuration: str, seed: int) -> Path:
+def _eval_rows(configuration: str, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng([seed, 11, ord(configuration)])
-    rows = [{"problem_id": f"p{k}", "eval_set": "test", "step": step, "samples": 2,
-             "correct": int(rng.binomial(2, min(0.95, SKILL[configuration] * (1 + step / 10) if step else 0.3)))}
-            for step in (0, 5, 10) for k in range(6)]
-    pd.DataFrame(rows).to_parquet(path)
+    return pd.DataFrame([{"problem_id": f"p{k}", "eval_set": "test", "step": step, "samples": 2,
+                          "correct": int(rng.binomial(2, min(0.95, SKILL[configuration] * (1 + step / 10) if step else 0.3)))}
+                         for step in (0, 5, 10) for k in range(6)])
+
+
+def _evals(path: Path, configuration: str, seed: int) -> Path:
+    _eval_rows(configuration, seed).to_parquet(path)
     return path
 
 
-def _write(tool: str, folder: Path, seed: int) -> tuple[Path, list[str]]:
+def _accuracy_at_budget(configuration: str, seed: int) -> float:
+    """The accuracy the analysis reads at B (step 10: 10 steps of 400 generated tokens), from the evaluations given."""
+    final = _eval_rows(configuration, seed).query("step == 10")
+    return float((final["correct"] / final["samples"]).mean())
+
+
+wandb_batch("e2e", lambda folder: [verl_wandb(folder / f"{c}{s}", f"e2e{c}{s}", _metrics(s)) for c in ("A", "B") for s in (0, 1, 2)])
+_RUN_FILES: list[Path] = []  # the e2e batch's folder, once written
+
+
+def _write(tool: str, folder: Path, seed: int, configuration: str = "") -> tuple[Path, list[str]]:
+    if tool == "wandb-run":
+        return _RUN_FILES[0] / f"{configuration}{seed}", []
     folder.mkdir(parents=True)
     rows = _metrics(seed)
     if tool == "wandb":
@@ -51,14 +68,16 @@ def _write(tool: str, folder: Path, seed: int) -> tuple[Path, list[str]]:
 
 
 def _import(runner, study: Path, tool: str, root: Path, c: str, s: int, *more: str):
-    path, extra = _write(tool, root / tool / c / str(s), s)
-    args = ["import", tool, str(study), str(path), "-c", c, "--seed", str(s), "--preset", "verl",
+    path, extra = _write(tool, root / tool / c / str(s), s, c)
+    args = ["import", tool.split("-")[0], str(study), str(path), "-c", c, "--seed", str(s), "--preset", "verl",
             "--updates-per-step", "2", "--evaluations", str(_evals(root / f"{tool}-{c}-{s}.parquet", c, s)), *extra, *more]
     return runner.invoke(_prereg(), args)
 
 
-@pytest.mark.parametrize("tool", ["wandb", "tensorboard", "mlflow"])
-def test_tracker_imports_are_analyzed(tmp_path, tool):
+@pytest.mark.parametrize("tool", ["wandb-run", "wandb", "tensorboard", "mlflow"])
+def test_tracker_imports_are_analyzed(tmp_path, tmp_path_factory, tool):
+    if tool == "wandb-run" and not _RUN_FILES:
+        _RUN_FILES.append(wandb_folder(tmp_path_factory, "e2e"))
     runner = CliRunner()
     study = locked_study(tmp_path / "study", NO_CRN)
     for c in ("A", "B"):
@@ -71,6 +90,11 @@ def test_tracker_imports_are_analyzed(tmp_path, tool):
     assert res.exit_code == 0, res.output
     contrasts = pd.read_csv(study / "report" / "contrasts.csv").set_index("contrast")
     assert contrasts.loc["C1", "n"] == 3 and np.isfinite(contrasts.loc["C1", "mean"])
+    per_seed = pd.read_csv(study / "report" / "per_seed.csv").set_index("seed")
+    for s in (0, 1, 2):
+        row = per_seed.loc[s]
+        assert (row["treatment_value"], row["control_value"]) == pytest.approx((_accuracy_at_budget("B", s), _accuracy_at_budget("A", s)))
+        assert row["difference"] == pytest.approx(_accuracy_at_budget("B", s) - _accuracy_at_budget("A", s)) and row["read_at"] == 4000
     assert json.loads((study / "report" / "results.json").read_text())["common_random_numbers"] is False
     assert "common_random_numbers = false" in (study / "report" / "report.md").read_text()
     ev = pd.read_parquet(study / "runs" / "B" / "seed-2" / "evals.parquet")

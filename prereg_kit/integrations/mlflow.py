@@ -14,12 +14,14 @@ MLflow stores float64, so token counters are exact. It refuses ``@`` in metric n
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
-from .tracker_run import file_record, imported, steps_frame, utc
 from .importing import ImportedRun
+from .tracker_records import shown
+from .tracker_run import file_record, imported, steps_frame, utc
 from .trackers import TrackerError, from_mlflow_key
 
 
@@ -46,15 +48,19 @@ def _find_run(root: Path, run_id: str | None) -> Path:
     return runs[0]
 
 
-def _add(records: dict, key: str, step: int, value: float, where: str) -> None:
+def _add(records: dict, nonfinite: dict, key: str, step: int, value: float, where: str) -> None:
     prev = records.setdefault(key, {}).get(step)
-    if prev is not None and prev != value and not (prev != prev and value != value):
-        raise TrackerError(f"{where}: step {step} is logged twice with different values (a resumed run?): keep one record per step")
+    if prev is not None and prev != value and not (math.isnan(prev) and math.isnan(value)):
+        raise TrackerError(f"{where}: {key} at step {step} is {shown(value)}, but it was logged as {shown(prev)} "
+                           "before (a resumed run?): keep one record per step")
     records[key][step] = value
+    if not math.isfinite(value):
+        nonfinite.setdefault(key, {})[step] = (shown(value), where)
 
 
-def _read_files(run: Path, root: Path) -> tuple[dict, dict, list, dict, dict]:
+def _read_files(run: Path, root: Path) -> tuple[dict, dict, dict, list, dict, dict]:
     records: dict[str, dict[int, float]] = {}
+    nonfinite: dict = {}
     wall: dict[int, float] = {}
     files = [file_record(run / "meta.yaml", root)]
     for f in sorted(p for p in (run / "metrics").rglob("*") if p.is_file()):
@@ -64,17 +70,20 @@ def _read_files(run: Path, root: Path) -> tuple[dict, dict, list, dict, dict]:
             parts = line.split()
             if len(parts) != 3:
                 raise TrackerError(f"{f}:{n}: expected 'timestamp value step', got {line!r}")
-            ts, value, step = int(parts[0]), float(parts[1]), int(parts[2])
-            _add(records, key, step, value, f"{f}:{n}")
+            try:
+                ts, value, step = int(parts[0]), float(parts[1]), int(parts[2])
+            except ValueError:
+                raise TrackerError(f"{f}:{n}: expected 'timestamp value step' (integer, number, integer), got {line!r}") from None
+            _add(records, nonfinite, key, step, value, f"{f}:{n}")
             wall[step] = max(wall.get(step, 0.0), ts / 1000)
     params = {p.relative_to(run / "params").as_posix(): p.read_text() for p in sorted((run / "params").rglob("*")) if p.is_file()} \
         if (run / "params").is_dir() else {}
     tags = {p.relative_to(run / "tags").as_posix(): p.read_text() for p in sorted((run / "tags").rglob("*")) if p.is_file()} \
         if (run / "tags").is_dir() else {}
-    return records, wall, files, params, tags
+    return records, nonfinite, wall, files, params, tags
 
 
-def _read_sqlite(db: Path, run_id: str | None) -> tuple[dict, dict, list, dict, dict, dict]:
+def _read_sqlite(db: Path, run_id: str | None) -> tuple[dict, dict, dict, list, dict, dict, dict]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         runs = con.execute("SELECT run_uuid, start_time, end_time FROM runs"
@@ -84,10 +93,11 @@ def _read_sqlite(db: Path, run_id: str | None) -> tuple[dict, dict, list, dict, 
             raise TrackerError(f"{db}: " + (f"{len(runs)} runs ({ids}): give the run id (--run-id)" if runs else f"no run {run_id}"))
         rid, start, end = runs[0]
         records: dict[str, dict[int, float]] = {}
+        nonfinite: dict = {}
         wall: dict[int, float] = {}
         q = "SELECT key, value, timestamp, step, is_nan FROM metrics WHERE run_uuid = ? ORDER BY key, step, timestamp"
         for key, value, ts, step, is_nan in con.execute(q, (rid,)):
-            _add(records, from_mlflow_key(key), int(step), float("nan") if is_nan else float(value), f"{db}: {key}")
+            _add(records, nonfinite, from_mlflow_key(key), int(step), float("nan") if is_nan else float(value), f"{db} (metric {key})")
             wall[int(step)] = max(wall.get(int(step), 0.0), ts / 1000)
         params = dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?", (rid,)).fetchall())
         tags = dict(con.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (rid,)).fetchall())
@@ -96,7 +106,7 @@ def _read_sqlite(db: Path, run_id: str | None) -> tuple[dict, dict, list, dict, 
     finally:
         con.close()
     meta = {"run_id": rid, "start_time": start, "end_time": end}
-    return records, wall, [file_record(db, db.parent)], params, tags, meta
+    return records, nonfinite, wall, [file_record(db, db.parent)], params, tags, meta
 
 
 def read_mlflow(path: str | Path, run_id: str | None = None):
@@ -106,11 +116,11 @@ def read_mlflow(path: str | Path, run_id: str | None = None):
     if not path.exists():
         raise TrackerError(f"{path}: no such file or folder")
     if path.is_file():
-        records, wall, files, params, tags, meta = _read_sqlite(path, run_id)
+        records, nonfinite, wall, files, params, tags, meta = _read_sqlite(path, run_id)
         store = "sqlite"
     else:
         run = _find_run(path, run_id)
-        records, wall, files, params, tags = _read_files(run, path)
+        records, nonfinite, wall, files, params, tags = _read_files(run, path)
         meta, store = _meta(run), "file"
     if not records:
         raise TrackerError(f"{path}: the run logged no metrics")
@@ -118,7 +128,7 @@ def read_mlflow(path: str | Path, run_id: str | None = None):
     end = int(meta["end_time"]) / 1000 if meta.get("end_time") not in (None, "", "null") else None
     df = steps_frame(records, {s: w - start for s, w in wall.items()})
     df.attrs.update(files=files, params=params, tags=tags, run_id=meta.get("run_id", ""), store=store,
-                    started=start, ended=end, renamed=sorted(k for k in records if "@" in k))
+                    started=start, ended=end, renamed=sorted(k for k in records if "@" in k), nonfinite=nonfinite)
     return df
 
 
@@ -136,6 +146,6 @@ def import_mlflow(path: str | Path, *, preset: str | Mapping[str, str], trainer:
     a = steps.attrs
     source = {"files": a["files"], "tool_versions": {"mlflow (installed here)": version}, "mlflow_run_id": a["run_id"],
               "store": a["store"], "tags": a["tags"], "renamed_from_at": a["renamed"]}
-    return imported("mlflow", steps, prefix=prefix, preset=preset, trainer=trainer, source=source, evals=evals, config=dict(a["params"]),
+    return imported("mlflow", steps, origin=str(path), prefix=prefix, preset=preset, trainer=trainer, source=source, evals=evals, config=dict(a["params"]),
                     completions_per_step=completions_per_step, updates_per_step=updates_per_step,
                     wallclock=wallclock, started_at=utc(a["started"]), ended_at=utc(a["ended"]))

@@ -28,6 +28,8 @@ PerStep = Annotated[Optional[int], typer.Option("--completions-per-step", help="
 Updates = Annotated[Optional[int], typer.Option("--updates-per-step", help="optimizer updates per step, when the log does not count them")]
 Wallclock = Annotated[bool, typer.Option("--wallclock", help="time steps by the tracker's clock (includes evaluation and checkpoint time)")]
 Prefix = Annotated[str, typer.Option("--prefix", help="strip this prefix from logged keys (transformers' callbacks log 'train/<key>')")]
+Resumed = Annotated[bool, typer.Option("--resumed", help="a run resumed from a checkpoint: a later file that re-logs steps "
+                                      "replaces the earlier files' records from its first step on (else different values are refused)")]
 Stage = Annotated[str, typer.Option("--stage", help="the plan stage of the run")]
 Device = Annotated[str, typer.Option("--device", help="what it trained on, recorded as meta.device: cuda:<GPU name as torch "
                                      "names it> (e.g. \"cuda:NVIDIA H100 80GB HBM3\"), cpu, \"cpu (<CPU model>)\" or unknown; "
@@ -64,7 +66,7 @@ def _write(study_dir: Path, configuration: str, seed: int, run, stage: str, devi
 def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a TensorBoard run folder or event file")],
                 configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None, evals: Evals = None,
                 completions_per_step: PerStep = None, updates_per_step: Updates = None, wallclock: Wallclock = False,
-                prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown",
+                prefix: Prefix = "", resumed: Resumed = False, stage: Stage = "main", device: Device = "unknown",
                 as_json: JsonOpt = False) -> None:
     """Import a run from TensorBoard event files (float32: cumulative token counters refused)."""
     _check_study(study_dir, configuration, seed, stage)
@@ -73,7 +75,7 @@ def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a T
     p = _preset(preset)
     run = import_tensorboard(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), prefix=prefix,
                              evals=evals, completions_per_step=completions_per_step,
-                             updates_per_step=updates_per_step, wallclock=wallclock)
+                             updates_per_step=updates_per_step, wallclock=wallclock, resumed=resumed)
     _write(study_dir, configuration, seed, run, stage, device, as_json)
 
 
@@ -94,20 +96,22 @@ def mlflow(study_dir: Study, path: Annotated[Path, typer.Argument(help="an MLflo
     _write(study_dir, configuration, seed, run, stage, device, as_json)
 
 
-def wandb(study_dir: Study, path: Annotated[Path, typer.Argument(help="a W&B Parquet history file or folder (not the UI's CSV)")],
+def wandb(study_dir: Study,
+          path: Annotated[Path, typer.Argument(help="a W&B run: its run-<id>.wandb file, its folder (wandb/offline-run-...), "
+                                                    "the wandb/ folder of one run, or its Parquet history (not the UI's CSV)")],
           configuration: Configuration, seed: Seed, preset: Preset, trainer: Trainer = None,
           step_key: Annotated[str, typer.Option("--step-key", help="the step axis column")] = "_step",
           evals: Evals = None, completions_per_step: PerStep = None, updates_per_step: Updates = None,
-          wallclock: Wallclock = False, prefix: Prefix = "", stage: Stage = "main", device: Device = "unknown",
-                as_json: JsonOpt = False) -> None:
-    """Import a run from a W&B run's Parquet history."""
+          wallclock: Wallclock = False, prefix: Prefix = "", resumed: Resumed = False, stage: Stage = "main",
+          device: Device = "unknown", as_json: JsonOpt = False) -> None:
+    """Import a run from W&B: its run file (offline or online, read with wandb's protobufs) or its Parquet history."""
     _check_study(study_dir, configuration, seed, stage)
     from .wandb import import_wandb  # noqa: PLC0415
 
     p = _preset(preset)
     run = import_wandb(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), step_key=step_key,
                        prefix=prefix, evals=evals, completions_per_step=completions_per_step,
-                       updates_per_step=updates_per_step, wallclock=wallclock)
+                       updates_per_step=updates_per_step, wallclock=wallclock, resumed=resumed)
     _write(study_dir, configuration, seed, run, stage, device, as_json)
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .tracker_evals import load_evaluations
 from .importing import ImportedRun
-from .trackers import WALL, TrackerError, iterations_from_metrics, resolve_preset
+from .tracker_evals import load_evaluations
+from .trackers import WALL, TrackerError, iterations_from_metrics, refuse_nonfinite, resolve_preset
 
 
 def missing_extra(tool: str, extra: str) -> TrackerError:
@@ -38,22 +38,33 @@ def utc(seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds is not None else None
 
 
+def _strip(key: str, prefix: str) -> str:
+    return key.removeprefix(prefix)
+
+
 def imported(importer: str, steps: pd.DataFrame, *, preset: str | Mapping[str, str], trainer: str,
-             source: dict, evals: str | Path | None = None, completions_per_step: int | None = None,
+             source: dict, origin: str, evals: str | Path | None = None, completions_per_step: int | None = None,
              updates_per_step: int | None = None, wallclock: bool = False, config: dict | None = None,
              started_at: datetime | None = None, ended_at: datetime | None = None, prefix: str = "") -> ImportedRun:
-    """The ImportedRun of a steps frame: iteration rows through the preset, evaluations from
-    ``evals`` (none without it: the analysis then refuses the run by name)."""
+    """The ImportedRun of a steps frame read from ``origin`` (the path the user gave, which a refusal
+    of the run's metrics names): iteration rows through the preset, evaluations from ``evals``
+    (none without it: the analysis then refuses the run by name)."""
     keymap = resolve_preset(preset)
+    if started_at is None:
+        raise TrackerError(f"{origin}: the run's start time is not in its files")
     if prefix:
         # transformers' tracker callbacks log TRL's metrics as "train/<key>"
         attrs = steps.attrs
-        steps = steps.rename(columns={c: c[len(prefix):] for c in steps.columns if c.startswith(prefix)})
-        steps.attrs = {**attrs, "float32_keys": [k[len(prefix):] if k.startswith(prefix) else k
-                                                 for k in attrs.get("float32_keys", ())]}
+        steps = steps.rename(columns={c: _strip(c, prefix) for c in steps.columns})
+        steps.attrs = {**attrs, "float32_keys": [_strip(k, prefix) for k in attrs.get("float32_keys", ())],
+                       "nonfinite": {_strip(k, prefix): v for k, v in attrs.get("nonfinite", {}).items()}}
         source["prefix"] = prefix
-    its = iterations_from_metrics(steps, keymap, completions_per_step=completions_per_step,
-                                  updates_per_step=updates_per_step, wallclock=wallclock)
+    refuse_nonfinite(steps.attrs.get("nonfinite", {}), keymap)
+    try:
+        its = iterations_from_metrics(steps, keymap, completions_per_step=completions_per_step,
+                                      updates_per_step=updates_per_step, wallclock=wallclock)
+    except TrackerError as e:
+        raise TrackerError(f"{origin}: {e}") from None
     how = its.attrs.pop("source")
     if evals is not None:
         ev, entry = load_evaluations(evals, how["first_step"])

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .tracker_presets import PRESETS, TrackerError
+from .tracker_records import shown
 
 FLOAT32_EXACT = 2**24  # the largest integer range float32 holds exactly
 
@@ -35,12 +36,24 @@ OURS = {"length_mean", "prompt_length_mean", "total_length_mean", "tokens_rollou
         "truncation_rate", "updates", "seconds_step", "generation_batches"}
 WALL = "_wall"  # seconds since the run started at each step, as the tracker stamped it (readers add it)
 _AT = re.compile(r"_at_(\d+)")
+_VERL_BAD, _SLASHES, _HF_BAD = re.compile(r"[^/\w.\- :]"), re.compile(r"/+"), re.compile(r"[^0-9A-Za-z_\-\.\ :/]")
+FLOAT64_EXACT = 2**53  # the largest integer range float64 (every tracker's JSON or store) holds exactly
 
 
 def mlflow_key(key: str) -> str:
     """The name MLflow stores for a logged key: MLflow refuses ``@``, so loggers write ``_at_``
     (``val-core/x/reward/mean@4`` → ``val-core/x/reward/mean_at_4``)."""
     return key.replace("@", "_at_")
+
+
+def logged_spellings(key: str) -> tuple[str, ...]:
+    """The names a key may be stored under: as logged; MLflow's ``_at_``; verl's MLflow logger's
+    (verl 0.9.1, verl/utils/tracking.py, ``_MlflowLoggingAdapter._sanitize_key``: ``@`` → ``_at_``,
+    repeated ``/`` → one, any other character MLflow refuses → ``_``); transformers'
+    ``MLflowCallback.on_log`` (5.24: every character but ``[0-9A-Za-z_-. :/]`` → ``_``, ``@`` too)."""
+    verl = _VERL_BAD.sub("_", _SLASHES.sub("/", mlflow_key(key)))
+    hf = _HF_BAD.sub("_", key)
+    return tuple(dict.fromkeys((key, mlflow_key(key), verl, from_mlflow_key(verl), hf)))  # the MLflow reader maps _at_<n> back
 
 
 def from_mlflow_key(name: str) -> str:
@@ -68,17 +81,38 @@ def resolve_preset(preset: str | Mapping[str, str]) -> dict[str, str]:
 
 
 def _column(steps: pd.DataFrame, key: str) -> pd.Series | None:
-    """The tracker column for a tool key, in the tool's spelling or MLflow's (``@`` → ``_at_``)."""
-    for name in (key, mlflow_key(key)):
+    """The tracker column for a tool key, in the tool's spelling or a logger's MLflow spelling."""
+    for name in logged_spellings(key):
         if name in steps.columns:
             return pd.to_numeric(steps[name], errors="coerce")
     return None
 
 
-def _exact_ints(values: pd.Series, key: str, float32: bool, *, cumulative: bool) -> np.ndarray:
+def refuse_nonfinite(nonfinite: Mapping[str, Mapping[int, tuple[str, str]]], preset: Mapping[str, str]) -> None:
+    """Refuse a NaN or infinite value logged for a key the preset maps (``nonfinite``: key -> step
+    -> (value, where), as the readers record it): a count, a time or a rate cannot be read there."""
+    for theirs in preset.values():
+        for name in logged_spellings(theirs):
+            if nonfinite.get(name):
+                step = min(nonfinite[name])
+                value, where = nonfinite[name][step]
+                raise TrackerError(f"{where}: {name} is {value} at step {step}: a key the preset maps needs a finite "
+                                   "value at every step it is logged")
+
+
+def _step_at(i: int, steps: pd.Series | None) -> str:
+    return f"step {int(steps.iloc[i])}" if steps is not None else f"row {i}"
+
+
+def _exact_ints(values: pd.Series, key: str, float32: bool, *, cumulative: bool, steps: pd.Series | None = None) -> np.ndarray:
     if values.isna().any():
-        raise TrackerError(f"{key}: no value at a training step (row {int(np.flatnonzero(values.isna())[0])}): "
-                           "tokens cannot be counted there")
+        i = int(np.flatnonzero(values.isna())[0])
+        raise TrackerError(f"{key}: no value at {_step_at(i, steps)}: tokens cannot be counted there")
+    big = np.flatnonzero(~np.isfinite(values.to_numpy(dtype=float)) | (values.abs() > FLOAT64_EXACT).to_numpy())
+    if big.size:
+        i = int(big[0])
+        raise TrackerError(f"{key}: {shown(values.iloc[i])} at {_step_at(i, steps)} is not a token count "
+                           f"(above 2**53, the integers a float64 holds exactly)")
     if float32 and (cumulative or (values.abs() > FLOAT32_EXACT).any()):
         what = "cumulative token counter" if cumulative else "token counter above 2**24"
         raise TrackerError(f"{key}: a {what} read from a float32 store (TensorBoard) is not exact: "
@@ -95,7 +129,9 @@ def _training_rows(steps: pd.DataFrame, preset: dict[str, str]) -> pd.DataFrame:
                    if k in preset and _column(steps, preset[k]) is not None), None)
     if anchor is None:
         keys = [preset[k] for k in ("length_mean", "tokens_rollout", "tokens_total") if k in preset]
-        raise TrackerError(f"none of the preset's token keys ({', '.join(keys) or 'none mapped'}) is in the log")
+        logged = [str(c) for c in steps.columns if c not in ("step", WALL)]
+        seen = f"; it logs {', '.join(logged[:6])}{', ...' if len(logged) > 6 else ''}" if logged else "; it logs no key"
+        raise TrackerError(f"none of the preset's token keys ({', '.join(keys) or 'none mapped'}) is in the log{seen}")
     rows = steps[_column(steps, preset[anchor]).notna()].sort_values("step", kind="stable")
     s = rows["step"].to_numpy(dtype=np.int64)
     if len(s) == 0:
@@ -118,27 +154,38 @@ def _tokens(rows: pd.DataFrame, p: dict[str, str], f32: Collection[str], n: int 
         return _column(rows, p[k]) if k in p else None
 
     def is32(k: str) -> bool:
-        return p[k] in f32 or mlflow_key(p[k]) in f32
+        return any(name in f32 for name in logged_spellings(p[k]))
+
+    def ints(k: str, *, cumulative: bool = False) -> np.ndarray:
+        return _exact_ints(col(k), p[k], is32(k), cumulative=cumulative, steps=rows["step"])
+
+    def present(k: str, why: str) -> np.ndarray:
+        v = col(k)
+        if v.isna().any():
+            raise TrackerError(f"{p[k]}: no value at step {int(rows['step'][v.isna()].iloc[0])}: {why}")
+        return v.to_numpy(dtype=float)
 
     length, prompt, total = col("length_mean"), col("prompt_length_mean"), col("tokens_total")
     if col("tokens_rollout") is not None:
-        return _exact_ints(col("tokens_rollout"), p["tokens_rollout"], is32("tokens_rollout"), cumulative=False), "tokens_rollout"
+        return ints("tokens_rollout"), "tokens_rollout"
     if col("tokens_rollout_cumulative") is not None:
-        cum = _exact_ints(col("tokens_rollout_cumulative"), p["tokens_rollout_cumulative"],
-                          is32("tokens_rollout_cumulative"), cumulative=True)
-        return np.diff(cum, prepend=0), "tokens_rollout_cumulative"
+        return np.diff(ints("tokens_rollout_cumulative", cumulative=True), prepend=0), "tokens_rollout_cumulative"
     if total is not None and prompt is not None and length is not None:
         # verl: total = N (prompt mean + response mean) over the same N sequences, so the response
         # share of it is exact without knowing N.
-        tot = _exact_ints(total, p["tokens_total"], is32("tokens_total"), cumulative=False)
-        if prompt.isna().any():
-            raise TrackerError(f"{p['prompt_length_mean']}: no value at a training step: the completion share of "
-                               f"{p['tokens_total']} is unknown there")
-        share = (length / (prompt + length)).to_numpy()
-        return np.rint(tot * share).astype(np.int64), "tokens_total x length_mean/(prompt_length_mean+length_mean)"
+        tot = ints("tokens_total")
+        unknown = f"the completion share of {p['tokens_total']} is unknown there"
+        lengths, prompts = present("length_mean", unknown), present("prompt_length_mean", unknown)
+        return np.rint(tot * (lengths / (prompts + lengths))).astype(np.int64), \
+            "tokens_total x length_mean/(prompt_length_mean+length_mean)"
     if length is not None and n is not None:
-        return np.rint(length.to_numpy(dtype=float) * n).astype(np.int64), f"length_mean x completions_per_step ({n})"
-    raise TrackerError(f"{p.get('length_mean', 'length_mean')}: the completion tokens per step need the number "
+        lengths = present("length_mean", "tokens cannot be counted there")
+        return np.rint(lengths * n).astype(np.int64), f"length_mean x completions_per_step ({n})"
+    if length is None:
+        have = ", ".join(p[k] for k in ("tokens_total", "prompt_length_mean") if k in p and col(k) is not None)
+        raise TrackerError(f"{p.get('length_mean', 'length_mean')} is not in the log: the completion tokens per step cannot be "
+                           f"counted{' from ' + have + ' alone' if have else ''}")
+    raise TrackerError(f"{p['length_mean']}: the completion tokens per step need the number "
                        "of completions per step (prompts x generations): give completions_per_step (--completions-per-step)")
 
 
@@ -156,6 +203,8 @@ def _seconds(rows: pd.DataFrame, p: dict[str, str], wallclock: bool) -> tuple[di
         # A timer a run never logs (no critic, no reference model) took no time in that run.
         return {s: np.nansum(parts[s], axis=0) if s in parts else np.zeros(len(rows)) for s in STAGES}, "stage timers"
     if "seconds_step" in p and (c := _column(rows, p["seconds_step"])) is not None:
+        if c.isna().any():
+            raise TrackerError(f"{p['seconds_step']}: no value at step {int(rows['step'][c.isna()].iloc[0])}")
         return {"seconds_step": c.to_numpy(dtype=float)}, f"seconds_step from {p['seconds_step']}"
     if wallclock and WALL in rows.columns:
         wall = rows[WALL].to_numpy(dtype=float)
