@@ -439,6 +439,8 @@ def test_the_trackers_travel_with_every_run_spec_and_executor_task(tmp_path, mon
                for s in said)
     task = pickle.loads(pickle.dumps(tasks[0]))  # as submitit and Ray hand it to a worker
     assert isinstance(task, RunTask) and task.plan_now().spec.trackers == ["tensorboard"]
+    if _have("submitit"):  # a preempted Slurm task is requeued with its trackers
+        assert task.checkpoint().function.trackers == ("tensorboard",)
 
 
 def test_prereg_run_hands_the_trackers_to_the_runner(tmp_path, monkeypatch):
