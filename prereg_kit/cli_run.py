@@ -76,7 +76,8 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
         wait: Annotated[bool, typer.Option("--wait", help="Slurm: wait for the array to end and report (exit 1 if a run failed).")] = False,
         ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address (default: start a local cluster).")] = None,
         retries: Annotated[int | None, typer.Option("--retries", help="Ray: retries of a run whose worker was lost (default 3).")] = None,
-        fresh_process: Annotated[bool, typer.Option("--fresh-process", help="One process per run, not one worker process per job slot training its runs in turn (local executor). docs/cli.md")] = False) -> None:
+        fresh_process: Annotated[bool, typer.Option("--fresh-process", help="One process per run, not one worker process per job slot training its runs in turn (local executor). docs/cli.md")] = False,
+        tracker: Annotated[list[str] | None, typer.Option("--tracker", help="Also log every run live to wandb, mlflow or tensorboard (comma-separated or repeated; the tool's extra); blind in the main stage: progress and compute only. docs/trainer.md")] = None) -> None:
     """Train every configuration x seed of the plan's stage; skip complete runs, resume incomplete ones."""
     from .plan import resolve_plan_path  # the plan's models (pydantic) only when a command runs: --help starts fast
     from .runners import load_runner
@@ -101,6 +102,11 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
             raise PreregError(f"--fresh-process: the runner {getattr(backend, 'name', type(backend).__name__)!r} "
                               "takes no fresh_process (its run() has no `fresh_process` parameter)")
         kwargs["fresh_process"] = True
+    if tracker:
+        if not _takes_executor(backend.run, "trackers"):
+            raise PreregError(f"--tracker: the runner {getattr(backend, 'name', type(backend).__name__)!r} "
+                              "takes no trackers (its run() has no `trackers` parameter)")
+        kwargs["trackers"] = split_values(tracker)
     if not backend.run(study_dir, stage=stage, configs=split_values(configs), seeds=chosen, n_jobs=jobs, console=err, **kwargs):
         raise typer.Exit(1)
     if stage == "calibration":  # the budget and truncation rules, written as an amendment

@@ -35,11 +35,12 @@ from .errors import PreregError
 from .lock import Chain, append_entries, format_time, parse_time
 from .plan import resolve_plan_path
 from .runlog import JOB_RECORD, META_FILE, RunLogError, find_runs, read_meta
+from .runlog.schema import TRACKER_RECORD
 
 # Working files of a run folder that are not evidence: the launcher's stderr log, the one-writer
-# lock and its holder note, the executor's job record (written again after the run ends),
-# checkpoints (removed when a run completes, unless kept).
-UNSEALED = frozenset({"train.log", ".writer.lock", ".writer.json", JOB_RECORD})
+# lock and its holder note, the executor's job record (written again after the run ends), the live
+# trackers' run ids, checkpoints (removed when a run completes, unless kept).
+UNSEALED = frozenset({"train.log", ".writer.lock", ".writer.json", JOB_RECORD, TRACKER_RECORD})
 UNSEALED_DIRS = frozenset({"checkpoint"})
 _CHUNK = 1 << 20
 

@@ -10,3 +10,13 @@ from typing import Literal
 
 STAGES = ("calibration", "pilot", "smoke", "main")
 Stage = Literal["calibration", "pilot", "smoke", "main"]
+
+# The stages whose results stay hidden while they train: the main stage is analyzed as the plan
+# fixed it, so nobody reads its accuracy, rewards or contrasts before `prereg analyze`
+# (`prereg status`, the progress lines and bars, live trackers).
+BLIND_STAGES = frozenset({"main"})
+
+
+def is_blind(stage: str) -> bool:
+    """Whether ``stage``'s runs may show only their progress and compute while they train."""
+    return stage in BLIND_STAGES

@@ -40,13 +40,14 @@ from .calibrate import CALIBRATION_ITERATIONS
 from .errors import PreregError
 from .jobs import planned_runs
 from .plan import load_plan
-from .runlog import (EVALS, ITERATIONS, META_FILE, STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS, RunLogError,
-                     read_job_record, read_meta, run_busy, run_dir, utc_now)
+from .runlog import (EVALS, ITERATIONS, META_FILE, PROGRESS_COLUMNS, STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS,
+                     RunLogError, read_job_record, read_meta, run_busy, run_dir, utc_now)
 from .runlog.writerlock import heartbeat_age, read_note
+from .stages import is_blind
 
 STATES = ("pending", "queued", "running", "stopped", "failed", "complete")
 BLIND_NOTE = "blind: accuracy and contrasts stay hidden until `prereg analyze`"
-_ITER_COLS = ("iteration",) + TOKEN_KINDS + STAGE_SECONDS + (STEP_SECONDS,)
+_ITER_COLS = PROGRESS_COLUMNS  # all that is read of the iteration rows: a blind stage shows no more
 _STOPPED_EXIT = (130, 3)  # stopped by SIGTERM; found complete by another process
 
 
@@ -121,7 +122,7 @@ class StudyStatus:
 
     @property
     def blind(self) -> bool:
-        return self.stage == "main"
+        return is_blind(self.stage)
 
     @property
     def finished(self) -> bool:
@@ -234,7 +235,7 @@ def run_status(folder: Path, configuration: str, seed: int, stage: str, *, unit:
             r.note = str(e)
     if meta is not None:
         r.device = device_type(meta)
-        _progress(r, folder, cache or StatusCache(), accuracy=stage != "main")
+        _progress(r, folder, cache or StatusCache(), accuracy=not is_blind(stage))
         end = meta.ended_at if meta.status != "running" and meta.ended_at else now
         r.wall_s = max(0.0, (end - meta.started_at).total_seconds())
     r.done = r.tokens if unit == "tokens" else r.iteration

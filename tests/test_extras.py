@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 # module imported → (distribution, the extra its error names)
 OPTIONAL = {"numba": ("numba", "analyses"), "math_verify": ("math-verify", "math"), "datasets": ("datasets", "hub"),
-            "wandb": ("wandb", "wandb"), "tensorboard": ("tensorboard", "tensorboard")}
+            "wandb": ("wandb", "wandb"), "mlflow": ("mlflow-skinny", "mlflow"), "tensorboard": ("tensorboard", "tensorboard")}
 
 
 def _dists(extra: str) -> set[str]:

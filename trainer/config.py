@@ -264,6 +264,7 @@ class RunSpec(_Strict):
     eval_greedy: bool = False
     config: TrainerConfig
     tool_version: str = ""
+    trackers: list[str] = Field(default_factory=list)  # live trackers of the run (`prereg run --tracker`; trainer.core.tracking)
 
     @model_validator(mode="after")
     def _one_budget(self) -> "RunSpec":

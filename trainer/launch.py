@@ -43,9 +43,11 @@ from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
 from prereg_kit.plan import PlanFile
 from prereg_kit.runlog import RunLogError, read_meta, record_exited, record_started, run_busy
+from prereg_kit.stages import is_blind
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
 from trainer.core.program_judge import judge_meta
+from trainer.core.tracking import where_tracked
 from trainer.executors.options import check_local_jobs
 from trainer.progress_lines import RunLines
 
@@ -92,8 +94,9 @@ def seed_major(runs: Sequence) -> list:
 
 
 def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str] | None = None,
-              seeds: Sequence[int] | None = None) -> tuple[PlanFile, list[Job]]:
-    """The runs of a stage (optionally a subset), each with its spec and whether it is done."""
+              seeds: Sequence[int] | None = None, trackers: Sequence[str] = ()) -> tuple[PlanFile, list[Job]]:
+    """The runs of a stage (optionally a subset), each with its spec and whether it is done;
+    ``trackers``: the live trackers every run logs to (``trainer.core.tracking``)."""
     pf, runs = stage_runs(study_dir, stage, configs, seeds)  # main runs: locked, unchanged plan
     runs = seed_major(runs)
     plan = pf.plan
@@ -118,7 +121,8 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
                        train_to=plan.train_to(name, stage),
                        stop_iterations=CALIBRATION_ITERATIONS if stage == "calibration" else None,  # iterations 0-2
                        eval_sets=sets, eval_samples=ev.samples, eval_temperature=ev.temperature,
-                       eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfgs[name], tool_version=__version__)
+                       eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfgs[name], tool_version=__version__,
+                       trackers=list(trackers))
         jobs.append(Job(name, seed, folder, spec, _state(folder, pf.content_sha256)))
     return pf, jobs
 
@@ -358,16 +362,17 @@ def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callab
 
 def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[str] | None = None,
               seeds: Sequence[int] | None = None, n_jobs: int | None = None, console=None,
-              fresh_process: bool = False) -> list[Job]:
+              fresh_process: bool = False, trackers: Sequence[str] = ()) -> list[Job]:
     """Plan, prepare and run a stage with rich progress bars on a terminal, plain progress lines
     elsewhere (``trainer.progress_lines``); returns the jobs with results. The runs train in one
-    worker process per job slot, or with ``fresh_process`` in one process each (:func:`run_jobs`)."""
+    worker process per job slot, or with ``fresh_process`` in one process each (:func:`run_jobs`);
+    each logs live to ``trackers`` (names checked by ``trainer.core.tracking.check_trackers``)."""
     from rich.console import Console  # noqa: PLC0415
 
     con = console or Console(stderr=True)
     cuda = [d for d in default_jobs()[1] if d is not None]  # none on a CPU-only machine: no device to share
     check_local_jobs(n_jobs, len(cuda), stage)  # main-stage runs never share a GPU
-    pf, jobs = plan_jobs(study_dir, stage, configs, seeds)
+    pf, jobs = plan_jobs(study_dir, stage, configs, seeds, trackers)
     flat = plan_flat_keys(pf.plan)
     if flat:  # still read; the sectioned names are what docs/trainer.md describes
         shown = ", ".join(f"{old} → {new}" for old, new in flat[:3]) + (", …" if len(flat) > 3 else "")
@@ -385,11 +390,13 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
         con.print(f"  {j.configuration} seed {j.seed}: {j.result}")
     if len(done) + len(busy) == len(jobs):
         return jobs
+    if trackers:
+        con.print(where_tracked(trackers, pf.path.parent, stage), markup=False, highlight=False)
     t0 = time.perf_counter()
     prepare(jobs, log=lambda m: con.print(m, markup=False, highlight=False))
     if not con.is_terminal:  # a pipe or a log file: plain lines as the runs move (a bar would show only at the end)
         lines = RunLines([j for j in jobs if j.state not in ("complete", "busy")],
-                         lambda m: con.print(m, markup=False, highlight=False), blind=stage == "main").start()
+                         lambda m: con.print(m, markup=False, highlight=False), blind=is_blind(stage)).start()
         try:
             run_jobs(jobs, n_jobs, lines.update, lines.done, **_mode(fresh_process))
         finally:
@@ -419,7 +426,7 @@ def _run_with_bars(jobs: Sequence[Job], n_jobs: int | None, stage: str, con, fre
         tasks = {id(j): bar.add_task(f"{j.configuration} seed {j.seed}", total=_stop(j), info=j.state)
                  for j in jobs if j.state not in ("complete", "busy")}
 
-        blind = stage == "main"  # the main stage stays blind until it is analyzed: no accuracy shown
+        blind = is_blind(stage)  # the main stage stays blind until it is analyzed: no accuracy shown
 
         def on_progress(j: Job) -> None:
             p = j.progress

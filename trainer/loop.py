@@ -32,6 +32,7 @@ from trainer.core.evaluate import EvalSet, accuracy, evaluate, load_eval_sets
 from trainer.core.policy import Policy, load_policy, set_determinism, synchronize
 from trainer.core.program_judge import judge_meta
 from trainer.core.reward_step import Rewarder, make_rewarder, state_from_dict, state_to_dict
+from trainer.core.tracking import Tracking, check_trackers
 from trainer.core.update import learning_rate_at, make_optimizer, update_step
 from trainer.data.problems import ProblemPool, load_problems, task_pool
 from trainer.data.verifiers import get_verifier
@@ -58,6 +59,7 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
     the launchers do, so a run process started by hand obeys the lock as well."""
     if spec.stage == "main":
         require_locked(spec.study_dir)
+    check_trackers(spec.trackers)  # a tracker whose package is missing: refused before the run is touched
     with RunLock(spec.run_dir, wait_s=float(os.environ.get("PREREG_LEASE_WAIT_S", "0"))) as lock:
         if lock.stale:
             print(f"warning: {spec.run_dir}: {lock.stale}; taking the run over", file=sys.stderr)
@@ -67,7 +69,7 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
 def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Counters:
     r = setup(spec, lock)
     cfg, c, G = spec.config, r.counters, spec.config.rollout.group_size
-    with r.writer:
+    with r.writer, r.tracker:  # closed as complete, stopped or failed
         if c.eval_index == 0:  # the evaluation at the start, before any update
             _evaluate_log_checkpoint(r, spec, row=None, progress=progress)
         while not c.done:
@@ -149,6 +151,8 @@ def _log(r: "Run", row: dict | None, eval_rows: list[dict], checkpoint: bool) ->
         r.writer.log_iteration(row)
     if eval_rows:
         r.writer.log_eval_rows(eval_rows)
+    # live trackers get what the run log now holds (blind in the main stage: trainer.core.tracking)
+    r.tracker.log(c, row, {s: accuracy(eval_rows, s) for s in dict.fromkeys(e["eval_set"] for e in eval_rows)})
     t1 = time.perf_counter()
     c.excluded_seconds["logging"] += t1 - t0
     if checkpoint:  # after the rows, so a checkpoint never describes rows that are not on disk
@@ -218,6 +222,7 @@ class Run:
     ref_policy: Policy | None = None
     selector: Selector | None = None  # prompt selection: candidates, filters, dynamic sampling
     dense: DenseState = field(default_factory=DenseState)  # dense rewards: the critic's buffer, π_ref
+    tracker: Tracking = field(default_factory=Tracking)  # `prereg run --tracker`: W&B, MLflow, TensorBoard
 
 
 def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
@@ -280,7 +285,7 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
                                                    by_iterations=spec.budget_iterations is not None),
                StageClock(sync=lambda: synchronize(policy.device)), render,
                rewarder=rewarder, reward_state=state_from_dict(extra.get("reward_state")), ref_policy=ref,
-               selector=selector, dense=dense)
+               selector=selector, dense=dense, tracker=Tracking.open(spec, counters))
 
 
 def _existing_meta(folder: str) -> RunMeta | None:

@@ -27,20 +27,25 @@ class BuiltinRunner:
 
     def run(self, study_dir: str | Path, *, stage: str = "main", configs: Sequence[str] | None = None,
             seeds: Sequence[int] | None = None, n_jobs: int | None = None, console: Any = None,
-            executor: dict | None = None, fresh_process: bool = False) -> bool:
+            executor: dict | None = None, fresh_process: bool = False, trackers: Sequence[str] | None = None) -> bool:
         """Train every configuration × seed of the stage (complete runs skipped, incomplete ones
         resumed); True when no run failed. ``executor``: None (or ``{"name": "local"}``) for local
         processes, else ``{"name": "slurm" | "ray", …options}`` (``trainer.executors``).
-        ``fresh_process``: locally, one process per run rather than one worker per job slot."""
+        ``fresh_process``: locally, one process per run rather than one worker per job slot.
+        ``trackers``: W&B, MLflow, TensorBoard to log every run to live (``trainer.core.tracking``);
+        an unknown one, or one whose package is missing, is refused before anything starts."""
+        from trainer.core.tracking import check_trackers
+
+        names = check_trackers(trackers)
         if executor is not None and executor.get("name", "local") != "local":
             from trainer.executors.dispatch import run_on_executor  # noqa: PLC0415  (submitit/Ray only when asked)
 
             return run_on_executor(study_dir, stage=stage, configs=configs, seeds=seeds, executor=executor,
-                                   console=console)
+                                   console=console, trackers=names)
         from trainer.launch import run_study  # noqa: PLC0415
 
         jobs = run_study(study_dir, stage=stage, configs=configs, seeds=seeds, n_jobs=n_jobs, console=console,
-                         fresh_process=fresh_process)
+                         fresh_process=fresh_process, trackers=names)
         return not any(j.result.startswith("failed") for j in jobs)
 
     def check_configuration(self, plan: Plan, configuration: str) -> list[str]:

@@ -51,8 +51,8 @@ _LAZY = {
                      "write_job_record"], ".jobrecord"),
     **dict.fromkeys(["RunLog", "add_derived", "check_consistency", "read_run", "read_table"], ".reader"),
     **dict.fromkeys(["EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS",
-                     "META_FILE", "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STATUSES", "STEP_SECONDS", "TOKEN_KINDS",
-                     "WRITER_LOCK", "WRITER_NOTE", "Column", "LogProblem", "RunBusyError", "RunLogError",
+                     "META_FILE", "PROGRESS_COLUMNS", "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STATUSES", "STEP_SECONDS",
+                     "TOKEN_KINDS", "TRACKER_RECORD", "WRITER_LOCK", "WRITER_NOTE", "Column", "LogProblem", "RunBusyError", "RunLogError",
                      "RunLogWarning", "RunMeta", "Status", "election_sha256", "uses_elected_anchor", "utc_now",
                      "validate_frame"], ".schema"),
     "StudyRuns": ".study", "load_study": ".study",
@@ -83,8 +83,8 @@ if TYPE_CHECKING:
                             write_job_record)
     from .reader import RunLog, add_derived, check_consistency, read_run, read_table
     from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS,
-                         META_FILE, SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, STEP_SECONDS, TOKEN_KINDS,
-                         WRITER_LOCK, WRITER_NOTE, Column, LogProblem, RunBusyError, RunLogError, RunLogWarning,
+                         META_FILE, PROGRESS_COLUMNS, SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, STEP_SECONDS,
+                         TOKEN_KINDS, TRACKER_RECORD, WRITER_LOCK, WRITER_NOTE, Column, LogProblem, RunBusyError, RunLogError, RunLogWarning,
                          RunMeta, Status, election_sha256, uses_elected_anchor, utc_now, validate_frame)
     from .study import StudyRuns, load_study
     from .writer import RunLogWriter, finalize
@@ -93,7 +93,8 @@ if TYPE_CHECKING:
 __all__ = [
     "JOB_RECORD", "read_job_record", "record_exited", "record_started", "record_submitted", "write_job_record",
     "EVAL_COLUMNS", "EVALS", "ELECTION_FILE", "uses_elected_anchor", "FORMAT", "ITERATION_COLUMNS", "ITERATIONS", "KINDS", "META_FILE",
-    "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "STEP_SECONDS", "TOKEN_KINDS", "WRITER_LOCK", "WRITER_NOTE",
+    "PROGRESS_COLUMNS", "SAFE_NAME", "SCHEMAS", "STAGE_SECONDS", "STAGES", "STATUSES", "STEP_SECONDS", "TOKEN_KINDS",
+    "TRACKER_RECORD", "WRITER_LOCK", "WRITER_NOTE",
     "Column", "LogProblem", "RunBusyError", "RunLock", "RunLog", "RunLogError", "RunLogWarning", "RunLogWriter",
     "RunMeta", "Stage", "Status", "StudyRuns", "add_derived", "check_consistency", "check_inside", "election_sha256", "finalize",
     "find_runs", "load_study", "read_meta", "read_run", "read_table", "run_busy", "run_dir", "utc_now",

@@ -41,6 +41,9 @@ def uses_elected_anchor(settings: object) -> bool:
     return (rewards.get("anchor") if isinstance(rewards, dict) else settings.get("anchor")) == "elected"
 WRITER_LOCK = ".writer.lock"
 WRITER_NOTE = ".writer.json"
+# the live trackers' run ids (`prereg run --tracker`), so a resumed run continues its tracker runs:
+# a working file of the trainer, never evidence (not sealed)
+TRACKER_RECORD = "tracker.json"
 # Names that become folders: no separators, no leading dot, so a run folder stays inside its study.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,79}$")
 
@@ -188,6 +191,9 @@ SCHEMAS: dict[str, tuple[Column, ...]] = {ITERATIONS: ITERATION_COLUMNS, EVALS: 
 STAGE_SECONDS = ("seconds_selection", "seconds_generation", "seconds_credit", "seconds_update", "seconds_weight_sync")
 STEP_SECONDS = "seconds_step"  # the unsplit alternative to the five stages
 TOKEN_KINDS = ("tokens_rollout", "tokens_continuation", "tokens_discarded")
+# The iteration columns a blind stage shows while it trains (`prereg status`, live trackers): where a
+# run stands and what it spent, nothing of how well it learns (no reward, no pass rate, no length).
+PROGRESS_COLUMNS = ("iteration",) + TOKEN_KINDS + STAGE_SECONDS + (STEP_SECONDS, "updates")
 
 
 def _arrow_schema(columns: Sequence[Column]) -> pa.Schema:

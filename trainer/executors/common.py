@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from prereg_kit.runlog import run_busy
+from trainer.core.tracking import where_tracked
 from trainer.executors.task import RunTask
 from trainer.launch import LOG_FILE, Job, plan_jobs, prepare
 
@@ -17,8 +18,9 @@ PROGRESS_EVERY_S = 30.0  # a waiting submitter prints a line at least this often
 
 
 def planned(study_dir: str | Path, stage: str, configs: Sequence[str] | None, seeds: Sequence[int] | None,
-            executor: str, say: Callable[[str], None]) -> tuple[list[Job], list[RunTask]]:
-    """The stage's jobs, and one task for each that is neither complete nor held by another writer."""
+            executor: str, say: Callable[[str], None], trackers: Sequence[str] = ()) -> tuple[list[Job], list[RunTask]]:
+    """The stage's jobs, and one task for each that is neither complete nor held by another writer
+    (each task carries the live ``trackers`` to its worker)."""
     pf, jobs = plan_jobs(study_dir, stage, configs, seeds)  # main runs: locked, unchanged plan
     done = [j for j in jobs if j.state == "complete"]
     busy = [j for j in jobs if j.state == "busy"]
@@ -34,8 +36,10 @@ def planned(study_dir: str | Path, stage: str, configs: Sequence[str] | None, se
         say(f"  {j.configuration} seed {j.seed}: {j.result}")
     if todo:
         prepare(todo, log=say)  # task files, warm start: once, here, before any worker starts
-    tasks = [RunTask(str(Path(study_dir).resolve()), stage, j.configuration, j.seed, pf.content_sha256, executor)
-             for j in todo]
+        if trackers:
+            say(where_tracked(trackers, pf.path.parent, stage))
+    tasks = [RunTask(str(Path(study_dir).resolve()), stage, j.configuration, j.seed, pf.content_sha256, executor,
+                     trackers=tuple(trackers)) for j in todo]
     return jobs, tasks
 
 

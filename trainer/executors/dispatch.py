@@ -18,9 +18,10 @@ from trainer.executors.slurm import submit_slurm
 
 
 def run_on_executor(study_dir: str | Path, *, stage: str, configs: Sequence[str] | None, seeds: Sequence[int] | None,
-                    executor: dict[str, Any], console: Any = None) -> bool:
+                    executor: dict[str, Any], console: Any = None, trackers: Sequence[str] = ()) -> bool:
     """Submit (and, for Ray or ``wait``, follow) a stage's runs on the named executor; True when no
-    run failed (or, submitted without waiting, when every run was submitted)."""
+    run failed (or, submitted without waiting, when every run was submitted). ``trackers``: the
+    live trackers each run logs to from its worker (``trainer.core.tracking``)."""
     opts = executor_options(executor, stage)
     if opts is None:
         raise ValueError("run_on_executor: the local launcher is trainer.launch.run_study")
@@ -36,9 +37,9 @@ def run_on_executor(study_dir: str | Path, *, stage: str, configs: Sequence[str]
             print(msg, flush=True)
 
     if isinstance(opts, SlurmOptions):
-        return submit_slurm(study_dir, stage, configs, seeds, opts, say)
+        return submit_slurm(study_dir, stage, configs, seeds, opts, say, trackers)
     assert isinstance(opts, RayOptions)
-    return run_ray(study_dir, stage, configs, seeds, opts, say)
+    return run_ray(study_dir, stage, configs, seeds, opts, say, trackers)
 
 
 __all__ = ["run_on_executor"]

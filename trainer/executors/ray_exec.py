@@ -41,12 +41,12 @@ def connect(opts: RayOptions, say: Callable[[str], None]) -> bool:
 
 
 def run_ray(study_dir: str | Path, stage: str, configs: Sequence[str] | None, seeds: Sequence[int] | None,
-            opts: RayOptions, say: Callable[[str], None]) -> bool:
+            opts: RayOptions, say: Callable[[str], None], trackers: Sequence[str] = ()) -> bool:
     """Run the stage's runs as Ray tasks and wait for them; True when none failed."""
     import ray  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    jobs, tasks = planned(study_dir, stage, configs, seeds, "ray", say)
+    jobs, tasks = planned(study_dir, stage, configs, seeds, "ray", say, trackers)
     if not tasks:
         return report(jobs, t0, say)
     started = connect(opts, say)

@@ -57,11 +57,11 @@ def make_executor(study_dir: str | Path, opts: SlurmOptions, job_name: str):
 
 
 def submit_slurm(study_dir: str | Path, stage: str, configs: Sequence[str] | None, seeds: Sequence[int] | None,
-                 opts: SlurmOptions, say: Callable[[str], None]) -> bool:
+                 opts: SlurmOptions, say: Callable[[str], None], trackers: Sequence[str] = ()) -> bool:
     """Submit the stage's runs as one job array; wait and report when ``opts.wait``."""
     t0 = time.perf_counter()
     ex = make_executor(study_dir, opts, f"prereg-{load_plan(study_dir).plan.study.id}-{stage}")  # options first
-    jobs, tasks = planned(study_dir, stage, configs, seeds, "slurm", say)
+    jobs, tasks = planned(study_dir, stage, configs, seeds, "slurm", say, trackers)
     if not tasks:
         return report(jobs, t0, say)
     by_task = {(j.configuration, j.seed): j for j in jobs}

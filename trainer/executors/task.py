@@ -87,6 +87,7 @@ class RunTask:
     plan_hash: str  # of the plan the run was submitted under
     executor: str  # "slurm" | "ray"
     wait_s: float = BUSY_WAIT_S
+    trackers: tuple[str, ...] = ()  # the live trackers the run logs to (`prereg run --tracker`)
     _job: Any = field(default=None, repr=False, compare=False)
     _ended: bool = field(default=False, repr=False, compare=False)
 
@@ -102,7 +103,7 @@ class RunTask:
     def plan_now(self):
         """The run's job under the plan as it is now; refusals name the cause."""
         try:
-            pf, jobs = plan_jobs(self.study_dir, self.stage, [self.configuration], [self.seed])
+            pf, jobs = plan_jobs(self.study_dir, self.stage, [self.configuration], [self.seed], self.trackers)
         except PreregError as e:
             raise RunFailed(f"{self.name}: refused at start: {' '.join(e.lines)}") from None
         if pf.content_sha256 != self.plan_hash:
@@ -166,7 +167,8 @@ class RunTask:
             record_exited(job.folder, proc.returncode if proc is not None and proc.returncode is not None else -1,
                           "stopped (preempted or timed out): requeued, resumes from its last checkpoint")
             self._ended = True
-        fresh = RunTask(self.study_dir, self.stage, self.configuration, self.seed, self.plan_hash, self.executor, self.wait_s)
+        fresh = RunTask(self.study_dir, self.stage, self.configuration, self.seed, self.plan_hash, self.executor, self.wait_s,
+                        self.trackers)
         return DelayedSubmission(fresh)
 
 
