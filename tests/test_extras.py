@@ -48,11 +48,26 @@ def test_every_optional_import_is_declared_in_its_extra():
     assert "fast" not in EXTRAS  # the old name of `analyses`, documented nowhere
 
 
+def _installs(target: str) -> set[str]:
+    """The extras the Makefile's install rule ``target`` gives pip (``$(PIP) -e ".[a,b]"``)."""
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"{target}:"))
+    line = next(ln for ln in lines[start + 1:] if '-e ".[' in ln)
+    return set(line.split("[", 1)[1].split("]", 1)[0].split(","))
+
+
 def test_the_makefile_installs_the_extras_the_tests_import():
-    line = next(ln for ln in (ROOT / "Makefile").read_text().splitlines() if "pip install -q -e" in ln)
-    installed = set(line.split("[", 1)[1].split("]", 1)[0].split(","))
+    installed = _installs(".make-installed")
     assert set(EXTRAS) >= installed  # no near-miss name pip would ignore with a warning
     assert {"analyses", "hub", "dev"} <= installed  # numba (test_tabular), datasets (test_data)
+
+
+def test_the_demo_installs_only_what_it_imports():
+    """`make demo` trains the built-in example: the core and the train extra, nothing else."""
+    assert _installs(".make-demo-installed") == {"train"}
+    mk = (ROOT / "Makefile").read_text()
+    assert "demo: .make-demo-installed" in mk and "pip install -q" not in mk  # pip's own progress
+    assert "TORCH_SPEC ?= 'torch>=2.4'" in mk  # a range: torch only where it is missing, never a pin
 
 
 def test_tabular_imports_without_numba_and_its_recursion_names_the_extra():
