@@ -9,6 +9,8 @@ or left behind in it:
 - a main run that started before the plan was locked (refused at import with both times named,
   the rule the audit applies later);
 - a refused import leaves no folder it made (no empty `runs/<configuration>/`).
+
+The built-in trainer's launcher refuses the same symbolic links before it runs anything.
 """
 
 from __future__ import annotations
@@ -223,3 +225,19 @@ def test_a_run_is_recorded_under_the_plan_entry_in_force_when_it_started(tmp_pat
     with pytest.raises(ViolationError, match=r"A/seed-2: main run started 2026-01-10T11:00:00Z, before the plan was locked"):
         late.started_at = T_LOCK - timedelta(hours=1)
         write_imported_run(study, "A", 2, late)
+
+
+def test_the_built_in_trainer_refuses_a_symbolic_link_on_the_way_to_a_run_too(tmp_path):
+    pytest.importorskip("torch")
+    from trainer.launch import plan_jobs
+
+    study = tmp_path / "demo"
+    study.mkdir()
+    (study / "plan.toml").write_text((Path(__file__).resolve().parents[1] / "examples" / "demo" / "plan.toml").read_text())
+    lock_at(study / "plan.toml", T_LOCK)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (study / "runs").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(PreregError, match=rf"{study / 'runs'}: a symbolic link \(to {outside}\).*nothing run"):
+        plan_jobs(study)
+    assert _files(outside) == []

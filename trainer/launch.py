@@ -42,7 +42,7 @@ from prereg_kit.calibrate import CALIBRATION_ITERATIONS
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
 from prereg_kit.plan import PlanFile
-from prereg_kit.runlog import RunLogError, read_meta, record_exited, record_started, run_busy
+from prereg_kit.runlog import RunLogError, check_inside, read_meta, record_exited, record_started, run_busy
 from prereg_kit.stages import is_blind
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
@@ -107,6 +107,10 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
     cfgs: dict[str, object] = {}
     for run in runs:
         name, seed, folder = run.configuration, run.seed, run.folder
+        try:  # a symbolic link on the way would put the run, and its seal, outside the study
+            check_inside(study, folder)
+        except RunLogError as e:
+            raise PreregError(f"{e}; nothing run") from None
         if name not in cfgs:
             if not plan.configurations[name].runnable:
                 raise PreregError(f"{pf.path}: configuration {name!r} is marked runnable = false: "
