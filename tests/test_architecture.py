@@ -46,7 +46,7 @@ LAYERS = {
     "prereg_kit.integrations": [
         ("core", ["prereg_kit.integrations.__init__", "prereg_kit.integrations.tracker_presets",
                   "prereg_kit.integrations.rescore", "prereg_kit.integrations.importing"]),
-        ("readers", ["prereg_kit.integrations.trackers", "prereg_kit.integrations.tracker_evals",
+        ("readers", ["prereg_kit.integrations.trackers", "prereg_kit.integrations.trl_outputs", "prereg_kit.integrations.tracker_evals",
                      "prereg_kit.integrations.tracker_run", "prereg_kit.integrations.verl",
                      "prereg_kit.integrations.openrlhf", "prereg_kit.integrations.trl_state",
                      "prereg_kit.integrations.tensorboard", "prereg_kit.integrations.mlflow",
