@@ -51,7 +51,7 @@ LAYERS = {
                      "prereg_kit.integrations.openrlhf", "prereg_kit.integrations.trl_state",
                      "prereg_kit.integrations.tensorboard", "prereg_kit.integrations.mlflow",
                      "prereg_kit.integrations.wandb"]),
-        ("trl", ["prereg_kit.integrations.trl_rewards", "prereg_kit.integrations.trl_deferred",
+        ("trl", ["prereg_kit.integrations.trl_rewards", "prereg_kit.integrations.trl_deferred", "prereg_kit.integrations.trl_args",
                  "prereg_kit.integrations.trl"]),
         ("commands", ["prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
                       "prereg_kit.integrations.trl_command"]),

@@ -5,6 +5,8 @@ seconds. A real GRPOTrainer runs in tests/test_trl_integration.py (slow)."""
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -140,6 +142,71 @@ def test_evaluations_at_first_iteration_reaching_each_interval_and_stop_at_train
     assert read_meta(cb.run_dir).status == "complete" and read_meta(cb.run_dir).trainer == "trl"
     assert run.iterations["tokens_rollout"].tolist() == per
     assert (cb.run_dir / "seal.json").exists() or read_meta(cb.run_dir).status == "complete"
+
+
+def _train_to_the_end(cb, tmp_path):
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
+    while not control.should_training_stop:
+        step(cb, args, st, control, [20] * 16)
+    cb.on_train_end(args, st, control)
+
+
+def _emitted(capsys, caplog) -> str:
+    out = capsys.readouterr()
+    return "\n".join([out.out, out.err, *(r.getMessage() for r in caplog.records)])
+
+
+def test_a_main_stage_run_reports_progress_blind(study, tmp_path, monkeypatch, capsys, caplog):
+    """Like the built-in trainer's progress lines in the main stage (trainer.progress_lines,
+    blind): iteration, tokens and evaluations, never an accuracy, a reward or a contrast; through
+    the prereg_kit logger, nothing printed."""
+    caplog.set_level(logging.DEBUG, logger="prereg_kit")
+    cb, ev = make(study, monkeypatch)  # the fake evaluator's rows: 1 of 4 samples correct (0.25)
+    monkeypatch.setattr(trlmod, "accuracy", lambda *a, **k: pytest.fail("an accuracy computed in the main stage"))
+    _train_to_the_end(cb, tmp_path)
+    assert len(ev.calls) == 5 and read_meta(cb.run_dir).status == "complete"
+    text = _emitted(capsys, caplog)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[:2] == ["grpo seed 0: started", "grpo seed 0: evaluation 0 at iteration 0, 0 / 2.5K tokens"]
+    assert "grpo seed 0: evaluation 4 at iteration 8, 2.6K / 2.5K tokens" in lines
+    assert re.fullmatch(r"grpo seed 0: complete at iteration 8, 2\.6K / 2\.5K tokens \(\d+ s\)", lines[-1])
+    assert all(r.name.startswith("prereg_kit.") for r in caplog.records)
+    assert not re.search(r"acc|reward|contrast|0\.25|correct", text, re.IGNORECASE), text
+    assert capsys.readouterr() == ("", "")
+
+
+PILOT = """
+[[stages]]
+name = "pilot"
+configurations = ["grpo"]
+seeds = [0]
+"""
+
+
+def test_a_pilot_run_shows_what_the_built_in_trainer_shows_there(tmp_path, monkeypatch, caplog):
+    d = tmp_path / "pilot-study"
+    d.mkdir()
+    (d / "plan.toml").write_text(PLAN.read_text() + PILOT)
+    caplog.set_level(logging.INFO, logger="prereg_kit")
+    cb, _ = make(d, monkeypatch, stage="pilot")
+    _train_to_the_end(cb, tmp_path)
+    lines = [r.getMessage() for r in caplog.records]
+    assert "grpo seed 0: evaluation 1 at iteration 2, 640 / 2.5K tokens, acc 0.250" in lines
+    assert re.fullmatch(r"grpo seed 0: complete at iteration 8, 2\.6K / 2\.5K tokens, acc 0\.250 \(\d+ s\)", lines[-1])
+
+
+def test_an_incomplete_run_warns_through_the_logger(study, tmp_path, monkeypatch, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="prereg_kit")
+    cb, _ = make(study, monkeypatch)
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
+    step(cb, args, st, control, [20] * 16)
+    cb.on_train_end(args, st, control)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "the run is incomplete: resume it" in warned[0].getMessage()
+    assert caplog.records[-2].getMessage().startswith("grpo seed 0: stopped at iteration 1, 320 / 2.5K tokens")
+    assert capsys.readouterr() == ("", "")
 
 
 def test_iterations_span_optimizer_steps(study, tmp_path, monkeypatch):
