@@ -212,10 +212,12 @@ def test_refusals_name_the_file_entry_key_and_value_as_written(tmp_path, change,
     ({"generation_batch_size": 12, "world_size": 1}, ("key 'generation_batch_size' is 12, but per_device_train_batch_size "
                                                      "4 x world_size 1 x steps_per_generation 2 differ")),
     ({"logging_steps": 2}, "key 'logging_steps' is 2: TRL then averages its metrics"),
+    ({"generation_batch_size": 9}, "key 'generation_batch_size' is 9, not a multiple of steps_per_generation 2"),
+    ([4, 2], "expected a JSON object of TRL's arguments"),
 ])
 def test_trl_arguments_are_checked_as_written(tmp_path, args, msg):
     d = _write(tmp_path, trl_state())
-    (tmp_path / "args.json").write_text(json.dumps(ARGS | args))
+    (tmp_path / "args.json").write_text(json.dumps(ARGS | args if isinstance(args, dict) else args))
     with pytest.raises(PreregError) as e:
         import_trl_state(d, args=tmp_path / "args.json")
     assert str(e.value).startswith(f"{tmp_path / 'args.json'}: ") and msg in str(e.value), str(e.value)
@@ -239,12 +241,16 @@ def test_unreadable_files_exit_2_in_one_line(tmp_path):
     (tmp_path / "junk.json").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "cut.json").write_text('{"log_history": [{"step": 1,')
     (tmp_path / "latin.json").write_bytes(b'{"log_history": "caf\xe9"}')
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    (tmp_path / "long.json").write_text('{"global_step": ' + "9" * 5000 + "}")
     (tmp_path / "out" / "checkpoint-2").mkdir(parents=True)
     (tmp_path / "out" / "checkpoint-2" / "trainer_state.json").write_text(json.dumps(trl_state(2)))
     (tmp_path / "args.json").write_bytes(b"\x00\x01 not json")
     cases = [(tmp_path / "empty.json", [], "empty.json: empty file, expected TRL's trainer_state.json"),
              (tmp_path / "junk.json", [], "junk.json: binary content, not TRL's trainer_state.json"),
              (tmp_path / "latin.json", [], "latin.json: not UTF-8 text (byte 20), expected TRL's trainer_state.json"),
+             (tmp_path / "deep.json", [], "deep.json: not readable as JSON (maximum recursion depth exceeded"),
+             (tmp_path / "long.json", [], "long.json: not readable as JSON (Exceeds the limit (4300 digits)"),
              (tmp_path / "cut.json", [], "cut.json: not JSON (line 1, column 29: Expecting property name"),
              (tmp_path / "missing.json", [], "missing.json: no such file"),
              (tmp_path / "out", [], "out: no trainer_state.json in this folder; TRL writes one into each checkpoint"),
@@ -267,6 +273,9 @@ def test_write_into_a_study(tmp_path):
     (tmp_path / "out.jsonl").write_text(outputs_lines())
     run = import_trl_state(d, args=ARGS, evaluations=tmp_path / "out.jsonl", eval_set="test", eval_seed=0, started_at=T_RUN)
     assert sorted(run.evaluations["iteration"].unique()) == [0, 3, 6] and run.trainer == "trl"
+    (tmp_path / "late.jsonl").write_text(outputs_lines((0, 9)))
+    with pytest.raises(PreregError, match=r"late.jsonl: an evaluation at step 9, after the last step logged \(6\)"):
+        import_trl_state(d, args=ARGS, evaluations=tmp_path / "late.jsonl", eval_set="test")
     assert run.source["files"][0]["path"] == "trainer_state.json"
     folder = write_imported_run(study, "A", 0, run)
     assert (folder / "iterations.parquet").exists() or (folder / "iterations.jsonl").exists()
