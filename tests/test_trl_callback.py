@@ -19,19 +19,25 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from transformers import TrainerControl  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
+from transformers import TrainerControl
+from trl import GRPOConfig
 
-import prereg_kit.integrations.trl as trlmod  # noqa: E402
-from prereg_kit.errors import PreregError  # noqa: E402
-from prereg_kit.integrations.trl import PreregCallback, check_args  # noqa: E402
-from prereg_kit.integrations.trl_rewards import TokenCounter, VerifierReward, reward_functions  # noqa: E402
-from prereg_kit.lock import lock_plan  # noqa: E402
-from prereg_kit.runlog import read_meta, read_run  # noqa: E402
-from trainer.core.assets import Assets  # noqa: E402
-from trainer.core.evaluate import EvalSet  # noqa: E402
-
-from prereg_kit.runlog import ITERATION_COLUMNS  # noqa: E402
+import prereg_kit.integrations.trl as trlmod
+from prereg_kit.errors import PreregError
+from prereg_kit.integrations.trl import PreregCallback, check_args
+from prereg_kit.integrations.trl_rewards import (
+    TokenCounter,
+    VerifierReward,
+    reward_functions,
+)
+from prereg_kit.lock import lock_plan
+from prereg_kit.runlog import (
+    ITERATION_COLUMNS,
+    read_meta,
+    read_run,
+)
+from trainer.core.assets import Assets
+from trainer.core.evaluate import EvalSet
 
 pytestmark = pytest.mark.skipif("seconds_step" not in {c.name for c in ITERATION_COLUMNS},
                                 reason="the run-log format has no unsplit seconds_step yet")
@@ -49,9 +55,9 @@ def study(tmp_path: Path) -> Path:
 
 
 def grpo_args(tmp_path: Path, **kw) -> GRPOConfig:
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=16, num_generations=8,
-                max_completion_length=40, learning_rate=1e-4, lr_scheduler_type="constant", logging_steps=1,
-                report_to=[], use_cpu=True, temperature=1.0, top_p=1.0, beta=0.0)
+    base = {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 16, "num_generations": 8,
+            "max_completion_length": 40, "learning_rate": 1e-4, "lr_scheduler_type": "constant", "logging_steps": 1,
+            "report_to": [], "use_cpu": True, "temperature": 1.0, "top_p": 1.0, "beta": 0.0}
     return GRPOConfig(**{**base, **kw})
 
 
@@ -287,7 +293,7 @@ def test_a_non_main_process_writes_nothing_but_stops_with_the_main_one(study, tm
 
 
 def test_resume_truncates_to_the_checkpoint_and_continues(study, tmp_path, monkeypatch):
-    cb, ev = make(study, monkeypatch)
+    cb, _ev = make(study, monkeypatch)
     args, st, control = grpo_args(tmp_path), state(), TrainerControl()
     cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
     for _ in range(5):  # 5 × 320 tokens: evaluations after iterations 2 (640) and 4 (1280); then a crash
@@ -359,12 +365,11 @@ class SavableModel(torch.nn.Linear):
 
 
 def test_deferred_evaluation_records_checkpoints_and_scores_them_later(study, tmp_path, monkeypatch):
-    import trainer.core.engines as engines
-    import trainer.core.policy as policy
+    from typer.testing import CliRunner
 
     import prereg_kit.integrations.trl_deferred as deferred
     from prereg_kit.integrations.trl_command import app
-    from typer.testing import CliRunner
+    from trainer.core import engines, policy
 
     cb, ev = make(study, monkeypatch, evaluate="deferred")
     tok = SimpleNamespace(padding_side="left", save_pretrained=lambda p: None)
@@ -399,7 +404,7 @@ def test_deferred_evaluation_records_checkpoints_and_scores_them_later(study, tm
 
 
 def test_a_run_resumed_after_its_last_evaluation_only_finishes(study, tmp_path, monkeypatch):
-    cb, ev = make(study, monkeypatch)
+    cb, _ev = make(study, monkeypatch)
     args, st, control = grpo_args(tmp_path), state(), TrainerControl()
     cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
     while not control.should_training_stop:
