@@ -5,6 +5,7 @@ seconds. A real GRPOTrainer runs in tests/test_trl_integration.py (slow)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -67,8 +68,10 @@ class Evaluations:
     def __init__(self):
         self.calls: list[tuple[int, int, int]] = []
 
-    def __call__(self, engine, policy, sets, c, spec, sandbox=None):
+    def __call__(self, engine, policy, sets, c, spec, sandbox=None, record=None):
         self.calls.append((c.eval_index, c.iteration, c.total_tokens))
+        if record is not None:  # the problem's 4 samples, 1 correct
+            record("heldout", SimpleNamespace(id="p0", prompt="What is 0+1?", answer="1"), ["\\boxed{1}", "2", "7", "x"])
         return [{"eval_index": c.eval_index, "iteration": c.iteration, "eval_set": "heldout", "problem_id": "p0",
                  "eval_seed": 7, "tokens": c.total_tokens, "train_seconds": c.train_seconds, "updates": c.updates,
                  "samples": 4, "correct": 1, "correct_strict": 1, "boxed": 1}]
@@ -213,6 +216,33 @@ def test_an_incomplete_run_warns_through_the_logger(study, tmp_path, monkeypatch
     assert len(warned) == 1 and "the run is incomplete: resume it" in warned[0].getMessage()
     assert caplog.records[-2].getMessage().startswith("grpo seed 0: stopped at iteration 1, 320 / 2.5K tokens")
     assert capsys.readouterr() == ("", "")
+
+
+def test_live_evaluation_outputs_are_kept_for_read_outputs(study, tmp_path, monkeypatch):
+    """outputs=PATH: each live evaluation's completions, one line each, as rescore.read_outputs
+    reads them; a resume keeps the lines of the evaluations its log keeps."""
+    from prereg_kit.integrations.rescore import read_outputs
+
+    out = tmp_path / "outputs.jsonl"
+    out.write_text('{"eval_index": 0, "stale": true}\n')  # a fresh run starts the file anew
+    cb, _ = make(study, monkeypatch, outputs=out)
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
+    for _ in range(5):  # evaluations after iterations 2 and 4; then the process dies
+        step(cb, args, st, control, [20] * 16)
+    cb.writer.__exit__(None, None, None)
+    assert [json.loads(x)["step"] for x in out.read_text().splitlines()] == [0] * 4 + [2] * 4 + [4] * 4
+    cb2, _ = make(study, monkeypatch, outputs=out)
+    st2, control2 = state(step=2), TrainerControl()  # TRL resumes from checkpoint-2: evaluation 2 is redone
+    cb2.on_train_begin(args, st2, control2, model=MODEL, processing_class=TOK)
+    assert [json.loads(x)["eval_index"] for x in out.read_text().splitlines()] == [0] * 4 + [1] * 4
+    while not control2.should_training_stop:
+        step(cb2, args, st2, control2, [20] * 16)
+    rows = read_outputs(out, eval_set=None)
+    assert rows["iteration"].tolist() == [0, 2, 4, 6, 8] and rows["problem_id"].unique().tolist() == ["p0"]
+    assert rows["samples"].tolist() == [4] * 5 and rows["correct"].tolist() == [1] * 5
+    with pytest.raises(PreregError, match="outputs = .* with evaluate = 'deferred'"):
+        PreregCallback(study, "grpo", 0, evaluate="deferred", outputs=out)
 
 
 def test_iterations_span_optimizer_steps(study, tmp_path, monkeypatch):

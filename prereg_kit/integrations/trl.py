@@ -26,6 +26,9 @@ What is counted, in the papers' terms (paper 1 §2.3 and Appendix D; extract §3
   ``on_log``, after the timed step. Training stops after the evaluation at or after ``train_to``.
   ``evaluate="deferred"`` records a checkpoint per evaluation point instead, scored later by
   ``prereg evaluate-checkpoints`` (``trl_deferred``) with the same evaluator and seeds.
+* **Outputs** (``outputs=PATH``): every live evaluation's completions appended as JSON lines
+  (``step`` = TRL's global step, ``eval_index``, ``eval_set``, ``problem_id``, ``input``,
+  ``output``, ``answer``): the outputs file ``rescore.read_outputs`` and ``--evaluations`` read.
 * **Progress**: the lines ``prereg run`` writes (``trainer.progress_lines``), through the
   ``prereg_kit`` logger, never printed; blind in the main stage (no accuracy, reward or
   contrast until the study is analyzed), the last accuracy in the other stages.
@@ -88,10 +91,14 @@ class _PreregCallback:
 
     def __init__(self, study_dir: str | Path, configuration: str, seed: int, *, stage: str = "main",
                  evaluate: str = "live", tokenizer: Any = None, eval_batch_size: int | None = None,
-                 counter: TokenCounter | None = None) -> None:
+                 counter: TokenCounter | None = None, outputs: str | Path | None = None) -> None:
         if evaluate not in ("live", "deferred"):
             raise PreregError(f"PreregCallback: evaluate = {evaluate!r}: expected 'live' or 'deferred'")
         self.deferred = evaluate == "deferred"
+        if outputs is not None and self.deferred:
+            raise PreregError(f"PreregCallback: outputs = {str(outputs)!r} with evaluate = 'deferred': the outputs are "
+                              "those of live evaluations")
+        self.outputs = Path(outputs) if outputs is not None else None
         pf = load_plan(study_dir)
         if stage == "main":
             require_locked(pf)  # before anything of the run is opened
@@ -196,6 +203,8 @@ class _PreregCallback:
             if state.global_step:
                 raise PreregError(f"{folder}: TRL resumes at step {state.global_step} but the run has no log")
             self.writer = RunLogWriter(folder, meta)
+        if self.outputs is not None:  # a resume keeps the evaluations its log keeps
+            _keep_outputs(self.outputs, self.counters.eval_index if resume else 0)
         if self.counters.eval_index == 0:
             self._report(self._evaluate(model, row=None, step=0))
         else:
@@ -395,21 +404,40 @@ class _PreregCallback:
             cfg = cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"batch_size": self.eval_batch_size})})
         policy = Policy(model, tok, device, autocast_dtype(cfg, device), cfg, str(self.assets().model_path))
         spec = self.spec.model_copy(update={"config": cfg})
+        kept: list[dict] = []
+        c = self.counters
+
+        def record(name, problem, texts) -> None:
+            kept.extend({"step": step, "eval_index": c.eval_index, "eval_set": name, "problem_id": problem.id,
+                         "input": problem.prompt, "output": t, "answer": problem.answer} for t in texts)
+
         t0 = _clock()
         try:
             tok.padding_side = "left"  # prompts left-padded so completions start at one column
-            rows = run_evaluation(HFEngine(policy), policy, self._eval_sets, self.counters, spec)
+            rows = run_evaluation(HFEngine(policy), policy, self._eval_sets, c, spec,
+                                  record=record if self.outputs is not None else None)
         finally:
             tok.padding_side = side
         secs = _clock() - t0
-        c = self.counters
         c.excluded_seconds["evaluation"] += secs
         c.eval_index += 1
         if row is not None:
             row["seconds_evaluation"] = secs
             self.writer.log_iteration(row)
         self.writer.log_eval_rows(rows)
+        if self.outputs is not None:
+            with open(self.outputs, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in kept))
         return rows
+
+
+def _keep_outputs(path: Path, before: int) -> None:
+    """Keep the lines of the outputs file of evaluations before ``before`` (a fresh run: none)."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() and before else []
+    keep = [ln for ln in lines if ln.strip() and json.loads(ln).get("eval_index", before) < before]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+    tmp.replace(path)
 
 
 def _main(state) -> bool:
