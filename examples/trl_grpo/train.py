@@ -32,9 +32,14 @@ def main() -> None:
 
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, PrinterCallback
-    from transformers.utils import logging as hf_logging
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        PreTrainedTokenizerFast,
+        PrinterCallback,
+    )
     from transformers.trainer_utils import get_last_checkpoint
+    from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
     from prereg_kit.integrations.trl import PreregCallback
