@@ -3,19 +3,20 @@
 verl: ``verl/utils/tracking.py`` FileLogger writes ``{"step": N, "data": {...}}`` per line; the
 validation dumps (``ray_trainer._dump_generations``) write ``<global_step>.jsonl`` with input,
 output, gts, score, step per line. TRL: ``Trainer.save_state`` writes ``trainer_state.json`` with
-``log_history``.
+``log_history`` (written here through transformers' ``TrainerState.save_to_json``; a real run's
+files are built by ``trl_runs.real_run``).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 from plans import lock_at
 
-T_LOCK = datetime(2026, 1, 10, 12, 0, tzinfo=timezone.utc)
+T_LOCK = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 T_RUN = T_LOCK + timedelta(days=1)
 
 IMPORT_PLAN = """\
@@ -136,31 +137,89 @@ def write_verl_run(folder: Path, seed: int, skill: float, *, drop: tuple[str, ..
     return {"log": folder / "metrics.jsonl", "val": val_dir, "config": folder / "config.yaml"}
 
 
-def trl_state(steps: int = 6, *, every: int = 1, completions: int = 8, step_time: bool = True, mean_length: float = 40.0,
-              prompt_length: float = 15.0) -> dict:
-    """``trainer_state.json`` as ``Trainer.save_state`` writes it after a GRPOTrainer run
-    (``log_history``: training entries every ``every`` steps, an eval entry, the summary entry)."""
+def grpo_entry(step: int, *, generated: bool, num_tokens: float = 0.0, mean_length: float = 40.0, step_time: float = 2.5,
+               epoch: float = 0.0, ints: bool = False, drop: tuple[str, ...] = (), reward: str = "prereg_default") -> dict:
+    """One training entry of ``log_history`` with the keys TRL 1.16 logs (beta = 0): transformers
+    5.24, trainer.py ``_maybe_log_save_evaluate``: ``loss``, ``grad_norm``, ``learning_rate``; TRL,
+    trl/trainer/grpo_trainer.py, ``_generate_and_score_completions`` (a step that generates only):
+    ``num_tokens``, ``completions/{mean,min,max}_length``, ``completions/clipped_ratio``,
+    ``completions/{mean,min,max}_terminated_length``, ``rewards/<function>/mean|std``, ``reward``,
+    ``reward_std``, ``frac_reward_zero_std``; ``_compute_loss``: ``entropy``, ``clip_ratio/*``;
+    ``training_step``: ``step_time``; ``Trainer.log``: ``epoch``, ``step``. ``ints``: whole values
+    written as JSON integers (a float that happens to be whole is written 40.0 by TRL)."""
+    num = int if ints else float
+    e = {"loss": num(0), "grad_norm": 0.5, "learning_rate": 1e-6, "entropy": 4.8, "clip_ratio/low_mean": num(0),
+         "clip_ratio/high_mean": num(0), "clip_ratio/region_mean": num(0), "clip_ratio/low_min": num(0),
+         "clip_ratio/high_max": num(0), "step_time": num(step_time) if float(step_time).is_integer() else step_time,
+         "epoch": epoch, "step": step}
+    if generated:
+        e.update({"num_tokens": num(num_tokens), "completions/mean_length": num(mean_length),
+                  "completions/min_length": num(10), "completions/max_length": num(64), "completions/clipped_ratio": 0.125,
+                  "completions/mean_terminated_length": num(38), "completions/min_terminated_length": num(10),
+                  "completions/max_terminated_length": num(60), f"rewards/{reward}/mean": 0.5, f"rewards/{reward}/std": 0.5,
+                  "reward": 0.5, "reward_std": 0.4, "frac_reward_zero_std": 0.25})
+    for k in drop:
+        e.pop(k, None)
+    return e
+
+
+def grpo_eval_entry(step: int, epoch: float, reward: str = "prereg_default") -> dict:
+    """An evaluation entry: ``Trainer.evaluate``'s ``eval_loss``, ``eval_runtime`` and speeds, and
+    GRPOTrainer.log's metrics of the evaluation prefixed ``eval_`` (TRL 1.16, ``GRPOTrainer.log``)."""
+    keys = ["num_tokens", "completions/mean_length", "completions/min_length", "completions/max_length",
+            "completions/clipped_ratio", "completions/mean_terminated_length", "completions/min_terminated_length",
+            "completions/max_terminated_length", f"rewards/{reward}/mean", f"rewards/{reward}/std", "reward", "reward_std",
+            "frac_reward_zero_std", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+            "clip_ratio/low_min", "clip_ratio/high_max"]
+    return {"eval_loss": 0.0, "eval_runtime": 3.0, "eval_samples_per_second": 1.0, "eval_steps_per_second": 0.5,
+            **{f"eval_{k}": 0.4 for k in keys}, "epoch": epoch, "step": step}
+
+
+def trl_state(steps: int = 6, *, every: int = 1, span: int = 1, completions: int = 8, step_time: bool = True,
+              mean_length: float = 40.0, prompt_length: float = 15.0, eval_every: int = 3, eval_at_start: bool = False,
+              ints: bool = False, drop: tuple[str, ...] = ()) -> dict:
+    """The fields of transformers' ``TrainerState`` after a GRPOTrainer run of ``steps`` optimizer
+    steps, as ``Trainer.save_state`` writes them: ``log_history`` with a training entry every
+    ``every`` steps (``logging_steps``), a generation every ``span`` steps (``steps_per_generation x
+    num_iterations / gradient_accumulation_steps``) of ``completions`` completions, an evaluation
+    entry every ``eval_every`` steps (0: none) and at step 0 with ``eval_at_start``, and the
+    closing summary entry. ``drop``: keys left out of the training entries."""
     hist, num_tokens = [], 0
+    if eval_at_start:
+        hist.append(grpo_eval_entry(0, 0.0))
     for step in range(1, steps + 1):
-        num_tokens += int(completions * (mean_length + prompt_length))
-        if step % every:
-            continue
-        e = {"loss": 0.01, "grad_norm": 0.5, "learning_rate": 1e-6, "num_tokens": float(num_tokens),
-             "completions/mean_length": mean_length, "completions/min_length": 10.0, "completions/max_length": 64.0,
-             "completions/clipped_ratio": 0.125, "rewards/accuracy/mean": 0.5, "reward": 0.5, "reward_std": 0.4,
-             "frac_reward_zero_std": 0.25, "kl": 0.0, "clip_ratio/region_mean": 0.0, "epoch": step / steps, "step": step}
-        if step_time:
-            e["step_time"] = 2.5
-        hist.append(e)
-        if step == steps // 2:
-            hist.append({"eval_loss": 0.0, "eval_reward": 0.4, "eval_runtime": 3.0, "epoch": step / steps, "step": step})
+        generated = (step - 1) % span == 0
+        if generated:
+            num_tokens += int(completions * (mean_length + prompt_length))
+        if step % every == 0:
+            hist.append(grpo_entry(step, generated=generated, num_tokens=num_tokens, mean_length=mean_length,
+                                   step_time=2.5 if not ints else 2, epoch=step / steps, ints=ints,
+                                   drop=drop + (() if step_time else ("step_time",))))
+        if eval_every and step % eval_every == 0:
+            hist.append(grpo_eval_entry(step, step / steps))
     hist.append({"train_runtime": 40.0, "train_samples_per_second": 1.0, "train_steps_per_second": 0.1,
                  "total_flos": 0.0, "train_loss": 0.01, "epoch": 1.0, "step": steps})
-    return {"best_metric": None, "best_model_checkpoint": None, "epoch": 1.0, "eval_steps": 500, "global_step": steps,
-            "is_hyper_param_search": False, "is_local_process_zero": True, "is_world_process_zero": True,
-            "log_history": hist, "logging_steps": every, "max_steps": steps, "num_input_tokens_seen": 0,
-            "num_train_epochs": 1, "save_steps": 500, "stateful_callbacks": {}, "total_flos": 0.0,
-            "train_batch_size": 4, "trial_name": None, "trial_params": None}
+    return {"best_global_step": None, "best_metric": None, "best_model_checkpoint": None, "epoch": 1.0,
+            "eval_steps": eval_every or 500, "global_step": steps, "is_hyper_param_search": False,
+            "is_local_process_zero": True, "is_world_process_zero": True, "log_history": hist, "logging_steps": every,
+            "max_steps": steps, "num_input_tokens_seen": 0, "num_train_epochs": 1, "save_steps": 500,
+            "stateful_callbacks": {}, "total_flos": 0.0, "train_batch_size": 4, "trial_name": None, "trial_params": None}
+
+
+def checkpoint_state(state: dict, step: int) -> dict:
+    """The state a checkpoint at ``step`` holds (``Trainer._save_checkpoint``): the log_history
+    up to that step, without the closing summary; a run resumed from it continues this history."""
+    hist = [e for e in state["log_history"] if e["step"] <= step and "train_runtime" not in e]
+    return {**state, "log_history": hist, "global_step": step}
+
+
+def write_trl_state(folder: Path, state: dict) -> Path:
+    """``folder/trainer_state.json`` written by transformers' own ``TrainerState.save_to_json``."""
+    from transformers import TrainerState
+
+    folder.mkdir(parents=True, exist_ok=True)
+    TrainerState(**state).save_to_json(str(folder / "trainer_state.json"))
+    return folder
 
 
 def openrlhf_lines(steps: int = 6, *, samples: int = 16, time: bool = True, extra: dict | None = None) -> str:

@@ -69,3 +69,15 @@ def test_evaluate_scores_a_start_and_B_set_only_there_and_logs_levels_and_log_le
     assert first["p1"]["level"] == 5 and "level" not in first["p2"]  # a problem without a level logs none
     assert first["p1"]["log_length"] == pytest.approx((math.log(3) + math.log(8)) / 2)
     assert first["p1"]["correct"] == 2 and first["p2"]["correct"] == 0
+
+
+def test_evaluate_hands_each_problems_samples_to_record():
+    """``record``: each scored problem's sampled completions, in order (the TRL callback keeps them
+    as an outputs file); sets not scored at this evaluation are not recorded."""
+    probs = (Problem("p1", "1?", "1", 5), Problem("p2", "2?", "2", None))
+    sets = [EvalSet("main", probs), EvalSet("extra", probs[:1], ("B",))]
+    kept = []
+    rows = evaluate(_Engine(), SimpleNamespace(render=lambda p: p), sets, Counters(), _spec(100),
+                    record=lambda name, p, texts: kept.append((name, p.id, list(texts))))
+    assert kept == [("main", "p1", ["\\boxed{1}"] * 2), ("main", "p2", ["\\boxed{1}"] * 2)]
+    assert [r["problem_id"] for r in rows] == ["p1", "p2"]

@@ -5,6 +5,9 @@ seconds. A real GRPOTrainer runs in tests/test_trl_integration.py (slow)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -17,19 +20,25 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from transformers import TrainerControl  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
+from transformers import TrainerControl
+from trl import GRPOConfig
 
-import prereg_kit.integrations.trl as trlmod  # noqa: E402
-from prereg_kit.errors import PreregError  # noqa: E402
-from prereg_kit.integrations.trl import PreregCallback, check_args  # noqa: E402
-from prereg_kit.integrations.trl_rewards import TokenCounter, VerifierReward, reward_functions  # noqa: E402
-from prereg_kit.lock import lock_plan  # noqa: E402
-from prereg_kit.runlog import read_meta, read_run  # noqa: E402
-from trainer.core.assets import Assets  # noqa: E402
-from trainer.core.evaluate import EvalSet  # noqa: E402
-
-from prereg_kit.runlog import ITERATION_COLUMNS  # noqa: E402
+import prereg_kit.integrations.trl as trlmod
+from prereg_kit.errors import PreregError
+from prereg_kit.integrations.trl import PreregCallback, check_args
+from prereg_kit.integrations.trl_rewards import (
+    TokenCounter,
+    VerifierReward,
+    reward_functions,
+)
+from prereg_kit.lock import lock_plan
+from prereg_kit.runlog import (
+    ITERATION_COLUMNS,
+    read_meta,
+    read_run,
+)
+from trainer.core.assets import Assets
+from trainer.core.evaluate import EvalSet
 
 pytestmark = pytest.mark.skipif("seconds_step" not in {c.name for c in ITERATION_COLUMNS},
                                 reason="the run-log format has no unsplit seconds_step yet")
@@ -47,9 +56,9 @@ def study(tmp_path: Path) -> Path:
 
 
 def grpo_args(tmp_path: Path, **kw) -> GRPOConfig:
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=16, num_generations=8,
-                max_completion_length=40, learning_rate=1e-4, lr_scheduler_type="constant", logging_steps=1,
-                report_to=[], use_cpu=True, temperature=1.0, top_p=1.0, beta=0.0)
+    base = {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 16, "num_generations": 8,
+            "max_completion_length": 40, "learning_rate": 1e-4, "lr_scheduler_type": "constant", "logging_steps": 1,
+            "report_to": [], "use_cpu": True, "temperature": 1.0, "top_p": 1.0, "beta": 0.0}
     return GRPOConfig(**{**base, **kw})
 
 
@@ -59,8 +68,10 @@ class Evaluations:
     def __init__(self):
         self.calls: list[tuple[int, int, int]] = []
 
-    def __call__(self, engine, policy, sets, c, spec, sandbox=None):
+    def __call__(self, engine, policy, sets, c, spec, sandbox=None, record=None):
         self.calls.append((c.eval_index, c.iteration, c.total_tokens))
+        if record is not None:  # the problem's 4 samples, 1 correct
+            record("heldout", SimpleNamespace(id="p0", prompt="What is 0+1?", answer="1"), ["\\boxed{1}", "2", "7", "x"])
         return [{"eval_index": c.eval_index, "iteration": c.iteration, "eval_set": "heldout", "problem_id": "p0",
                  "eval_seed": 7, "tokens": c.total_tokens, "train_seconds": c.train_seconds, "updates": c.updates,
                  "samples": 4, "correct": 1, "correct_strict": 1, "boxed": 1}]
@@ -142,6 +153,98 @@ def test_evaluations_at_first_iteration_reaching_each_interval_and_stop_at_train
     assert (cb.run_dir / "seal.json").exists() or read_meta(cb.run_dir).status == "complete"
 
 
+def _train_to_the_end(cb, tmp_path):
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
+    while not control.should_training_stop:
+        step(cb, args, st, control, [20] * 16)
+    cb.on_train_end(args, st, control)
+
+
+def _emitted(capsys, caplog) -> str:
+    out = capsys.readouterr()
+    return "\n".join([out.out, out.err, *(r.getMessage() for r in caplog.records)])
+
+
+def test_a_main_stage_run_reports_progress_blind(study, tmp_path, monkeypatch, capsys, caplog):
+    """Like the built-in trainer's progress lines in the main stage (trainer.progress_lines,
+    blind): iteration, tokens and evaluations, never an accuracy, a reward or a contrast; through
+    the prereg_kit logger, nothing printed."""
+    caplog.set_level(logging.DEBUG, logger="prereg_kit")
+    cb, ev = make(study, monkeypatch)  # the fake evaluator's rows: 1 of 4 samples correct (0.25)
+    monkeypatch.setattr(trlmod, "accuracy", lambda *a, **k: pytest.fail("an accuracy computed in the main stage"))
+    _train_to_the_end(cb, tmp_path)
+    assert len(ev.calls) == 5 and read_meta(cb.run_dir).status == "complete"
+    text = _emitted(capsys, caplog)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[:2] == ["grpo seed 0: started", "grpo seed 0: evaluation 0 at iteration 0, 0 / 2.5K tokens"]
+    assert "grpo seed 0: evaluation 4 at iteration 8, 2.6K / 2.5K tokens" in lines
+    assert re.fullmatch(r"grpo seed 0: complete at iteration 8, 2\.6K / 2\.5K tokens \(\d+ s\)", lines[-1])
+    assert all(r.name.startswith("prereg_kit.") for r in caplog.records)
+    assert not re.search(r"acc|reward|contrast|0\.25|correct", text, re.IGNORECASE), text
+    assert capsys.readouterr() == ("", "")
+
+
+PILOT = """
+[[stages]]
+name = "pilot"
+configurations = ["grpo"]
+seeds = [0]
+"""
+
+
+def test_a_pilot_run_shows_what_the_built_in_trainer_shows_there(tmp_path, monkeypatch, caplog):
+    d = tmp_path / "pilot-study"
+    d.mkdir()
+    (d / "plan.toml").write_text(PLAN.read_text() + PILOT)
+    caplog.set_level(logging.INFO, logger="prereg_kit")
+    cb, _ = make(d, monkeypatch, stage="pilot")
+    _train_to_the_end(cb, tmp_path)
+    lines = [r.getMessage() for r in caplog.records]
+    assert "grpo seed 0: evaluation 1 at iteration 2, 640 / 2.5K tokens, acc 0.250" in lines
+    assert re.fullmatch(r"grpo seed 0: complete at iteration 8, 2\.6K / 2\.5K tokens, acc 0\.250 \(\d+ s\)", lines[-1])
+
+
+def test_an_incomplete_run_warns_through_the_logger(study, tmp_path, monkeypatch, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="prereg_kit")
+    cb, _ = make(study, monkeypatch)
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
+    step(cb, args, st, control, [20] * 16)
+    cb.on_train_end(args, st, control)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "the run is incomplete: resume it" in warned[0].getMessage()
+    assert caplog.records[-2].getMessage().startswith("grpo seed 0: stopped at iteration 1, 320 / 2.5K tokens")
+    assert capsys.readouterr() == ("", "")
+
+
+def test_live_evaluation_outputs_are_kept_for_read_outputs(study, tmp_path, monkeypatch):
+    """outputs=PATH: each live evaluation's completions, one line each, as rescore.read_outputs
+    reads them; a resume keeps the lines of the evaluations its log keeps."""
+    from prereg_kit.integrations.rescore import read_outputs
+
+    out = tmp_path / "outputs.jsonl"
+    out.write_text('{"eval_index": 0, "stale": true}\n')  # a fresh run starts the file anew
+    cb, _ = make(study, monkeypatch, outputs=out)
+    args, st, control = grpo_args(tmp_path), state(), TrainerControl()
+    cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
+    for _ in range(5):  # evaluations after iterations 2 and 4; then the process dies
+        step(cb, args, st, control, [20] * 16)
+    cb.writer.__exit__(None, None, None)
+    assert [json.loads(x)["step"] for x in out.read_text().splitlines()] == [0] * 4 + [2] * 4 + [4] * 4
+    cb2, _ = make(study, monkeypatch, outputs=out)
+    st2, control2 = state(step=2), TrainerControl()  # TRL resumes from checkpoint-2: evaluation 2 is redone
+    cb2.on_train_begin(args, st2, control2, model=MODEL, processing_class=TOK)
+    assert [json.loads(x)["eval_index"] for x in out.read_text().splitlines()] == [0] * 4 + [1] * 4
+    while not control2.should_training_stop:
+        step(cb2, args, st2, control2, [20] * 16)
+    rows = read_outputs(out, eval_set=None)
+    assert rows["iteration"].tolist() == [0, 2, 4, 6, 8] and rows["problem_id"].unique().tolist() == ["p0"]
+    assert rows["samples"].tolist() == [4] * 5 and rows["correct"].tolist() == [1] * 5
+    with pytest.raises(PreregError, match="outputs = .* with evaluate = 'deferred'"):
+        PreregCallback(study, "grpo", 0, evaluate="deferred", outputs=out)
+
+
 def test_iterations_span_optimizer_steps(study, tmp_path, monkeypatch):
     """gradient_accumulation_steps = 2, steps_per_generation = 4: a generation batch spans 2 steps;
     logging at every step puts its metrics in the first log only, and the row closes at the second."""
@@ -220,7 +323,7 @@ def test_a_non_main_process_writes_nothing_but_stops_with_the_main_one(study, tm
 
 
 def test_resume_truncates_to_the_checkpoint_and_continues(study, tmp_path, monkeypatch):
-    cb, ev = make(study, monkeypatch)
+    cb, _ev = make(study, monkeypatch)
     args, st, control = grpo_args(tmp_path), state(), TrainerControl()
     cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
     for _ in range(5):  # 5 × 320 tokens: evaluations after iterations 2 (640) and 4 (1280); then a crash
@@ -292,12 +395,11 @@ class SavableModel(torch.nn.Linear):
 
 
 def test_deferred_evaluation_records_checkpoints_and_scores_them_later(study, tmp_path, monkeypatch):
-    import trainer.core.engines as engines
-    import trainer.core.policy as policy
+    from typer.testing import CliRunner
 
     import prereg_kit.integrations.trl_deferred as deferred
     from prereg_kit.integrations.trl_command import app
-    from typer.testing import CliRunner
+    from trainer.core import engines, policy
 
     cb, ev = make(study, monkeypatch, evaluate="deferred")
     tok = SimpleNamespace(padding_side="left", save_pretrained=lambda p: None)
@@ -332,7 +434,7 @@ def test_deferred_evaluation_records_checkpoints_and_scores_them_later(study, tm
 
 
 def test_a_run_resumed_after_its_last_evaluation_only_finishes(study, tmp_path, monkeypatch):
-    cb, ev = make(study, monkeypatch)
+    cb, _ev = make(study, monkeypatch)
     args, st, control = grpo_args(tmp_path), state(), TrainerControl()
     cb.on_train_begin(args, st, control, model=MODEL, processing_class=TOK)
     while not control.should_training_stop:

@@ -5,6 +5,7 @@ the built-in tiny model and synthetic task, on the CPU) through PreregCallback, 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from prereg_kit.runlog import ITERATION_COLUMNS  # noqa: E402
+from prereg_kit.runlog import ITERATION_COLUMNS
 
 pytestmark = pytest.mark.skipif("seconds_step" not in {c.name for c in ITERATION_COLUMNS},
                                 reason="the run-log format has no unsplit seconds_step yet")
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _run(*cmd: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, *cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run([sys.executable, *cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
 
 
 @pytest.mark.slow
@@ -37,6 +39,9 @@ def test_trl_example_trains_six_runs_and_is_analyzed(tmp_path: Path):
         for seed in (0, 1, 2):
             r = _run(str(study / "train.py"), str(study), "--configuration", configuration, "--seed", str(seed), cwd=tmp_path)
             assert r.returncode == 0, r.stderr[-3000:]
+            # the callback's progress lines, blind in the main stage (nothing printed by train.py itself)
+            assert f"{configuration} seed {seed}: evaluation 4 at iteration" in r.stderr, r.stderr[-3000:]
+            assert not re.search(r"\bacc\b|accuracy|contrast", r.stderr), r.stderr[-3000:]
             folder = study / "runs" / configuration / f"seed-{seed}"
             meta, run = read_meta(folder), read_run(folder, strict=True)
             assert (meta.status, meta.trainer, meta.source["trl"]) == ("complete", "trl", __import__("trl").__version__)

@@ -23,13 +23,23 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=500, help="an upper bound; the callback stops at train_to")
     args = ap.parse_args()
 
+    import logging
     import warnings
+
+    # PreregCallback reports progress through the prereg_kit logger: one line per evaluation, as
+    # `prereg run` does (blind in the main stage: no accuracy until the study is analyzed)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, PrinterCallback
-    from transformers.utils import logging as hf_logging
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        PreTrainedTokenizerFast,
+        PrinterCallback,
+    )
     from transformers.trainer_utils import get_last_checkpoint
+    from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
     from prereg_kit.integrations.trl import PreregCallback
@@ -55,7 +65,7 @@ def main() -> None:
                         **callback.grpo_settings())  # group size, limit, sampling, learning rate, logging
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=callback.reward_functions(),
                           args=config, train_dataset=dataset, callbacks=[callback])
-    trainer.remove_callback(PrinterCallback)  # the callback prints one line per evaluation instead
+    trainer.remove_callback(PrinterCallback)  # TRL's printer shows the training reward; the callback's lines replace it
     last = get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
     trainer.train(resume_from_checkpoint=last)
 

@@ -26,6 +26,12 @@ What is counted, in the papers' terms (paper 1 §2.3 and Appendix D; extract §3
   ``on_log``, after the timed step. Training stops after the evaluation at or after ``train_to``.
   ``evaluate="deferred"`` records a checkpoint per evaluation point instead, scored later by
   ``prereg evaluate-checkpoints`` (``trl_deferred``) with the same evaluator and seeds.
+* **Outputs** (``outputs=PATH``): every live evaluation's completions appended as JSON lines
+  (``step`` = TRL's global step, ``eval_index``, ``eval_set``, ``problem_id``, ``input``,
+  ``output``, ``answer``): the outputs file ``rescore.read_outputs`` and ``--evaluations`` read.
+* **Progress**: the lines ``prereg run`` writes (``trainer.progress_lines``), through the
+  ``prereg_kit`` logger, never printed; blind in the main stage (no accuracy, reward or
+  contrast until the study is analyzed), the last accuracy in the other stages.
 
 Refused with one line: a main-stage run of an unlocked or changed plan, a configuration or seed
 the stage does not have, TRL settings that differ from the preregistered recipe (group size,
@@ -38,14 +44,14 @@ reward channels). Only the main process writes.
 from __future__ import annotations
 
 import json
-import math
-
-import pandas as pd
+import logging
 import sys
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from prereg_kit import __version__
 from prereg_kit.errors import PreregError
@@ -55,14 +61,18 @@ from prereg_kit.runlog import RunLogWriter, RunMeta, read_table, utc_now
 from prereg_kit.seal import seal_runs
 from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters, Schedule
-from trainer.core.evaluate import accuracy, evaluate as run_evaluation, load_eval_sets
+from trainer.core.evaluate import accuracy, load_eval_sets
+from trainer.core.evaluate import evaluate as run_evaluation
 from trainer.data.problems import load_problems, task_pool
 from trainer.launch import plan_jobs
+from trainer.progress_lines import RunLines
 
+from .trl_args import check_args, generation_span
 from .trl_deferred import read_pending, write_pending
 from .trl_rewards import BINARY_PREFIX, TokenCounter, reward_functions, unsupported
 
 EXTRA = "pip install 'prereg-kit[trl]'"
+log = logging.getLogger(__name__)  # the application chooses where the progress lines go (logging.basicConfig)
 TOKEN_TOLERANCE = 0.5  # tokens: TRL's mean length is a float32 mean; exact counts must round to it
 
 
@@ -76,63 +86,19 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def generation_span(args) -> int:
-    """Optimizer steps per TRL generation batch: ``steps_per_generation · num_iterations /
-    gradient_accumulation_steps`` (an integer, else a generation batch ends mid-step: refused)."""
-    micro = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
-    gas = int(args.gradient_accumulation_steps)
-    if micro % gas:
-        raise PreregError(f"TRL: steps_per_generation × num_iterations = {micro} is not a multiple of "
-                          f"gradient_accumulation_steps = {gas}: a generation batch would end inside an optimizer step")
-    return micro // gas
-
-
-def check_args(args, cfg, configuration: str) -> int:
-    """Refuse TRL settings the run log cannot account for honestly, or that differ from the
-    preregistered recipe; return the optimizer steps per generation batch."""
-    k = generation_span(args)
-    strategy = str(getattr(args.logging_strategy, "value", args.logging_strategy))
-    steps = args.logging_steps
-    if strategy != "steps" or steps < 1 or int(steps) != steps or k % int(steps):
-        raise PreregError(f"TRL: logging_strategy = {strategy!r}, logging_steps = {steps} merges or drops generation "
-                          f"batches (TRL averages its metrics between logs, a batch spans {k} step(s)); set "
-                          f"logging_strategy = 'steps' and logging_steps to a divisor of {k} (1 always works)")
-    if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
-        raise PreregError("TRL: FSDP / DeepSpeed shard the model, and the plan's evaluations generate with the whole "
-                          "policy on the main process; train on one process or DDP")
-    if str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no":
-        raise PreregError("TRL: eval_strategy must be 'no': TRL's evaluation calls the reward functions, and the "
-                          "plan's evaluations are run by PreregCallback")
-    pairs = [("num_generations", "rollout.group_size", args.num_generations, cfg.rollout.group_size),
-             ("max_completion_length", "rollout.completion_limit", args.max_completion_length, cfg.rollout.completion_limit),
-             ("temperature", "rollout.temperature", args.temperature, cfg.rollout.temperature),
-             ("top_p", "rollout.top_p", args.top_p, cfg.rollout.top_p),
-             ("learning_rate", "update.learning_rate", args.learning_rate, cfg.update.learning_rate),
-             ("generation_batch_size / num_generations", "rollout.prompts_per_iteration",
-              args.generation_batch_size // args.num_generations, cfg.rollout.prompts_per_iteration)]
-    sched = str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type))
-    warm = args.warmup_steps or getattr(args, "warmup_ratio", 0)
-    if cfg.update.lr_schedule != "constant":  # ours decays over B's tokens, TRL's over max_steps
-        raise PreregError(f"configuration {configuration!r}: update.lr_schedule = {cfg.update.lr_schedule!r} decays "
-                          "over the token budget, which TRL's schedulers cannot follow; preregister 'constant'")
-    if sched != "constant" or warm:
-        raise PreregError(f"TRL: lr_scheduler_type = {sched!r}, warmup {warm} but configuration {configuration!r} "
-                          "preregisters update.lr_schedule = 'constant' (set lr_scheduler_type = 'constant')")
-    for trl_key, ours, got, want in pairs:
-        if got is None or not math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=0.0):
-            raise PreregError(f"TRL: {trl_key} = {got} but configuration {configuration!r} preregisters {ours} = {want}")
-    return k
-
-
 class _PreregCallback:
     """The callback's logic; :data:`PreregCallback` is it on ``transformers.TrainerCallback``."""
 
     def __init__(self, study_dir: str | Path, configuration: str, seed: int, *, stage: str = "main",
                  evaluate: str = "live", tokenizer: Any = None, eval_batch_size: int | None = None,
-                 counter: TokenCounter | None = None) -> None:
+                 counter: TokenCounter | None = None, outputs: str | Path | None = None) -> None:
         if evaluate not in ("live", "deferred"):
             raise PreregError(f"PreregCallback: evaluate = {evaluate!r}: expected 'live' or 'deferred'")
         self.deferred = evaluate == "deferred"
+        if outputs is not None and self.deferred:
+            raise PreregError(f"PreregCallback: outputs = {str(outputs)!r} with evaluate = 'deferred': the outputs are "
+                              "those of live evaluations")
+        self.outputs = Path(outputs) if outputs is not None else None
         pf = load_plan(study_dir)
         if stage == "main":
             require_locked(pf)  # before anything of the run is opened
@@ -150,6 +116,9 @@ class _PreregCallback:
         if job.state == "busy":
             raise PreregError(f"{job.folder}: another process is writing this run")
         self.plan_file, self.spec, self.cfg = pf, job.spec, job.spec.config
+        self.job = job
+        # the built-in trainer's progress lines: blind in the main stage (no accuracy until analyzed)
+        self.lines = RunLines([job], log.info, blind=stage == "main")
         why = unsupported(self.cfg)
         if why:
             raise PreregError(f"configuration {configuration!r}: {why}: TRL's GRPOTrainer cannot train it as preregistered")
@@ -234,8 +203,12 @@ class _PreregCallback:
             if state.global_step:
                 raise PreregError(f"{folder}: TRL resumes at step {state.global_step} but the run has no log")
             self.writer = RunLogWriter(folder, meta)
+        if self.outputs is not None:  # a resume keeps the evaluations its log keeps
+            _keep_outputs(self.outputs, self.counters.eval_index if resume else 0)
         if self.counters.eval_index == 0:
-            self._evaluate(model, row=None, step=0)
+            self._report(self._evaluate(model, row=None, step=0))
+        else:
+            self._report()
         control.should_training_stop = self.counters.done
         return control
 
@@ -278,11 +251,12 @@ class _PreregCallback:
         if self.schedule.eval_due(before, c.total_tokens):
             c.done = self.schedule.finished(c.total_tokens)
             if _main(state):
-                self._evaluate(model, row=row, step=state.global_step)
+                self._report(self._evaluate(model, row=row, step=state.global_step))
             control.should_save = True  # a checkpoint at each evaluation, as our trainer does: resumes start there
             control.should_training_stop = c.done
         elif _main(state):
             self.writer.log_iteration(row)
+            self._report()
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -293,17 +267,20 @@ class _PreregCallback:
         self.writer.meta = self.writer.meta.model_copy(update={"ended_at": utc_now(), "source": source})
         if self.deferred and c.done:  # complete once `prereg evaluate-checkpoints` has scored the checkpoints
             self.writer.finish("stopped")
-            print(f"{self.run_dir}: trained to train_to; score its checkpoints with "
-                  f"`prereg evaluate-checkpoints {self.spec.study_dir}`", file=sys.stderr)
+            self._done("trained, evaluations deferred")
+            log.info(f"{self.run_dir}: trained to train_to; score its checkpoints with "
+                     f"`prereg evaluate-checkpoints {self.spec.study_dir}`")
             return control
         if not c.done:
             self.writer.finish("stopped")
-            print(f"{self.run_dir}: training ended at {c.total_tokens} generated tokens, before the plan's stop "
-                  f"({self.spec.stop_tokens}); the run is incomplete: resume it (resume_from_checkpoint) with a "
-                  "larger max_steps", file=sys.stderr)
+            self._done("stopped")
+            log.warning(f"{self.run_dir}: training ended at {c.total_tokens} generated tokens, before the plan's stop "
+                        f"({self.spec.stop_tokens}); the run is incomplete: resume it (resume_from_checkpoint) with a "
+                        "larger max_steps")
             return control
         self.writer.finish("complete")
         self.writer = None
+        self._done("complete")
         if self.spec.stage == "main":
             res = seal_runs(self.spec.study_dir, [self.spec.run_dir])
             if res.refused:
@@ -316,7 +293,7 @@ class _PreregCallback:
         mean_len = float(logs["completions/mean_length"])
         tokens, n = gen["tokens"], gen["completions"]
         if n == 0:  # no counting reward function: TRL's float mean × the batch's completions
-            tokens, n = int(round(mean_len * n_expected)), n_expected
+            tokens, n = round(mean_len * n_expected), n_expected
             self._counted = "completions/mean_length × generation_batch_size (no prereg reward function counted them)"
         elif n != n_expected or abs(tokens - mean_len * n) > max(TOKEN_TOLERANCE, 1e-6 * tokens):
             raise PreregError(f"TRL step {state.global_step}: the reward functions saw {n} completions and {tokens} "
@@ -392,12 +369,30 @@ class _PreregCallback:
         write_pending(self.run_dir, read_pending(self.run_dir) + [entry])
         c.eval_index += 1
 
-    def _evaluate(self, model, row: dict | None, step: int = 0) -> None:
-        """One evaluation with the built-in evaluator on the live model, timed apart from training."""
+    def _report(self, rows: list[dict] | None = None) -> None:
+        """A progress line as the built-in trainer writes it (``trainer.progress_lines``): iteration,
+        tokens, evaluations; the last evaluation's accuracy outside the main stage only (``rows``:
+        the evaluation just logged). In the main stage the accuracy is not even computed."""
+        c, p = self.counters, self.job.progress
+        p.update(iteration=c.iteration, tokens=c.total_tokens)
+        if rows is not None:
+            p["eval_index"] = c.eval_index - 1
+            if self.spec.stage != "main":
+                p["accuracy"] = accuracy(rows, self._eval_sets[0].name)
+        self.lines.update(self.job)
+
+    def _done(self, result: str) -> None:
+        self.job.result = result
+        self.lines.done(self.job)
+
+    def _evaluate(self, model, row: dict | None, step: int = 0) -> list[dict] | None:
+        """One evaluation with the built-in evaluator on the live model, timed apart from training;
+        its rows (None when deferred: a checkpoint is recorded instead)."""
         if self.deferred:
-            return self._defer(model, row, step)
-        from trainer.core.engines import HFEngine  # noqa: PLC0415 — torch, only when evaluating
-        from trainer.core.policy import Policy, autocast_dtype  # noqa: PLC0415
+            self._defer(model, row, step)
+            return None
+        from trainer.core.engines import HFEngine  # torch, only when evaluating
+        from trainer.core.policy import Policy, autocast_dtype
 
         if self._eval_sets is None:
             self._eval_sets = load_eval_sets(self.spec, self.assets().synthetic_eval)
@@ -409,22 +404,40 @@ class _PreregCallback:
             cfg = cfg.model_copy(update={"evaluation": cfg.evaluation.model_copy(update={"batch_size": self.eval_batch_size})})
         policy = Policy(model, tok, device, autocast_dtype(cfg, device), cfg, str(self.assets().model_path))
         spec = self.spec.model_copy(update={"config": cfg})
+        kept: list[dict] = []
+        c = self.counters
+
+        def record(name, problem, texts) -> None:
+            kept.extend({"step": step, "eval_index": c.eval_index, "eval_set": name, "problem_id": problem.id,
+                         "input": problem.prompt, "output": t, "answer": problem.answer} for t in texts)
+
         t0 = _clock()
         try:
             tok.padding_side = "left"  # prompts left-padded so completions start at one column
-            rows = run_evaluation(HFEngine(policy), policy, self._eval_sets, self.counters, spec)
+            rows = run_evaluation(HFEngine(policy), policy, self._eval_sets, c, spec,
+                                  record=record if self.outputs is not None else None)
         finally:
             tok.padding_side = side
         secs = _clock() - t0
-        c = self.counters
         c.excluded_seconds["evaluation"] += secs
         c.eval_index += 1
         if row is not None:
             row["seconds_evaluation"] = secs
             self.writer.log_iteration(row)
         self.writer.log_eval_rows(rows)
-        print(json.dumps({"iteration": c.iteration, "tokens": c.total_tokens, "eval_index": c.eval_index - 1,
-                          "accuracy": round(accuracy(rows, self._eval_sets[0].name), 4)}), file=sys.stderr)
+        if self.outputs is not None:
+            with open(self.outputs, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in kept))
+        return rows
+
+
+def _keep_outputs(path: Path, before: int) -> None:
+    """Keep the lines of the outputs file of evaluations before ``before`` (a fresh run: none)."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() and before else []
+    keep = [ln for ln in lines if ln.strip() and json.loads(ln).get("eval_index", before) < before]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+    tmp.replace(path)
 
 
 def _main(state) -> bool:
@@ -445,7 +458,7 @@ def _device(model) -> str:
     except (AttributeError, StopIteration, TypeError):
         return "unknown"
     if dev.type == "cuda":
-        import torch  # noqa: PLC0415
+        import torch
 
         return f"cuda:{torch.cuda.get_device_name(dev)}"
     return str(dev.type)
@@ -464,11 +477,11 @@ def _global_sum(local: tuple[int, int]) -> tuple[int, int]:
 
 def _build() -> type:
     try:
-        from transformers import TrainerCallback  # noqa: PLC0415 — optional extra, torch
+        from transformers import TrainerCallback  # the optional extra: torch
     except ImportError:
         raise PreregError(f"PreregCallback needs TRL and transformers: {EXTRA}") from None
     try:
-        import trl  # noqa: F401, PLC0415
+        import trl  # noqa: F401
     except ImportError:
         raise PreregError(f"PreregCallback needs TRL: {EXTRA}") from None
 
@@ -489,4 +502,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["EXTRA", "PreregCallback", "check_args", "generation_span"]
+__all__ = ["EXTRA", "PreregCallback", "check_args", "generation_span"]  # noqa: F822 — PreregCallback: module __getattr__

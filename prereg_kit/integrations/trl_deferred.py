@@ -12,6 +12,8 @@ training machine; it changes neither the draws nor the numbers the analysis read
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from prereg_kit.errors import PreregError
@@ -24,6 +26,7 @@ from trainer.core.evaluate import evaluate, load_eval_sets
 from trainer.launch import plan_jobs
 
 PENDING_FILE = "deferred_evals.jsonl"  # one line per evaluation point: counters and checkpoint
+_log = logging.getLogger(__name__)
 
 
 def read_pending(run_dir: str | Path) -> list[dict]:
@@ -41,12 +44,15 @@ def write_pending(run_dir: str | Path, entries: list[dict]) -> None:
     tmp.replace(path)
 
 
-def evaluate_checkpoints(study_dir: str | Path, *, stage: str = "main", log=print) -> list[Path]:
+def evaluate_checkpoints(study_dir: str | Path, *, stage: str = "main",
+                         log: Callable[[str], None] | None = None) -> list[Path]:
     """Score every deferred run of the stage whose training ended complete: each recorded
     checkpoint in order, eval rows appended to its log, the run finished and (main stage)
-    sealed. Returns the run folders completed."""
-    from trainer.core.engines import HFEngine  # noqa: PLC0415 — torch, only when evaluating
-    from trainer.core.policy import load_policy  # noqa: PLC0415
+    sealed. Returns the run folders completed. ``log``: where a line per checkpoint scored goes
+    (default: the ``prereg_kit`` logger); the lines name checkpoints, never an accuracy."""
+    log = log or _log.info
+    from trainer.core.engines import HFEngine  # torch, only when evaluating
+    from trainer.core.policy import load_policy
 
     _, runs = stage_runs(study_dir, stage)
     done = []

@@ -15,7 +15,7 @@ TRL names each function by ``__name__`` in its logs (``rewards/<name>/mean``).
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 from prereg_kit.errors import PreregError
 from prereg_kit.plan import load_plan
@@ -24,22 +24,9 @@ from trainer.core.program_judge import make_sandbox
 from trainer.data.verifiers import get_verifier
 from trainer.rewards.channels import judge_programs
 
+from .trl_outputs import completion_text
+
 BINARY_PREFIX = "prereg_"  # our functions' names: 0/1 rewards (the callback reads mixed_share only then)
-
-
-def completion_text(completion: Any) -> str:
-    """The generated text of one TRL completion: a string, or a conversation whose last
-    assistant turn is the completion (conversational datasets)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, (list, tuple)) and completion:
-        last = completion[-1]
-        if isinstance(last, dict) and "content" in last:
-            content = last["content"]
-            if isinstance(content, list):  # multimodal content parts: keep the text parts
-                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            return str(content)
-    raise PreregError(f"a TRL completion of type {type(completion).__name__} is neither text nor a conversation")
 
 
 class TokenCounter:
@@ -68,11 +55,16 @@ class VerifierReward:
     """1.0 when the verifier accepts the completion's answer against the ``answer`` column, else 0.0.
 
     ``counter``: counts the generated tokens of every completion scored (one reward function
-    per trainer should count; :func:`reward_functions` gives the counter to the first only)."""
+    per trainer should count; :func:`reward_functions` gives the counter to the first only).
+    ``log_answer``: hand each completion's reference answer to TRL's ``log_extra`` (TRL 1.16,
+    ``GRPOTrainer._calculate_rewards``), so that TRL's completions tables
+    (``log_completions=True``) carry an ``answer`` column that :func:`.trl_outputs.trl_outputs`
+    reads; one reward function per trainer may do so (TRL appends each call's values)."""
 
-    def __init__(self, verifier: str = "default", counter: TokenCounter | None = None):
+    def __init__(self, verifier: str = "default", counter: TokenCounter | None = None, *, log_answer: bool = False):
         self.verifier = get_verifier(verifier)
         self.counter = counter
+        self.log_answer = log_answer
         self.__name__ = f"{BINARY_PREFIX}{verifier}"
 
     def __call__(self, prompts=None, completions=(), completion_ids=None, answer=None, **kwargs) -> list[float]:
@@ -83,6 +75,9 @@ class VerifierReward:
             raise PreregError(f"reward {self.__name__}: {len(completions)} completions for {len(answer)} answers")
         if self.counter is not None and completion_ids is not None:
             self.counter.add(completion_ids)
+        log_extra = kwargs.get("log_extra")
+        if self.log_answer and callable(log_extra):
+            log_extra("answer", [str(a) for a in answer])
         return [1.0 if self.verifier(completion_text(c), str(a)) else 0.0 for c, a in zip(completions, answer)]
 
 
@@ -135,8 +130,8 @@ def reward_functions(plan, configuration: str, counter: TokenCounter | None = No
                           "train it with the built-in trainer")
     if cfg.task.name == "code":
         return [ProgramReward(cfg, counter)]
-    return [VerifierReward(cfg.rewards.verifier, counter)]
+    return [VerifierReward(cfg.rewards.verifier, counter, log_answer=True)]
 
 
-__all__ = ["BINARY_PREFIX", "ProgramReward", "TokenCounter", "VerifierReward", "completion_text",
+__all__ = ["BINARY_PREFIX", "ProgramReward", "TokenCounter", "VerifierReward",
            "reward_functions", "unsupported"]

@@ -93,9 +93,11 @@ def _problems(s: EvalSetSpec, spec: RunSpec, synthetic_eval: Path | None) -> lis
 
 
 def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: RunSpec,
-             sandbox=None) -> list[dict]:
+             sandbox=None, record=None) -> list[dict]:
     """One evaluation of the current policy on every set: one row per problem (run-log columns).
-    Code sets are judged with ``sandbox`` (the run's; made from the recipe when None)."""
+    Code sets are judged with ``sandbox`` (the run's; made from the recipe when None).
+    ``record``: called as ``record(set_name, problem, texts)`` with each problem's sampled
+    completions, for a caller that keeps the outputs themselves."""
     cfg = spec.config
     default, strict = get_verifier("default"), get_verifier("strict")
     n = spec.eval_samples
@@ -134,6 +136,8 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
 
         for i, p in enumerate(es.problems):
             texts = roll.texts[i * n:(i + 1) * n]
+            if record is not None:
+                record(es.name, p, texts)
             if programs is not None:
                 rows.append(_code_row(counters, es.name, seed, p, n, texts, programs[i * n:(i + 1) * n],
                                       None if greedy_programs is None else greedy_programs[i],
