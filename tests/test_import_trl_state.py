@@ -61,6 +61,7 @@ def _prereg() -> typer.Typer:
     return app
 
 
+@pytest.mark.slow  # a real GRPOTrainer run (trl_runs), built once per process: seconds
 def test_a_real_grpo_run_is_read_as_trl_wrote_it(real):
     entries = [e for e in json.loads((real / "trainer_state.json").read_text())["log_history"]
                if "completions/mean_length" in e]
@@ -77,6 +78,7 @@ def test_a_real_grpo_run_is_read_as_trl_wrote_it(real):
     pd.testing.assert_frame_equal(early, it.iloc[:2])
 
 
+@pytest.mark.slow  # a real GRPOTrainer run (trl_runs), built once per process: seconds
 def test_the_written_states_have_the_keys_trl_writes(real):
     from trl_runs import keys_of
 

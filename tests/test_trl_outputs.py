@@ -24,6 +24,7 @@ def real(tmp_path_factory):
     return real_run(tmp_path_factory.mktemp("trl"))
 
 
+@pytest.mark.slow  # a real GRPOTrainer run (trl_runs), built once per process: seconds
 def test_the_evaluations_of_a_real_run_are_read_and_rescored(real, tmp_path):
     recs = list(trl_outputs(real, completions=2, eval_set="heldout"))
     assert [r["step"] for r in recs] == [2, 2, 4, 4]
@@ -40,6 +41,7 @@ def test_the_evaluations_of_a_real_run_are_read_and_rescored(real, tmp_path):
                             eval_steps=[4], eval_set="heldout")) == recs[2:]
 
 
+@pytest.mark.slow  # a real GRPOTrainer run (trl_runs), built once per process: seconds
 def test_an_evaluation_larger_than_the_kept_batch_is_refused(real):
     with pytest.raises(PreregError, match=r"completions_00002.parquet: 4 completions, fewer than the 5 one evaluation "
                                           r"generates: TRL keeps only the last generation_batch_size"):
