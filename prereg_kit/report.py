@@ -20,7 +20,7 @@ import pandas as pd
 from . import plots
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
 from .gradient_report import gradient_markdown, write_gradient
-from .plan import COLLAPSE_K
+from .plan import COLLAPSE_K, format_tokens
 from .report_html import write_html
 from .report_tex import contrasts_tex
 from .robustness import MARK, flag_lines, json_lists, robustness_table
@@ -52,16 +52,6 @@ def format_p(p: float) -> str:
 
 def _signed(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:+.3f}"
-
-
-def format_tokens(n: float) -> str:
-    """A token count as text: ``512``, ``30K``, ``30.31K``, ``1.2M``, ``12.25M`` (4 significant digits)."""
-    if n is None or math.isnan(n):
-        return "n/a"
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            return f"{n / div:.4g}{suffix}"
-    return f"{n:.0f}"
 
 
 TIME_UNITS = (("s", 1.0), ("min", 60.0), ("h", 3600.0))
