@@ -140,7 +140,7 @@ def test_warm_start_lines_name_paths_relative_to_where_the_user_is(tmp_path, mon
     """`prereg run studies/x` prints the cache as typed (studies/x/.cache/…) and a shipped warm start
     under the current directory relative to it; one shipped inside an installed package by its
     place in the package (trainer/data/warmstarts/…), never an absolute path."""
-    import trainer.core.assets as assets
+    from trainer.core import assets
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(assets, "warm_start_key", lambda cfg, train: "k1")

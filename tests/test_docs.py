@@ -61,6 +61,6 @@ def test_the_readme_command_table_has_a_row_for_every_command():
 
     listed = set(typer.main.get_command(app).list_commands(None))  # what `prereg --help` shows
     readme = (DOCS.parent / "README.md").read_text()
-    rows = set(re.findall(r"^\| `prereg ([a-z][a-z-]*)[ `{]", readme, flags=re.M))
+    rows = set(re.findall(r"^\| `prereg ([a-z][a-z-]*)[ `{]", readme, flags=re.MULTILINE))
     assert listed - rows == set(), f"commands without a README row: {sorted(listed - rows)}"
     assert rows - listed == set(), f"README rows of no command: {sorted(rows - listed)}"
