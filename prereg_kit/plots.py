@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the
     from matplotlib.figure import Figure
 
 SYNTHETIC = "SYNTHETIC (prereg dry-run)"
+EXPLORATORY = "EXPLORATORY"  # an analysis whose preregistration checks failed (prereg analyze --exploratory)
 TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
 BAND = "seed mean;\nband: min–max"  # what an accuracy line and its band are
 VECTOR = ".pdf"  # the vector copy written beside every PNG
@@ -123,11 +124,13 @@ def tokens_label(unit: str, what: str = "generated tokens") -> str:
     return what if unit == "tokens" else f"{what} ({unit})"
 
 
-def marked(title: str | None, synthetic: bool) -> str | None:
-    """``title`` with the SYNTHETIC mark in front when the figure shows simulated results."""
-    if not synthetic:
+def marked(title: str | None, synthetic: bool, *, exploratory: bool = False) -> str | None:
+    """``title`` with the SYNTHETIC mark in front when the figure shows simulated results, and the
+    EXPLORATORY mark when it shows an analysis whose preregistration checks failed."""
+    mark = ": ".join(m for m, on in ((SYNTHETIC, synthetic), (EXPLORATORY, exploratory)) if on)
+    if not mark:
         return title
-    return f"{SYNTHETIC}: {title}" if title else SYNTHETIC
+    return f"{mark}: {title}" if title else mark
 
 
 @cache
