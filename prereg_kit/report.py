@@ -21,6 +21,7 @@ from . import plots
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
 from .gradient_report import gradient_markdown, write_gradient
 from .plan import COLLAPSE_K, format_tokens
+from .report_figures import is_target, report_figures
 from .report_html import write_html
 from .report_tex import contrasts_tex
 from .robustness import MARK, flag_lines, json_lists, robustness_table
@@ -97,12 +98,6 @@ def synthetic_markdown(text: str) -> str:
             out += [SYNTHETIC_CAPTION, ""]
         out.append(line)
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
-
-
-def is_target(row) -> bool:
-    """A to-target row (Table 11): a share of the budget, read against 1, not a difference."""
-    t = row.get("target")
-    return t is not None and not pd.isna(t)
 
 
 def _share(x: float) -> str:
@@ -336,29 +331,9 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
 
-    margin = float(a.contrasts["margin_high"].max()) if len(a.contrasts) else plan.statistics.margin
-    paired = [c for c in plan.contrasts if c.design == "paired"]  # a curve of T − C over time needs one seed-paired pair
-    syn = a.synthetic  # a dry run's figures say SYNTHETIC
-
-    def title(text: str) -> str:  # an exploratory analysis's figures say so in their titles
-        return plots.marked(text, False, exploratory=a.exploratory)
-
-    figs = [
-        *plots.forest_plot(a.contrasts[[not is_target(r) and r.get("status") != "not read" for _, r in a.contrasts.iterrows()]],
-                           a.per_seed,
-                           out_dir / "forest.png",
-                           title=title(f"{plan.study.id}: every contrast (treatment − control)"), margin=margin, synthetic=syn),
-        *plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,
-                               title=title(f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}"), synthetic=syn),
-        *plots.difference_over_time(
-            a.curves, [(c.id, c.treatment, c.control) for c in paired if c.tier == "primary"] or
-            [(c.id, c.treatment, c.control) for c in paired[:1]],
-            out_dir / "difference_vs_time.png", margin=margin,
-            title=title(f"{plan.study.id}: primary differences over training time"), synthetic=syn),
-    ]
-    written += figs + extrapolation_figures(a, out_dir)
-    written += write_gradient(a.gradient, out_dir, title=title(f"{plan.study.id}: gradient tests"), synthetic=syn,
-                              marks=marks(a)) if a.gradient else []
+    written += report_figures(a, out_dir) + extrapolation_figures(a, out_dir)
+    written += write_gradient(a.gradient, out_dir, title=plots.marked(f"{plan.study.id}: gradient tests", False, exploratory=a.exploratory),
+                              synthetic=a.synthetic, marks=marks(a)) if a.gradient else []
     markdown = render_markdown(a)
     (out_dir / "report.md").write_text(markdown)
     written.append(out_dir / "report.md")

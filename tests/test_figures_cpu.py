@@ -95,7 +95,7 @@ def test_difference_builder_plots_primary_differences_over_time(studies, tmp_pat
 
     fig, data = build_cpu_difference.draw(list(studies))
     (ax,) = fig.axes
-    assert ax.get_xlabel().startswith("training time (") and ax.get_ylabel() == "difference in accuracy (fraction)"
+    assert ax.get_xlabel().startswith("matched training time (") and ax.get_ylabel() == "difference in accuracy (fraction)"
     assert sorted(line.get_label() for line in ax.lines[1:]) == [  # the first line is zero
         "C1: a:critic_filter − a:outcome (n=3)", "C1: b:critic_filter − b:outcome (n=3)"]
     assert set(data["treatment"]) == {"a:critic_filter", "b:critic_filter"} and set(data["n"]) == {3}
