@@ -151,6 +151,8 @@ def test_a_missing_run_analyzed_as_the_hint_says_gives_an_exploratory_report(dry
     assert c.loc["P1", "status"] == "not read" and c.loc["P2", "verdict"] != "not read"
     assert "1 unit(s) on seeds 0-7 (seeds 0-6: configuration 'ctl' has evaluations, 'big' has none" in c.loc["P1", "verdict_reason"]
     assert "at least 2 are needed" in c.loc["X1", "verdict_reason"]
+    h = a.hypotheses.set_index("id")
+    assert h.loc["H1", "outcome"] == "not read" and "could not be read" in h.loc["H1", "reading"]
 
 
 def test_allow_missing_seeds_excludes_and_reports(dry, tmp_path):
