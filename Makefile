@@ -38,7 +38,7 @@ install: .make-installed
 
 # The built-in example: the demo study examples/demo (registry/cpu-grpo at demo size: tiny model,
 # synthetic task, 4 seeds, B = 15K tokens), copied to $(DEMO_DIR): lock, simulate (dry run), train
-# every configuration x seed ($(DEMO_JOBS) at once), analyze, report. About 3 1/2 minutes on 2 quiet cores (README).
+# every configuration x seed ($(DEMO_JOBS) at once), analyze, report (`prereg analyze` prints its path); the time: README.
 demo: .make-demo-installed
 	@echo "make demo: $(DEMO_PLAN) in $(DEMO_DIR): lock, dry run, train, analyze (README: time, scaling up)"
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
@@ -48,7 +48,6 @@ demo: .make-demo-installed
 	$(PREREG) dry-run $(DEMO_DIR) --effect C1=0.04 --repeat $(DEMO_REPEAT)
 	$(PREREG) run $(DEMO_DIR) --jobs $(DEMO_JOBS)
 	$(PREREG) analyze $(DEMO_DIR)
-	@echo "report: $(DEMO_DIR)/report/report.md"
 
 # Bring your own trainer: examples/trl_grpo copied to $(TRL_DIR), locked, its six runs trained by
 # TRL's GRPOTrainer through PreregCallback (examples/trl_grpo/train.py), analyzed (`make install` brings the `trl` extra).
@@ -60,7 +59,6 @@ trl-example: .make-installed
 	for c in grpo frozen; do for s in 0 1 2; do \
 	  $(PYTHON) $(TRL_DIR)/train.py $(TRL_DIR) --configuration $$c --seed $$s || exit 1; done; done
 	$(PREREG) analyze $(TRL_DIR)
-	@echo "report: $(TRL_DIR)/report/report.md"
 
 # The default suite (a few minutes on 2 cores); `make test-slow` runs the longer training tests.
 test: .make-installed

@@ -12,6 +12,7 @@ import pkgutil
 import sys
 
 import figures
+from prereg_kit.progress import shown_path
 
 
 def main(out_dir: Path = Path(__file__).parent / "out") -> int:
@@ -21,13 +22,13 @@ def main(out_dir: Path = Path(__file__).parent / "out") -> int:
     for name in names:
         mod = importlib.import_module(f"figures.{name}")
         path = mod.build(out_dir)
-        print(f"built {path}")
+        print(f"built {shown_path(path)}")  # as the user would type it, from where make runs
         rows.append(f"| `{Path(path).name}` | {mod.DESCRIPTION} | {mod.INPUTS} |")
     index = ["# figures/out", "", "| output | what it shows | inputs |", "|---|---|---|", *rows]
     if not rows:
         index.append("| (none yet) | builders land with the registry issue | |")
     (out_dir / "INDEX.md").write_text("\n".join(index) + "\n")
-    print(f"{len(rows)} builder(s); index at {out_dir / 'INDEX.md'}")
+    print(f"{len(rows)} builder(s); index at {shown_path(out_dir / 'INDEX.md')}")
     return 0
 
 

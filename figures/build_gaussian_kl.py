@@ -17,6 +17,7 @@ import pandas as pd
 
 from analyses.kl import approx_kl, gaussian_mode_kl, mode_dropping_kl
 from prereg_kit.plots import save, subplots
+from prereg_kit.progress import shown_path
 
 OUTPUT = "p2_fig8_gaussian_kl.png"
 DESCRIPTION = ("Paper 2 Figure 8: forward vs reverse KL of a Gaussian probe with an invented mode (eps=5%) "
@@ -141,4 +142,4 @@ def build(out_dir: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(Path(__file__).parent / "out"))
+    print(shown_path(build(Path(__file__).parent / "out")))

@@ -15,6 +15,7 @@ import pandas as pd
 
 from analyses.tabular import iterations_to_reach, run_recursion, sampled_trajectory
 from prereg_kit.plots import save, subplots
+from prereg_kit.progress import shown_path
 
 OUTPUT = "p2_fig3_tabular_trajectories.png"
 DESCRIPTION = ("Paper 2 Figure 3: exact tabular recursion pi_t(a_j|x) under GRPO, Dr.GRPO, MO-GRPO, exact PG "
@@ -136,4 +137,4 @@ def build(out_dir: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(build(Path(__file__).parent / "out"))
+    print(shown_path(build(Path(__file__).parent / "out")))

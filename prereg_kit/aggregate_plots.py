@@ -1,6 +1,7 @@
 """Performance-profile figure (rliable's score distributions, Agarwal et al. 2021, Fig. 5's form):
 for each configuration the share of run × task scores above τ, with its pointwise stratified-
-bootstrap band, from :func:`prereg_kit.stats.performance_profile`. Drawn on a figure pyplot never
+bootstrap band, from :func:`prereg_kit.stats.performance_profile`; the legend (a line per
+configuration, an entry for the bands) to the right of the panel. Drawn on a figure pyplot never
 sees (:func:`prereg_kit.plots.subplots`)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .plots import save, subplots
+from .plots import band_entry, legend_outside, save, subplots
 from .stats import PerformanceProfile
 
 
@@ -23,7 +24,7 @@ def draw_performance_profile(profiles: Mapping[str, PerformanceProfile], *, titl
     taus = {p.taus for p in profiles.values()}
     if len(taus) != 1:
         raise ValueError("profiles must share their thresholds τ to be drawn on one axis")
-    fig, ax = subplots(figsize=(6.0, 4.0))
+    fig, ax = subplots(figsize=(7.5, 4.0))
     for name, prof in profiles.items():
         x = np.array(prof.taus)
         (line,) = ax.plot(x, prof.fraction, lw=1.8, label=name)
@@ -33,7 +34,7 @@ def draw_performance_profile(profiles: Mapping[str, PerformanceProfile], *, titl
     ax.set_ylabel("fraction of runs × tasks with score > τ")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{title}\n(bands: {100 * level:g}% stratified bootstrap)", fontsize=10)
-    ax.legend(frameon=False, fontsize=8)
+    legend_outside(ax, *band_entry(ax, f"band: {100 * level:g}% stratified bootstrap"))  # never over a curve
     ax.grid(alpha=0.3)
     return fig, ax
 

@@ -9,7 +9,10 @@ Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
    that cannot be read, a planned run that is missing (unless the plan allows missing seeds) or an
    evaluation on other problems than the plan's is a violation, named run by run, before any
    reading is made; then apply the plan's admission rules (completed runs, minimum iteration,
-   drifted evaluations), every run or evaluation left out listed with its reason;
+   drifted evaluations), every run or evaluation left out listed with its reason; when
+   ``exploratory``, the runs that exist are read: a paired contrast leaves out (and names) each
+   seed one side has no reading for, and a contrast that can no longer be read is a ``not read``
+   row with its reason;
 3. per contrast: per-unit differences (see below) at its reading point (tokens k·B, time T*, the
    control's time, updates, the mean over a span of evaluations; a to-target reading is instead
    one share of B with a paired seed bootstrap, Table 11), paired-t mean/CI/p, TOST at the margin, non-inferiority, the seed
@@ -90,6 +93,7 @@ class Analysis(Shown):
     devices: DeviceSummary = field(default_factory=DeviceSummary)  # main runs per device type; notes on time contrasts
     synthetic: bool = False  # runs simulated by `prereg dry-run`: every title, table and figure says SYNTHETIC
     sequential: SequentialLook | None = None  # the look read, for a plan with [sequential]
+    missing_runs: list[tuple[str, int]] = field(default_factory=list)  # planned main runs without a run log
 
 
 # ---------------------------------------------------------------------------------------- study
@@ -183,8 +187,10 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
 
     rows, per_seed, extrapolations = [], [], {}
     reference = plan.evaluation.reference
+    # exploratory: a seed one side lacks is left out (and said), a contrast that cannot be read is a row saying why
+    unpaired = adm.allow_missing_seeds or exploratory
     for c in _progress(plan.contrasts, progress, "contrasts"):
-        with _unread_as_row(c, plan, rows, enabled=not_read):
+        with _unread_as_row(c, plan, rows, enabled=not_read or exploratory):
             metric, verifier = _metric_verifier(plan, c)
             eval_set = c.eval_set or plan.evaluation.primary
             sets = [eval_set] + [c.minus_eval_set] * bool(c.minus_eval_set)
@@ -228,7 +234,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 continue
             if metric == "relative_accuracy":  # ÷ the reference's accuracy at the same k·B, same seed
                 try:
-                    rel = rd.relative_accuracy_curves(curves, reference, point.scaled, allow_missing=adm.allow_missing_seeds)
+                    rel = rd.relative_accuracy_curves(curves, reference, point.scaled, allow_missing=unpaired)
                 except rd.ReadingError as e:
                     raise PreregError(f"contrast {c.id} ({label}): {e}") from None
                 curves = rel.kept
@@ -243,16 +249,19 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                              "(it resamples the seeds and problems of one seed-paired pair)")
             try:
                 dr = design_readings(curves, c.design, arms, point, problem_acc=problem_acc_for(*read_as) if crossed else None,
-                                     allow_unpaired=adm.allow_missing_seeds,
+                                     allow_unpaired=unpaired,
                                      common_random_numbers=plan.evaluation.common_random_numbers)
             except rd.ReadingError as e:
                 raise PreregError(f"contrast {c.id} ({label}): {e}") from None
             if len(dr.exclusions):
                 exclusions.append(dr.exclusions.assign(eval_set=eval_set, verifier=verifier))
+                notes.append(f"contrast {c.id} ({label}): left out of its reading: {_left_out(dr.exclusions)}")
+                row["seeds_left_out"] = _seed_list(sorted(set(dr.exclusions["seed"].astype(int))))
             if min(len(v) for v in dr.values) < 2:
                 what = "per group" if c.design == "welch" else "unit(s)"
+                left = f" ({_left_out(dr.exclusions)})" if len(dr.exclusions) else ""
                 raise PreregError(f"contrast {c.id} ({label}): {min(len(v) for v in dr.values)} {what} "
-                                  f"on seeds {_seed_list(seeds)}; at least 2 are needed")
+                                  f"on seeds {_seed_list(seeds)}{left}; at least 2 are needed")
             pr = dr.paired
             mats = (pr.treatment_matrix, pr.control_matrix) if crossed and pr and pr.treatment_matrix is not None else None
             row["seeds"] = _seed_list(sorted(set(dr.units["seed"])))
@@ -296,6 +305,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
         checks=checks, check_seeds=check_seeds, extrapolations=extrapolations, sequential=seq, devices=device_summary(plan, run_devices(st.meta)),
+        missing_runs=[(str(r.configuration), int(r.seed)) for r in design_ex[design_ex["rule"] == "missing"].itertuples()],
         gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 
@@ -317,6 +327,16 @@ def _unread_as_row(c: Contrast, plan: Plan, rows: list[dict], *, enabled: bool) 
                      "alternative": c.alternative, "prediction": c.prediction, "n": 0, "n_lower": 0, "n_higher": 0,
                      "tested_p": np.nan, "margin_low": lo, "margin_high": hi,
                      "status": NOT_READ, "reason": " ".join(" ".join(e.lines).split())})
+
+
+def _left_out(ex: pd.DataFrame) -> str:
+    """The seeds a contrast's reading left out and why, grouped by cause: ``seeds 0-2, 5:
+    configuration 'ctl' has evaluations, 'big' has none (…)``."""
+    why: dict[str, list[int]] = {}
+    for r in ex.drop_duplicates("seed").sort_values("seed").itertuples():
+        s = int(r.seed)
+        why.setdefault(str(r.reason).removeprefix(f"seed {s}: "), []).append(s)
+    return "; ".join(f"seed{'s' * (len(s) > 1)} {_seed_list(s)}: {reason}" for reason, s in why.items())
 
 
 def _tidy_exclusions(ex: pd.DataFrame) -> pd.DataFrame:

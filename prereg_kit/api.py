@@ -137,8 +137,8 @@ def _table(record: dict[str, Any], name: str, folder: Path) -> pd.DataFrame:
 
 
 def _without_mark(df: pd.DataFrame) -> pd.DataFrame:
-    """A dry run's CSV without its ``synthetic`` column: the mark is the report's flag, not data."""
-    return df.drop(columns=["synthetic"], errors="ignore")
+    """A CSV without its ``synthetic`` or ``exploratory`` column: the mark is the report's flag, not data."""
+    return df.drop(columns=["synthetic", "exploratory"], errors="ignore")
 
 
 def load_report(study_or_report: str | Path) -> Report:

@@ -87,11 +87,19 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
                      f" → {path}" + ("" if info.chain_checked else " (TSA not checked against a root: give --tsa-ca)")))
 
 
+def _print_runs(plan: Path) -> None:
+    """What the plan names to run, one line per stage: a seed typo shows as a count."""
+    from .jobs import run_summary
+    from .plan import load_plan
+
+    out.print(escape("\n".join(f"  {line}" for line in run_summary(load_plan(plan).plan))), soft_wrap=True)
+
+
 @app.command()
 @handles_errors
 def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
          timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
-    """Validate and lock a plan: write plan.lock beside it (a no-op if already locked unchanged)."""
+    """Validate and lock a plan: write plan.lock beside it (a no-op if already locked unchanged); say what it runs."""
     from .lock import lock_plan
     from .recipecheck import gate
 
@@ -99,19 +107,15 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
     res = lock_plan(plan, check=gate(notes))
     for line in notes:
         out.print(escape(line), soft_wrap=True)
-    e = res.entry
+    e, git = res.entry, res.entry.get("git")
     if res.status == "unchanged":
         out.print(escape(f"{res.path}: already locked at {e['time']}, plan unchanged: nothing to do"))
-        _stamp_head(plan, timestamp, tsa_ca)
-        return
-    git = e["git"]
-    if git is None:
-        where = "not in a git work tree"
     else:
-        state = "committed and clean" if git["clean"] else "has uncommitted changes" if git["tracked"] else "not committed"
-        where = f"git {git['commit'][:12] if git['commit'] else '(no commit yet)'}, plan {state}"
-    out.print(escape(f"locked {plan} at {e['time']} → {res.path}"))
-    out.print(f"  content {e['content_sha256'][:23]}…  raw {e['raw_sha256'][:23]}…  ({where})")
+        state = ("committed and clean" if git["clean"] else "has uncommitted changes" if git["tracked"] else "not committed") if git else ""
+        where = f"git {git['commit'][:12] if git['commit'] else '(no commit yet)'}, plan {state}" if git else "not in a git work tree"
+        out.print(escape(f"locked {plan} at {e['time']} → {res.path}"))
+        out.print(f"  content {e['content_sha256'][:23]}…  raw {e['raw_sha256'][:23]}…  ({where})")
+    _print_runs(plan)
     _stamp_head(plan, timestamp, tsa_ca)
 
 
@@ -135,6 +139,7 @@ def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study fold
         out.print("  comments or layout only; meaning unchanged")
     for c in e["changes"]:
         out.print(escape(f"  {describe(c)}"), soft_wrap=True)
+    _print_runs(plan)
     _stamp_head(plan, timestamp, tsa_ca)
 
 

@@ -22,11 +22,12 @@ _STYLE = {"pending": "dim", "queued": "cyan", "running": "bold blue", "stopped":
 
 
 def _n(x: float | None) -> str:
+    """A count of tokens or iterations to one decimal of its unit: ``512``, ``30.4k``, ``1.2M``."""
     if x is None:
         return "—"
     for div, suf in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= div:
-            return f"{x / div:.2f}{suf}"
+            return f"{x / div:.1f}{suf}"
     return f"{x:.0f}"
 
 
@@ -67,7 +68,9 @@ def render(st) -> Table:
         tab.add_row(*cells)
     tot = st.totals()
     states = ", ".join(f"{tot[s]} {s}" for s in ("complete", "running", "queued", "pending", "stopped", "failed") if tot[s])
-    prog = f"; {_n(tot['done'])} / {_n(tot['total'])} {tot['unit']}" if tot["unit"] else ""
+    # the tokens trained (runs end past their stop at an iteration's end) and the share of the stops reached
+    prog = (f"; {_n(tot['done'])} / {_n(tot['total'])} {tot['unit']} trained / planned"
+            + (f", {tot['fraction']:.0%} of the way" if tot["fraction"] is not None else "")) if tot["unit"] else ""
     eta = f"; about {_t(tot['eta_s'])} left at {tot['parallel']} run(s) at once" if tot["eta_s"] else ""
     extra = f"; {tot['not_in_plan']} run folder(s) not in plan" if tot["not_in_plan"] else ""
     tab.caption = f"{tot['runs']} run(s): {states or 'none'}{prog}{eta}{extra}" + (f"\n{BLIND_NOTE}" if st.blind else "")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .plots import decorate, legend_outside, save_all, subplots, token_unit, tokens_label
+from .plots import decorate, legend_outside, marked, save_all, subplots, token_unit, tokens_label
 from .readings.extrapolation import Extrapolation, HEURISTIC
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ def extrapolation_figures(a: Analysis, out_dir: Path) -> list[Path]:
     for cid, x in a.extrapolations.items():
         c = a.plan.contrast(cid)
         out += extrapolation_figure(x, out_dir / f"extrapolated-{cid}.png", treatment=c.treatment, control=c.control,
-                                    title=f"{a.plan.study.id} {cid}: observed vs extrapolated (e = {x.e:.3g})",
+                                    title=marked(f"{a.plan.study.id} {cid}: observed vs extrapolated (e = {x.e:.3g})",
+                                                 False, exploratory=a.exploratory),
                                     synthetic=a.synthetic)
     return out
 

@@ -114,14 +114,16 @@ def efficiency_figure(g: GradientResults, path: Path, *, title: str, synthetic: 
     return plots.save_all(efficiency(g, title=title, synthetic=synthetic), path)
 
 
-def write_gradient(g: GradientResults, out_dir: Path, *, title: str, synthetic: bool = False) -> list[Path]:
+def write_gradient(g: GradientResults, out_dir: Path, *, title: str, synthetic: bool = False,
+                   marks: dict[str, bool] | None = None) -> list[Path]:
     """``gradient_tests.csv`` (one row per test × configuration), ``gradient_fit.csv`` and
-    ``gradient_conditions.csv`` when there are any, and the figure (PNG and PDF); a dry run's
-    tables carry a ``synthetic`` column."""
+    ``gradient_conditions.csv`` when there are any, and the figure (PNG and PDF); the tables carry
+    the report's ``marks`` as columns (``synthetic`` for a dry run's, ``exploratory``)."""
     written = []
+    marks = {**({"synthetic": True} if synthetic else {}), **(marks or {})}
     for name, df in ((CSV, g.table), ("gradient_fit.csv", g.fit), ("gradient_conditions.csv", g.conditions)):
         if name == CSV or len(df):
-            (df.assign(synthetic=True) if synthetic else df).to_csv(out_dir / name, index=False)  # a dry run's mark
+            df.assign(**marks).to_csv(out_dir / name, index=False)
             written.append(out_dir / name)
     written += efficiency_figure(g, out_dir / FIGURE, title=title, synthetic=synthetic)
     return written

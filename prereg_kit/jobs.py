@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 from .errors import PreregError, ViolationError
 from .lock import check_plan, lock_path, read_chain
-from .plan import Plan, PlanFile, load_plan
+from .plan import Plan, PlanFile, format_tokens, load_plan
+from .plan.designs import seed_text
 from .runlog import run_dir
 
 
@@ -33,6 +34,65 @@ class PlannedRun:
 def planned_runs(plan: Plan, stage: str = "main") -> list[tuple[str, int]]:
     """Every (configuration, seed) of a stage, in the plan's order."""
     return [(c, s) for c in plan.configurations_for(stage) for s in plan.seeds_for(stage, c)]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _grouped(names: list[str], value_of) -> list[tuple[str, list[str]]]:
+    """``names`` grouped by ``value_of(name)`` (a text), in order of first appearance."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(value_of(n), []).append(n)
+    return list(groups.items())
+
+
+def _budget_text(plan: Plan, name: str) -> str:
+    b = plan.budget_of(name)
+    return f"{format_tokens(b.tokens)} generated tokens" if b.tokens is not None else _count(b.iterations, "iteration")
+
+
+def _per_group(groups: list[tuple[str, list[str]]]) -> str:
+    """``30K generated tokens each`` for one group, else ``30K (a, b); 21M (c)``."""
+    if len(groups) == 1:
+        return f"{groups[0][0]} each"
+    return "; ".join(f"{text} ({', '.join(cs)})" for text, cs in groups)
+
+
+def stage_summary(plan: Plan, stage: str = "main") -> str:
+    """What a stage runs, counted as the trainer counts it (runnable configurations × their seeds
+    in this stage), in one line: ``2 configurations × 31 seeds (0-30) = 62 runs, B = 30K generated
+    tokens each``; configurations that differ in seeds or budget are named with theirs, and those
+    marked ``runnable = false`` are named apart (the trainer refuses them)."""
+    names = plan.configurations_for(stage)
+    runnable = [c for c in names if plan.configurations[c].runnable]
+    seeds = _grouped(runnable, lambda c: seed_text(sorted(plan.seeds_for(stage, c))))
+    n_runs = sum(len(plan.seeds_for(stage, c)) for c in runnable)
+    if len(seeds) <= 1:
+        n_seeds = len(plan.seeds_for(stage, runnable[0])) if runnable else 0
+        runs = f"{_count(len(runnable), 'configuration')} × {_count(n_seeds, 'seed')}" + (f" ({seeds[0][0]})" if seeds else "")
+    else:
+        runs = _count(len(runnable), "configuration") + " (" + "; ".join(
+            f"{', '.join(cs)}: {_count(len(plan.seeds_for(stage, cs[0])), 'seed')} ({text})" for text, cs in seeds) + ")"
+    budget = f", B = {_per_group(_grouped(runnable, lambda c: _budget_text(plan, c)))}" if runnable else ""
+    lengths = _grouped(runnable, lambda c: f"{plan.train_to(c, stage):g}B")
+    if lengths and lengths != [("1B", runnable)]:
+        budget += f", trained to {_per_group(lengths).removesuffix(' each')}"
+    off = [c for c in names if c not in runnable]
+    rest = f"; not runnable: {', '.join(off)} (runnable = false)" if off else ""
+    return f"{runs} = {_count(n_runs, 'run')}{budget}{rest}"
+
+
+def run_summary(plan: Plan) -> list[str]:
+    """What a plan names to run, one line per stage: the main stage, then each other stage whose
+    configurations, seeds or run lengths are not the main stage's (``stage smoke: …``); a plan
+    with the main stage alone gives one line without a prefix (:func:`stage_summary`)."""
+    main = stage_summary(plan, "main")
+    others = [s.name for s in plan.stages if s.name != "main" and stage_summary(plan, s.name) != main]
+    if not others:
+        return [main]
+    return [f"stage main: {main}"] + [f"stage {name}: {stage_summary(plan, name)}" for name in others]
 
 
 def require_locked(plan_file: PlanFile | str | Path) -> None:
@@ -90,4 +150,4 @@ def stage_runs(study_dir: str | Path, stage: str = "main", configs: Sequence[str
     return pf, runs
 
 
-__all__ = ["PlannedRun", "lock_state", "planned_runs", "require_locked", "stage_runs"]
+__all__ = ["PlannedRun", "lock_state", "planned_runs", "require_locked", "run_summary", "stage_runs", "stage_summary"]

@@ -11,15 +11,22 @@ closing it. ``synthetic=True`` (a ``prereg dry-run``) marks the title and waterm
   ±margin band (paper 1, Figures 7–8);
 - :func:`accuracy` — accuracy against generated tokens or training time (one panel) per
   configuration, mean over seeds with a min–max band;
-- :func:`difference` — treatment − control against training time, per-seed curves interpolated
-  onto one grid, mean and 95% t band (paper 1, Figure 3's form).
+- :func:`difference` — treatment − control against matched generated tokens, training time or
+  updates, per-seed curves interpolated onto one grid, mean and 95% t band (paper 1, Figure 3's
+  form); given the table's readings (:class:`TableMark`), each contrast's reading point and its
+  Δ [95% CI] as the table reads it are marked on the curve.
 
-The report's files are written by :func:`forest_plot`, :func:`accuracy_curves` (both panels) and
-:func:`difference_over_time`, each as a PNG and a PDF with the same stem (:func:`save_all`).
+Every band, line and marker has a legend entry; legends sit outside the panel (to its right, or
+below it), so they cover no data; laid out (``tight_layout`` or ``layout="constrained"``), the
+figure makes room for them. The report's files are written by :func:`forest_plot`,
+:func:`accuracy_curves` (both panels) and :func:`difference_panels` (one panel per axis the
+primary contrasts are read on), each as a PNG and a PDF with the same stem (:func:`save_all`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 import textwrap
@@ -33,16 +40,18 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the
     from matplotlib.figure import Figure
 
 SYNTHETIC = "SYNTHETIC (prereg dry-run)"
+EXPLORATORY = "EXPLORATORY"  # an analysis whose preregistration checks failed (prereg analyze --exploratory)
 TIER_COLOR = {"primary": "#1f4e9c", "secondary": "#4a8c3a", "exploratory": "#8a8a8a"}
-BAND = "seed mean;\nband: min–max"  # what an accuracy line and its band are
+BAND = "band: min–max over seeds"  # what an accuracy line's band is
 VECTOR = ".pdf"  # the vector copy written beside every PNG
 
 
 def subplots(nrows: int = 1, ncols: int = 1, **kw):
-    """A figure and its axes, as ``pyplot.subplots`` returns them, on a figure pyplot never sees."""
+    """A figure and its axes, as ``pyplot.subplots`` returns them, on a figure pyplot never sees
+    (``layout="constrained"`` gives it room for legends outside its panels, as pyplot's does)."""
     from matplotlib.figure import Figure  # noqa: PLC0415  (matplotlib only when something is drawn)
 
-    fig = Figure(figsize=kw.pop("figsize", None))
+    fig = Figure(figsize=kw.pop("figsize", None), layout=kw.pop("layout", None))
     return fig, fig.subplots(nrows, ncols, **kw)
 
 
@@ -123,11 +132,13 @@ def tokens_label(unit: str, what: str = "generated tokens") -> str:
     return what if unit == "tokens" else f"{what} ({unit})"
 
 
-def marked(title: str | None, synthetic: bool) -> str | None:
-    """``title`` with the SYNTHETIC mark in front when the figure shows simulated results."""
-    if not synthetic:
+def marked(title: str | None, synthetic: bool, *, exploratory: bool = False) -> str | None:
+    """``title`` with the SYNTHETIC mark in front when the figure shows simulated results, and the
+    EXPLORATORY mark when it shows an analysis whose preregistration checks failed."""
+    mark = ": ".join(m for m, on in ((SYNTHETIC, synthetic), (EXPLORATORY, exploratory)) if on)
+    if not mark:
         return title
-    return f"{SYNTHETIC}: {title}" if title else SYNTHETIC
+    return f"{mark}: {title}" if title else mark
 
 
 @cache
@@ -214,8 +225,8 @@ def forest(contrasts: pd.DataFrame, per_seed: pd.DataFrame, *, ax=None, title: s
     from matplotlib.lines import Line2D  # noqa: PLC0415
     from matplotlib.patches import Rectangle  # noqa: PLC0415
 
-    handles = [Line2D([], [], marker="o", ls="", color=c, label=t) for t, c in TIER_COLOR.items() if t in tiers]
-    legend_outside(ax, [*handles, Line2D([], [], marker="o", ls="", ms=3, color="#999999", label="seed"),
+    handles = [Line2D([], [], marker="o", lw=1.8, color=c, label=f"{t}: mean, 95% CI") for t, c in TIER_COLOR.items() if t in tiers]
+    legend_outside(ax, [*handles, Line2D([], [], marker="o", ls="", ms=3, color="#999999", label="one seed's difference"),
                         Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")])
     ax.grid(axis="x", alpha=0.3)
     return ax.figure
@@ -242,64 +253,157 @@ def accuracy(curves: pd.DataFrame, *, x: str = "tokens", ax=None, title: str | N
     for name, g in curves.groupby("configuration", sort=True):
         by_eval = g.groupby("eval_index")
         xs = by_eval[col].mean() / div
-        (line,) = ax.plot(xs, by_eval["accuracy"].mean(), marker=".", label=str(name))
+        (line,) = ax.plot(xs, by_eval["accuracy"].mean(), marker=".", label=f"{name} (mean over seeds)")
         ax.fill_between(xs, by_eval["accuracy"].min(), by_eval["accuracy"].max(), color=line.get_color(), alpha=0.15, lw=0)
     if budget_tokens is not None and x == "tokens":  # no one line for B when it is in iterations
-        ax.axvline(budget_tokens / div, color="black", ls="--", lw=0.8, label="B")
+        ax.axvline(budget_tokens / div, color="black", ls="--", lw=0.8, label="B: where the table reads")
     ax.set_xlabel(tokens_label(unit) if x == "tokens" else f"training time ({unit})")
     ax.set_ylabel("accuracy (fraction)")
     decorate(ax, title, synthetic, fontsize=10)
     ax.grid(alpha=0.3)
     if legend:
-        legend_outside(ax, title=BAND, title_fontsize=8)
+        legend_outside(ax, *band_entry(ax))
     return ax.figure
 
 
+def band_entry(ax, text: str = BAND, handles=None, labels=None) -> tuple[list, list]:
+    """``ax``'s legend handles and labels (or those given) with a grey patch for its bands."""
+    from matplotlib.patches import Patch  # noqa: PLC0415
+
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    return [*handles, Patch(color="#999999", alpha=0.3, lw=0)], [*labels, text]
+
+
+# the figure's x axis for each reading the table makes: (run-log column, what is matched)
+AXES = {"tokens": ("tokens", "matched generated tokens"), "time": ("train_seconds", "matched training time"),
+        "updates": ("updates", "matched updates")}
+# the axis a contrast read at a point kind is drawn on (to-target shares and extrapolations have figures of their own)
+READ_AXIS = {"tokens": "tokens", "first_half": "tokens", "second_half": "tokens", "all_evals": "tokens",
+             "time": "time", "control_time": "time", "updates": "updates"}
+
+
+@dataclass(frozen=True)
+class TableMark:
+    """What the report's table reads for one contrast, drawn on its difference curve: ``x``, the
+    reading point on the figure's axis (k·B tokens, the seeds' mean T* in seconds, the
+    treatment's mean updates), the table's Δ with its 95% interval (an open end of a one-sided
+    interval is infinite), and ``what`` the point is in words (``tokens at B``)."""
+
+    x: float
+    mean: float
+    ci_low: float
+    ci_high: float
+    what: str
+
+
+@dataclass(frozen=True)
+class DifferencePanel:
+    """One panel of the difference figure: the contrasts (label, treatment, control) read on one
+    axis (``tokens``, ``time`` or ``updates``), the grid's end on it (``until``: k·B for a token
+    reading; None: the shortest run's end) and the table's readings to mark, by label."""
+
+    x: str
+    pairs: list[tuple[str, str, str]]
+    until: float | None = None
+    marks: Mapping[str, TableMark] = field(default_factory=dict)
+
+
 def difference(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, ax=None, title: str | None = None,
-               margin: float = 0.02, synthetic: bool = False, grid_points: int = 60) -> Figure:
-    """Treatment − control accuracy against training time for each (label, treatment, control):
-    the mean over seeds and its 95% t band, the ±margin band in grey (:func:`difference_data`)."""
+               margin: float = 0.02, synthetic: bool = False, grid_points: int = 60, x: str = "time",
+               until: float | None = None, marks: Mapping[str, TableMark] | None = None) -> Figure:
+    """Treatment − control accuracy for each (label, treatment, control) against ``x``: matched
+    ``"time"`` (training seconds), ``"tokens"`` (generated tokens) or ``"updates"``, up to
+    ``until`` on that axis (else the shortest run's end): the mean over seeds and its 95% t band,
+    the ±margin band in grey (:func:`difference_data`); ``marks`` (label → :class:`TableMark`)
+    draws each contrast's reading point and the table's Δ [95% CI] there. Every line, band and
+    marker has a legend entry; the legend sits to the right of the panel."""
     ax = _axes(ax, (9, 4.2))
-    _draw_difference(ax, curves, pairs, margin, grid_points)
+    _draw_difference(ax, curves, DifferencePanel(x, pairs, until, marks or {}), margin, grid_points)
     decorate(ax, title, synthetic)
     return ax.figure
 
 
-def difference_data(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], grid_points: int = 60) -> pd.DataFrame:
-    """What :func:`difference` draws: one row per (label, grid point) with the training seconds,
-    the mean difference over seeds, the band's half-width and n.
+def difference_data(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], grid_points: int = 60, *,
+                    x: str = "time", until: float | None = None) -> pd.DataFrame:
+    """What :func:`difference` draws: one row per (label, grid point) with the point on the axis
+    (its run-log column: ``train_seconds``, ``tokens`` or ``updates``), the mean difference over
+    seeds, the band's half-width and n.
 
-    Per seed, both runs' accuracy is interpolated linearly in training time on a common grid up
-    to the shorter run's last evaluation; the line is the mean over seeds, the band a 95% t
-    interval.
+    Per seed, both runs' accuracy is interpolated linearly in that column on a common grid up to
+    ``until`` or the shorter run's last evaluation, whichever comes first; the line is the mean
+    over seeds, the band a 95% t interval.
     """
+    col = _axis_column(x)
     data = []
     for label, tr, co in pairs:
-        diffs, grid = _interpolated_differences(curves, tr, co, grid_points)
+        diffs, grid = _interpolated_differences(curves, tr, co, grid_points, col, until)
         if diffs is None:
             continue
         m, n = diffs.mean(axis=0), diffs.shape[0]
         half = stdtrit(n - 1, 0.975) * diffs.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(m)
-        data.append(pd.DataFrame({"label": label, "treatment": tr, "control": co, "train_seconds": grid,
+        data.append(pd.DataFrame({"label": label, "treatment": tr, "control": co, col: grid,
                                   "difference": m, "half_width": half, "n": n}))
-    cols = ["label", "treatment", "control", "train_seconds", "difference", "half_width", "n"]
+    cols = ["label", "treatment", "control", col, "difference", "half_width", "n"]
     return pd.concat(data, ignore_index=True) if data else pd.DataFrame(columns=cols)
 
 
-def _draw_difference(ax, curves, pairs, margin, grid_points) -> pd.DataFrame:
-    div, unit = time_unit(float(curves["train_seconds"].max()) if len(curves) else 0.0)
+def _axis_column(x: str) -> str:
+    if x not in AXES:
+        raise ValueError(f"difference(x={x!r}): x is 'tokens', 'time' or 'updates'")
+    return AXES[x][0]
+
+
+def _axis_unit(x: str, span: float) -> tuple[float, str]:
+    """Divisor and axis label of a panel on ``x`` spanning ``span``."""
+    if x == "tokens":
+        div, unit = token_unit(span)
+        return div, tokens_label(unit, AXES[x][1])
+    if x == "time":
+        div, unit = time_unit(span)
+        return div, f"{AXES[x][1]} ({unit})"
+    return 1.0, AXES[x][1]
+
+
+def _draw_difference(ax, curves, panel: DifferencePanel, margin, grid_points) -> pd.DataFrame:
+    from matplotlib.patches import Patch  # noqa: PLC0415
+
+    col = _axis_column(panel.x)
+    data = difference_data(curves, panel.pairs, grid_points, x=panel.x, until=panel.until)
+    span = max([float(data[col].max()) if len(data) else 0.0] + [m.x for m in panel.marks.values() if np.isfinite(m.x)])
+    div, xlabel = _axis_unit(panel.x, span)
     ax.axhspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
     ax.axhline(0, color="black", lw=0.8)
-    data = difference_data(curves, pairs, grid_points)
+    handles, labels = [], []
     for (label, tr, co), g in data.groupby(["label", "treatment", "control"], sort=False):
-        x, m, half = g["train_seconds"].to_numpy() / div, g["difference"].to_numpy(), g["half_width"].to_numpy()
-        (line,) = ax.plot(x, m, label=f"{label}: {tr} − {co} (n={int(g['n'].iloc[0])})")
-        ax.fill_between(x, m - half, m + half, color=line.get_color(), alpha=0.2, lw=0)
-    ax.set_xlabel(f"training time ({unit})")
+        xs, m, half = g[col].to_numpy() / div, g["difference"].to_numpy(), g["half_width"].to_numpy()
+        (line,) = ax.plot(xs, m, label=f"{label}: {tr} − {co} (n={int(g['n'].iloc[0])})")
+        ax.fill_between(xs, m - half, m + half, color=line.get_color(), alpha=0.2, lw=0)
+        handles += [line, Patch(color=line.get_color(), alpha=0.2, lw=0)]
+        labels += [f"{label}: {tr} − {co}, mean of {int(g['n'].iloc[0])} seeds", f"{label}: 95% t band"]
+        if (mk := panel.marks.get(label)) is not None and np.isfinite(mk.x):
+            handles.append(_mark(ax, mk, div, line.get_color()))
+            one_sided = not (np.isfinite(mk.ci_low) and np.isfinite(mk.ci_high))
+            labels.append(f"{label} in the table ({mk.what}): Δ {mk.mean:+.3f} and its "
+                          + ("one-sided 95% bound" if one_sided else "95% CI"))
+    handles.append(Patch(color="#d9d9d9", alpha=0.6, lw=0))
+    labels.append(f"±{margin:g} margin")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("difference in accuracy (fraction)")
     ax.grid(alpha=0.3)
-    legend_outside(ax)
+    legend_outside(ax, handles, labels)
     return data
+
+
+def _mark(ax, mk: TableMark, div: float, color: str):
+    """The table's reading on the panel: a dotted line at its point and its Δ with the 95%
+    interval (an open end drawn to the panel's edge); returns the marker for the legend."""
+    at = mk.x / div
+    ax.axvline(at, color=color, ls=":", lw=1.0)
+    lo, hi = (v if np.isfinite(v) else mk.mean for v in (mk.ci_low, mk.ci_high))
+    bars = ax.errorbar([at], [mk.mean], yerr=[[mk.mean - lo], [hi - mk.mean]], fmt="D", ms=6, color=color,
+                       mec="black", mew=0.8, capsize=4, lw=1.6, zorder=4)
+    return bars
 
 
 def forest_plot(contrasts: pd.DataFrame, per_seed: pd.DataFrame, path: Path, *, title: str,
@@ -318,7 +422,7 @@ def accuracy_curves(curves: pd.DataFrame, path: Path, *, title: str, budget_toke
     for ax in axes if synthetic else ():  # the suptitle carries the word; each panel its watermark
         watermark(ax)
     axes[1].set_ylabel("")
-    legend_outside(axes[1], *axes[0].get_legend_handles_labels(), title=BAND, title_fontsize=8)  # B: left panel only
+    legend_outside(axes[1], *band_entry(axes[0]))  # B: left panel only
     fig.suptitle(marked(title, synthetic))
     return save_all(fig, path)
 
@@ -331,30 +435,46 @@ def difference_over_time(curves: pd.DataFrame, pairs: list[tuple[str, str, str]]
                                grid_points=grid_points), path)
 
 
+def difference_panels(curves: pd.DataFrame, panels: list[DifferencePanel], path: Path, *, title: str,
+                      margin: float = 0.02, grid_points: int = 60, synthetic: bool = False) -> list[Path]:
+    """The report's difference figure: one :func:`difference` panel per axis the contrasts are
+    read on (stacked; legends to their right), written to ``path`` (PNG) and its PDF."""
+    fig, axes = subplots(len(panels), 1, figsize=(10.5, 3.6 * len(panels) + 0.6), squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        _draw_difference(ax, curves, panel, margin, grid_points)
+        if synthetic:
+            watermark(ax)
+    fig.suptitle(marked(title, synthetic))
+    return save_all(fig, path)
+
+
 def difference_figure(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, title: str,
                       margin: float = 0.02, grid_points: int = 60, synthetic: bool = False):
     """The figure of :func:`difference` and its data (:func:`difference_data`), computed once."""
     ax = _axes(None, (9, 4.2))
-    data = _draw_difference(ax, curves, pairs, margin, grid_points)
+    data = _draw_difference(ax, curves, DifferencePanel("time", pairs), margin, grid_points)
     decorate(ax, title, synthetic)
     return ax.figure, data
 
 
-def _interpolated_differences(curves: pd.DataFrame, tr: str, co: str, k: int):
+def _interpolated_differences(curves: pd.DataFrame, tr: str, co: str, k: int, col: str = "train_seconds",
+                              until: float | None = None):
     """Per seed both configurations, the treatment's minus the control's accuracy on a common
-    grid of ``k`` training times up to the shortest run's end (linear interpolation). Column-wise:
-    one stable sort and slices per (configuration, seed), not a filter of the frame per seed."""
-    both = curves.loc[curves["configuration"].isin([tr, co]), ["configuration", "seed", "train_seconds", "accuracy"]]
-    both = both.sort_values(["configuration", "seed", "train_seconds"], kind="stable")
-    ends = both.groupby(["configuration", "seed"], sort=False)["train_seconds"].max().unstack(0)
+    grid of ``k`` points of ``col`` up to the shortest run's end, or ``until`` when that comes
+    first (linear interpolation). Column-wise: one stable sort and slices per (configuration,
+    seed), not a filter of the frame per seed."""
+    both = curves.loc[curves["configuration"].isin([tr, co]), ["configuration", "seed", col, "accuracy"]]
+    both = both.sort_values(["configuration", "seed", col], kind="stable")
+    ends = both.groupby(["configuration", "seed"], sort=False)[col].max().unstack(0)
     if tr not in ends or co not in ends:
         return None, None
     ends = ends[[tr, co]].dropna()
     if not len(ends):
         return None, None
-    grid = np.linspace(0, float(ends.to_numpy().min()), k)
+    end = float(ends.to_numpy().min())
+    grid = np.linspace(0, end if until is None else min(end, float(until)), k)
     key = both["configuration"].to_numpy(dtype=object), both["seed"].to_numpy()
-    t, acc = both["train_seconds"].to_numpy(dtype="float64"), both["accuracy"].to_numpy(dtype="float64")
+    t, acc = both[col].to_numpy(dtype="float64"), both["accuracy"].to_numpy(dtype="float64")
     cut = np.flatnonzero((key[0][1:] != key[0][:-1]) | (key[1][1:] != key[1][:-1])) + 1
     start = dict(zip(zip(key[0][np.r_[0, cut]], key[1][np.r_[0, cut]].tolist()), zip(np.r_[0, cut], np.r_[cut, len(t)])))
 

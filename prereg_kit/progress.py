@@ -34,3 +34,18 @@ def progress_lines(items, label: str, every: float = 5.0):
         if now - last >= every:
             last = now
             print(f"{label}: {i}/{len(items)} ({now - t0:.0f} s)", file=sys.stderr, flush=True)
+
+
+def shown_path(path) -> str:
+    """``path`` as a progress or result line names it: relative to the current directory when it
+    lies under it (as a user would type it), else as given; a relative path is left as typed."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_absolute():
+        return str(p)
+    here = Path.cwd().resolve()
+    for q in (p, p.resolve()):
+        if q.is_relative_to(here):
+            return str(q.relative_to(here))
+    return str(p)

@@ -20,7 +20,8 @@ import pandas as pd
 from . import plots
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
 from .gradient_report import gradient_markdown, write_gradient
-from .plan import COLLAPSE_K
+from .plan import COLLAPSE_K, format_tokens
+from .report_figures import is_target, report_figures
 from .report_html import write_html
 from .report_tex import contrasts_tex
 from .robustness import MARK, flag_lines, json_lists, robustness_table
@@ -52,16 +53,6 @@ def format_p(p: float) -> str:
 
 def _signed(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:+.3f}"
-
-
-def format_tokens(n: float) -> str:
-    """A token count as text: ``512``, ``30K``, ``30.31K``, ``1.2M``, ``12.25M`` (4 significant digits)."""
-    if n is None or math.isnan(n):
-        return "n/a"
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            return f"{n / div:.4g}{suffix}"
-    return f"{n:.0f}"
 
 
 TIME_UNITS = (("s", 1.0), ("min", 60.0), ("h", 3600.0))
@@ -107,12 +98,6 @@ def synthetic_markdown(text: str) -> str:
             out += [SYNTHETIC_CAPTION, ""]
         out.append(line)
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
-
-
-def is_target(row) -> bool:
-    """A to-target row (Table 11): a share of the budget, read against 1, not a difference."""
-    t = row.get("target")
-    return t is not None and not pd.isna(t)
 
 
 def _share(x: float) -> str:
@@ -289,6 +274,12 @@ def sequential_section(a: Analysis) -> list[str]:
     return out + [""]
 
 
+def marks(a: Analysis) -> dict[str, bool]:
+    """The columns every table file of a marked report carries: ``synthetic`` (a dry run's
+    simulated runs), ``exploratory`` (an analysis whose preregistration checks failed)."""
+    return {**({"synthetic": True} if a.synthetic else {}), **({"exploratory": True} if a.exploratory else {})}
+
+
 def results_record(a: Analysis) -> dict:
     """The record ``results.json`` holds (format ``prereg-results/1``); ``prereg analyze --json`` prints it."""
     plan = a.plan
@@ -300,6 +291,7 @@ def results_record(a: Analysis) -> dict:
         "plan_hash": a.plan_hash,
         "lock": a.lock_summary,
         "exploratory": a.exploratory,
+        **({"missing_runs": [{"configuration": c, "seed": s} for c, s in a.missing_runs]} if a.missing_runs else {}),
         **({"synthetic": True} if a.synthetic else {}),  # simulated by `prereg dry-run`; absent on real reports
         "contrasts": json_lists(_records(a.contrasts)),  # verdict_changes_under as a list
         "per_seed": _records(a.per_seed),
@@ -329,44 +321,42 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     for name, df in (("contrasts", a.contrasts), ("per_seed", a.per_seed), ("configurations", a.configurations),
                      ("curves", a.curves), ("checks", a.checks)):
         if name != "checks" or len(df):
-            (df.assign(synthetic=True) if a.synthetic else df).to_csv(out_dir / f"{name}.csv", index=False)
+            df.assign(**marks(a)).to_csv(out_dir / f"{name}.csv", index=False)
             written.append(out_dir / f"{name}.csv")
 
     if a.sequential is not None:
-        (a.sequential.table.assign(synthetic=True) if a.synthetic else a.sequential.table).to_csv(out_dir / "sequential.csv", index=False)
+        a.sequential.table.assign(**marks(a)).to_csv(out_dir / "sequential.csv", index=False)
         written.append(out_dir / "sequential.csv")
     results = results_record(a)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
 
-    margin = float(a.contrasts["margin_high"].max()) if len(a.contrasts) else plan.statistics.margin
-    paired = [c for c in plan.contrasts if c.design == "paired"]  # a curve of T − C over time needs one seed-paired pair
-    syn = a.synthetic  # a dry run's figures say SYNTHETIC
-    figs = [
-        *plots.forest_plot(a.contrasts[[not is_target(r) and r.get("status") != "not read" for _, r in a.contrasts.iterrows()]],
-                           a.per_seed,
-                           out_dir / "forest.png",
-                           title=f"{plan.study.id}: every contrast (treatment − control)", margin=margin, synthetic=syn),
-        *plots.accuracy_curves(a.curves, out_dir / "accuracy.png", budget_tokens=plan.budget.tokens if all(c.budget is None for c in plan.configurations.values()) else None,
-                               title=f"{plan.study.id}: {plan.evaluation.metric} on {plan.evaluation.primary}", synthetic=syn),
-        *plots.difference_over_time(
-            a.curves, [(c.id, c.treatment, c.control) for c in paired if c.tier == "primary"] or
-            [(c.id, c.treatment, c.control) for c in paired[:1]],
-            out_dir / "difference_vs_time.png", margin=margin,
-            title=f"{plan.study.id}: primary differences over training time", synthetic=syn),
-    ]
-    written += figs + extrapolation_figures(a, out_dir)
-    written += write_gradient(a.gradient, out_dir, title=f"{plan.study.id}: gradient tests", synthetic=syn) if a.gradient else []
+    written += report_figures(a, out_dir) + extrapolation_figures(a, out_dir)
+    written += write_gradient(a.gradient, out_dir, title=plots.marked(f"{plan.study.id}: gradient tests", False, exploratory=a.exploratory),
+                              synthetic=a.synthetic, marks=marks(a)) if a.gradient else []
     markdown = render_markdown(a)
     (out_dir / "report.md").write_text(markdown)
     written.append(out_dir / "report.md")
     (out_dir / "contrasts.tex").write_text(contrasts_tex(
         a.contrasts, caption=f"{plan.study.id}: every contrast, treatment − control (fractions: 0.01 is one point). "
         "Mean over seeds with its 95% paired-t interval; Holm within each primary family; TOST at the margin in contrasts.csv.",
-        label=f"{plan.study.id}-contrasts", printed_test=printed_test, is_target=is_target, synthetic=a.synthetic))
+        label=f"{plan.study.id}-contrasts", printed_test=printed_test, is_target=is_target, synthetic=a.synthetic,
+        exploratory=a.exploratory))
     written.append(out_dir / "contrasts.tex")
-    written.append(write_html(out_dir, markdown, written, synthetic=a.synthetic))  # last: it embeds the figures
+    written.append(write_html(out_dir, markdown, written, synthetic=a.synthetic, exploratory=a.exploratory))  # last: it embeds the figures
     return written
+
+
+def left_out_lines(df: pd.DataFrame) -> list[str]:
+    """The sentence under the contrast table naming the contrasts read without some of their seeds
+    (``seeds_left_out``: a seed one side has no reading for; the reasons are in the notes)."""
+    if "seeds_left_out" not in df.columns:
+        return []
+    rows = [r for r in df.itertuples() if isinstance(r.seeds_left_out, str) and r.seeds_left_out]
+    if not rows:
+        return []
+    return ["Read without some of their seeds (a seed that one side has no reading for is left out of the contrast's "
+            "units; why: *Notes*): " + "; ".join(f"{r.contrast} without seed(s) {r.seeds_left_out}" for r in rows) + ".", ""]
 
 
 def crn_sentence(plan) -> list[str]:
@@ -399,10 +389,12 @@ def dynamics_table(dyn: pd.DataFrame) -> list[str]:
 def render_markdown(a: Analysis) -> str:
     plan = a.plan
     s = plan.study
-    out = [f"# {s.id}: {s.title}", "", f"**Question.** {s.question}", ""]
+    out = [f"# {'EXPLORATORY — ' if a.exploratory else ''}{s.id}: {s.title}", "", f"**Question.** {s.question}", ""]
     if a.exploratory:
+        gone = [f"`{c}/seed-{s}`" for c, s in a.missing_runs]
         out += ["> **EXPLORATORY.** The preregistration checks failed (see below); every result in this "
-                "report is exploratory and carries no confirmatory weight.", ""]
+                "report is exploratory and carries no confirmatory weight."
+                + (f" It reads the runs that exist; {len(gone)} planned run(s) are missing: {', '.join(gone)}." if gone else ""), ""]
     out += ["## Verdicts", ""] + verdict_summary(a) + [""]
     out += ["## Preregistration", "", f"- plan: `{a.plan_path}` (content {a.plan_hash[:23]}…)"]
     out += [f"- {line}" for line in a.lock_lines] if not a.synthetic else [
@@ -423,7 +415,7 @@ def render_markdown(a: Analysis) -> str:
             "welch: unpaired groups, Welch's t, n = both groups); 95% t "
             f"interval. Primary contrasts are {_adjusted_words(plan)} within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
-            "", contrast_table(a.contrasts), ""] + flag_lines(a.contrasts) + robustness_table(a.contrasts, format_p) + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
+            "", contrast_table(a.contrasts), ""] + left_out_lines(a.contrasts) + flag_lines(a.contrasts) + robustness_table(a.contrasts, format_p) + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
     out += sequential_section(a)
     if len(a.checks):
         out += ["## Manipulation checks", "",

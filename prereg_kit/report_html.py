@@ -29,11 +29,13 @@ img { max-width: 100%; height: auto; display: block; margin: 1rem 0; }
 code { font-size: 0.92em; background: #f3f3f3; padding: 0 0.2em; }
 blockquote { border-left: 4px solid #c33; margin: 1rem 0; padding: 0.3rem 1rem; background: #fbeeee; }
 .missing { color: #a00; font-style: italic; }
+.exploratory { background: #8a5a00; color: #fff; padding: 0.4rem 0.8rem; }
 """
 # only on a dry run's page: a real report names SYNTHETIC nowhere
 SYNTHETIC_CSS = """body.synthetic::before { content: "SYNTHETIC \\2014  simulated runs (prereg dry-run), not results"; display: block;
        background: #b00; color: #fff; font-weight: bold; padding: 0.4rem 0.8rem; margin-bottom: 1rem; }
 """
+EXPLORATORY_BAND = "EXPLORATORY — the preregistration checks failed; no result here carries confirmatory weight"
 
 
 def _renderer(images: dict[str, str]) -> MarkdownIt:
@@ -50,11 +52,14 @@ def _renderer(images: dict[str, str]) -> MarkdownIt:
     return md
 
 
-def render_html(markdown: str, images: dict[str, bytes], *, synthetic: bool = False) -> str:
+def render_html(markdown: str, images: dict[str, bytes], *, synthetic: bool = False, exploratory: bool = False) -> str:
     """The page: ``markdown`` rendered, ``images`` (name as the markdown writes it → PNG bytes)
-    embedded, the title from the first ``# `` heading; ``synthetic`` adds a band at the top."""
+    embedded, the title from the first ``# `` heading; ``synthetic`` adds a band at the top,
+    ``exploratory`` a band as the page's first text (it reads in any viewer, styled or not)."""
     encoded = {name: base64.b64encode(data).decode("ascii") for name, data in images.items()}
     body = _renderer(encoded).render(markdown)
+    if exploratory:
+        body = f'<p class="exploratory"><strong>{html.escape(EXPLORATORY_BAND)}</strong></p>\n' + body
     cls = ' class="synthetic"' if synthetic else ""
     title = next((line[2:].strip() for line in markdown.splitlines() if line.startswith("# ")), "report")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -64,11 +69,12 @@ def render_html(markdown: str, images: dict[str, bytes], *, synthetic: bool = Fa
             f"<body{cls}>\n{body}</body>\n</html>\n")
 
 
-def write_html(out_dir: Path, markdown: str, written: list[Path], *, synthetic: bool = False) -> Path:
+def write_html(out_dir: Path, markdown: str, written: list[Path], *, synthetic: bool = False,
+               exploratory: bool = False) -> Path:
     """``out_dir/report.html`` from ``markdown``, embedding every PNG among ``written`` (the files
     the report wrote) under its path relative to ``out_dir``; returns its path."""
     images = {p.relative_to(out_dir).as_posix(): p.read_bytes() for p in written
               if p.suffix.lower() == ".png" and p.is_relative_to(out_dir) and p.exists()}
     path = out_dir / "report.html"
-    path.write_text(render_html(markdown, images, synthetic=synthetic), encoding="utf-8")
+    path.write_text(render_html(markdown, images, synthetic=synthetic, exploratory=exploratory), encoding="utf-8")
     return path

@@ -79,15 +79,18 @@ def _row(r: pd.Series, printed_test: Callable[[pd.Series], str], is_target: Call
 
 
 def contrasts_tex(df: pd.DataFrame, *, caption: str, label: str, printed_test: Callable[[pd.Series], str],
-                  is_target: Callable[[pd.Series], bool], synthetic: bool = False) -> str:
+                  is_target: Callable[[pd.Series], bool], synthetic: bool = False, exploratory: bool = False) -> str:
     """The LaTeX source of ``contrasts.tex``: one ``table`` with one row per contrast of ``df``
     (``contrasts.csv``'s columns), blocks by tier. ``caption`` is plain text (escaped here);
     ``printed_test`` gives a row's test column as the report prints it (``report.printed_test``).
-    A synthetic table says so in its caption and in a comment on its first line."""
+    A synthetic or exploratory table says so in its caption and in a comment on its first line."""
     cap = tex_escape(caption)
+    if exploratory:
+        cap = r"\textbf{EXPLORATORY} (the preregistration checks failed; no confirmatory weight): " + cap
     if synthetic:
         cap = r"\textbf{SYNTHETIC} (runs simulated by \texttt{prereg dry-run}; no result): " + cap
     lines = [f"% {'SYNTHETIC: simulated runs from prereg dry-run. ' if synthetic else ''}"
+             f"{'EXPLORATORY: the preregistration checks failed. ' if exploratory else ''}"
              "Written by prereg analyze; needs \\usepackage{booktabs}.",
              r"\begin{table}[t]", r"\centering", r"\small", f"\\caption{{{cap}}}",
              f"\\label{{tab:{re.sub(r'[^A-Za-z0-9:.-]', '-', label)}}}",

@@ -130,15 +130,18 @@ class StudyStatus:
         return all(r.state in ("complete", "failed") for r in self.runs if r.in_plan)
 
     def totals(self) -> dict[str, Any]:
-        """Runs per state; progress done / total over the planned runs (in the stage's unit when
-        they share one); the study's time left at ``parallel`` runs at once (default: those
-        running now, at least one)."""
+        """Runs per state; over the planned runs (in the stage's unit when they share one) the
+        tokens (or iterations) ``done`` — as trained: a run's last iteration may end past its
+        stop — against ``total``, their stops k·B summed, and ``fraction``, each run's progress
+        counted up to its stop (so never above 1, and 1 only when every run reached its stop);
+        the study's time left at ``parallel`` runs at once (default: those running now, at least one)."""
         planned = [r for r in self.runs if r.in_plan]
         counts = {s: sum(r.state == s for r in self.runs) for s in STATES}
         units = {r.unit for r in planned}
         unit = units.pop() if len(units) == 1 else None
-        done = sum(min(r.done, r.stop) if r.stop else r.done for r in planned) if unit else None
+        done = sum(r.done for r in planned) if unit else None
         total = sum(r.stop or 0 for r in planned) if unit else None
+        fraction = sum(min(r.done, r.stop) for r in planned if r.stop) / total if unit and total else None
         # a run without a rate of its own is costed at the mean full length of those that have one
         full = [r.elapsed_s + r.eta_s for r in planned if r.eta_s is not None and r.elapsed_s and r.state != "complete"]
         full += [r.elapsed_s for r in planned if r.state == "complete" and r.elapsed_s]
@@ -155,7 +158,7 @@ class StudyStatus:
                 known = False
         n = self.parallel or max(1, counts["running"])
         return {"runs": len(planned), "not_in_plan": len(self.runs) - len(planned), **counts, "unit": unit,
-                "done": done, "total": total, "parallel": n,
+                "done": done, "total": total, "fraction": fraction, "parallel": n,
                 "eta_s": (left / n if known else None) if any(r.state not in ("complete", "failed") for r in planned) else 0.0}
 
     def to_frame(self) -> pd.DataFrame:

@@ -123,6 +123,8 @@ def read_hypotheses(plan: Plan, contrasts: pd.DataFrame) -> pd.DataFrame:
         evidence = "; ".join(f"{cid}: {by_id.loc[cid, 'verdict']}" for cid in ids) or "no contrast named"
         if not reading and str(outcome).startswith("continue"):  # an interim look of a sequential plan
             reading = "(an interim look: the hypothesis is read when the study stops or reaches its final look)"
+        if not reading and NOT_READ in verdicts:  # its runs cannot give a contrast: no reading of the plan applies
+            reading = "(not read: a contrast it names could not be read from the runs; its reason is in the contrast table)"
         out.append({"id": h.id, "statement": h.statement, "prediction": h.prediction, "outcome": outcome,
                     "evidence": evidence,
                     "reading": reading if reading else f"(the plan gave no reading for outcome '{outcome}')"})

@@ -105,6 +105,56 @@ def test_refuses_changed_plan_and_unpaired_runs(dry, tmp_path):
     assert ei.value.exit_code == 1 and "runs/big/seed-3" in ei.value.lines[0] and "gone" in ei.value.lines[0]
 
 
+def test_a_missing_run_analyzed_as_the_hint_says_gives_an_exploratory_report(dry, tmp_path, monkeypatch):
+    """`prereg analyze` refuses a study with a run missing and suggests --exploratory; following the
+    hint reads the runs that exist, drops the seed from the contrasts that lose it (and says so),
+    lists the missing run, and labels every file it writes exploratory."""
+    from prereg_kit import plots
+
+    study = tmp_path / "copy"
+    shutil.copytree(dry.folder, study)
+    shutil.rmtree(study / "report")
+    shutil.rmtree(study / "runs" / "big" / "seed-3")
+    runner = CliRunner()
+    res = runner.invoke(app, ["analyze", str(study)])
+    assert res.exit_code == 1 and "--exploratory" in res.output
+    titles = []  # every figure the report draws, by its titles
+
+    def keep_titles(fig, path, **kw):
+        titles.append((path.name, [t for t in [fig._suptitle.get_text() if fig._suptitle else ""]
+                                   + [ax.get_title() for ax in fig.axes] if t]))
+        return [path]
+
+    monkeypatch.setattr(plots, "save_all", keep_titles)
+    res = runner.invoke(app, ["analyze", str(study), "--exploratory", "--resamples", "50"])
+    assert res.exit_code == 0, res.output
+    rep = study / "report"
+    cs = pd.read_csv(rep / "contrasts.csv", dtype={"seeds_left_out": str}).set_index("contrast")
+    assert cs.loc["P1", "n"] == 7 and cs.loc["P1", "seeds_left_out"] == "3" and cs.loc["X1", "n"] == 7
+    assert cs.loc["P2", "n"] == 8 and pd.isna(cs.loc["P2", "seeds_left_out"]) and set(cs["claim"]) == {"exploratory"}
+    assert "contrast P1 (big − ctl): left out of its reading: seed 3: configuration 'ctl' has evaluations, 'big' has none" in res.output
+    res_json = json.loads((rep / "results.json").read_text())
+    assert res_json["exploratory"] is True and res_json["missing_runs"] == [{"configuration": "big", "seed": 3}]
+    md = (rep / "report.md").read_text()
+    assert md.startswith("# EXPLORATORY — ana:") and "`big/seed-3`" in md and "P1 without seed(s) 3; X1 without seed(s) 3" in md
+    assert "EXPLORATORY — the preregistration checks failed" in (rep / "report.html").read_text()
+    assert "\\textbf{EXPLORATORY}" in (rep / "contrasts.tex").read_text()
+    for csv in rep.glob("*.csv"):
+        assert pd.read_csv(csv)["exploratory"].all(), csv.name
+    assert {name for name, _ in titles} == {"forest.png", "accuracy.png", "difference_vs_time.png"}
+    assert all(any(t.startswith("EXPLORATORY") for t in ts) for _, ts in titles), titles
+
+    for s in (0, 1, 2, 4, 5, 6):  # one of big's seeds left: its contrasts can no longer be read, and say why
+        shutil.rmtree(study / "runs" / "big" / f"seed-{s}")
+    a = analyze_study(study, exploratory=True, n_resamples=50, progress=False)
+    c = a.contrasts.set_index("contrast")
+    assert c.loc["P1", "status"] == "not read" and c.loc["P2", "verdict"] != "not read"
+    assert "1 unit(s) on seeds 0-7 (seeds 0-6: configuration 'ctl' has evaluations, 'big' has none" in c.loc["P1", "verdict_reason"]
+    assert "at least 2 are needed" in c.loc["X1", "verdict_reason"]
+    h = a.hypotheses.set_index("id")
+    assert h.loc["H1", "outcome"] == "not read" and "could not be read" in h.loc["H1", "reading"]
+
+
 def test_allow_missing_seeds_excludes_and_reports(dry, tmp_path):
     study = tmp_path / "copy"
     shutil.copytree(dry.folder, study)

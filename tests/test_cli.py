@@ -219,3 +219,43 @@ def test_an_error_at_line_100_is_printed_as_written_not_as_an_emoji(tmp_path):
     plan.write_text("#\n" * 99 + "bogus_key = 1\n" + plan.read_text())  # the unknown key on line 100
     res = _run("lock", plan)
     assert res.exit_code == 2 and "plan.toml:100:" in res.output and "\U0001f4af" not in res.output, res.output
+
+
+def test_lock_says_what_the_plan_names_to_run(tmp_path):
+    """A seed range typed "0-30" for "0-3" shows as 31 seeds and 62 runs when the plan locks."""
+    from plans import SMALL_PLAN
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text(SMALL_PLAN.replace("seeds = [0, 1, 2]", 'seeds = "0-30"'))
+    res = _run("lock", plan)
+    assert res.exit_code == 0, res.output
+    assert "  2 configurations × 31 seeds (0-30) = 62 runs, B = 1M generated tokens each\n" in res.output
+    assert "2 configurations × 31 seeds (0-30) = 62 runs" in _run("lock", plan).output  # already locked: said again
+    plan.write_text(plan.read_text().replace('seeds = "0-30"', 'seeds = "0-3"'))
+    res = _run("amend", plan, "--reason", "seed range typo")
+    assert res.exit_code == 0 and "2 configurations × 4 seeds (0-3) = 8 runs" in res.output, res.output
+
+
+def test_run_summary_counts_as_the_trainer_runs():
+    """Per stage where a stage runs other configurations, seeds or lengths; configurations with
+    their own seeds or budget named with theirs; a configuration marked runnable = false is not
+    counted, and named."""
+    from plans import SMALL_PLAN
+
+    from prereg_kit.jobs import run_summary, stage_summary
+    from prereg_kit.plan import parse_toml, validate_plan
+
+    def plan_of(text):
+        return validate_plan(parse_toml(text.encode()))
+
+    assert run_summary(plan_of(SMALL_PLAN)) == ["2 configurations × 3 seeds (0-2) = 6 runs, B = 1M generated tokens each"]
+    staged = SMALL_PLAN + ('\n[[stages]]\nname = "smoke"\nseeds = [7]\nconfigurations = ["A"]\ntrain_to = "0.25B"\n'
+                           '\n[[stages]]\nname = "main"\n\n[[stages]]\nname = "pilot"\n')
+    assert run_summary(plan_of(staged)) == [
+        "stage main: 2 configurations × 3 seeds (0-2) = 6 runs, B = 1M generated tokens each",
+        "stage smoke: 1 configuration × 1 seed (7) = 1 run, B = 1M generated tokens each, trained to 0.25B"]  # pilot = main
+    mixed = SMALL_PLAN.replace("[configurations.B]\n", "[configurations.B]\nseeds = [0, 1, 2, 3, 4, 5]\nbudget = { iterations = 300 }\n")
+    mixed += '\n[configurations.C]\nrunnable = false\nnot_runnable = "needs a 70B model"\n'
+    assert stage_summary(plan_of(mixed)) == (
+        "2 configurations (A: 3 seeds (0-2); B: 6 seeds (0-5)) = 9 runs, B = 1M generated tokens (A); 300 iterations (B); "
+        "not runnable: C (runnable = false)")

@@ -136,6 +136,26 @@ def test_a_shipped_warm_start_is_copied_and_a_changed_one_is_refused_then_rebuil
     assert lines[0].startswith(f"warm start: {shipped / 'manifest.json'}: unreadable")
 
 
+def test_warm_start_lines_name_paths_relative_to_where_the_user_is(tmp_path, monkeypatch):
+    """`prereg run studies/x` prints the cache as typed (studies/x/.cache/…) and a shipped warm start
+    under the current directory relative to it; one shipped inside an installed package by its
+    place in the package (trainer/data/warmstarts/…), never an absolute path."""
+    from trainer.core import assets
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(assets, "warm_start_key", lambda cfg, train: "k1")
+    folder = tmp_path / "shipped" / "warmstart-k1"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"weights")
+    recorded = assets.weights_sha256(folder)
+    (folder.parent / "manifest.json").write_text(json.dumps({folder.name: recorded}))
+    lines: list[str] = []
+    assets.warm_start(None, Path("studies/x/.cache"), None, lines.append, shipped=folder.parent)
+    assert lines == [f"warm start: the shipped weights shipped/warmstart-k1 ({recorded}, as recorded) → studies/x/.cache/warmstart-k1"]
+    assert assets._shown(assets.SHIPPED_WARM_STARTS / "warmstart-k1") == "trainer/data/warmstarts/warmstart-k1"
+    assert assets._shown(tmp_path / "studies" / "x") == "studies/x"
+
+
 # --- progress lines --------------------------------------------------------------------------------
 
 class FakeClock:
@@ -299,3 +319,15 @@ def test_dry_run_and_analyze_write_a_line_every_few_seconds_to_a_log(monkeypatch
     _note(None, "dry run: analyzing")
     _note(False, "not shown")
     assert capsys.readouterr().err == "dry run: analyzing\n"
+
+
+def test_make_demo_prints_the_report_line_once():
+    """`prereg analyze` prints `report: DIR/report/report.md (N files)` itself; the make targets
+    that end with it must not echo a second report line."""
+    import subprocess
+
+    for target in ("demo", "trl-example"):
+        res = subprocess.run(["make", "-n", "-o", ".make-installed", target], cwd=ROOT, capture_output=True, text=True, check=True)
+        lines = res.stdout.splitlines()
+        assert any(" analyze " in f" {ln} " for ln in lines), lines
+        assert not [ln for ln in lines if ln.lstrip().startswith("echo") and "report:" in ln], (target, lines)

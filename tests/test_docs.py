@@ -50,3 +50,17 @@ def test_recipes_in_the_docs_are_trainer_settings():
     data = tomllib.loads(trainer_md)
     c = parse_config(merge_recipe(data["recipe"], data["configurations"]["mc_k1"]["overrides"]))
     assert (c.credit.rule, c.credit.mc_k, c.rollout.group_size) == ("monte_carlo", 1, 8)
+
+
+def test_the_readme_command_table_has_a_row_for_every_command():
+    """Every command `prereg --help` lists (entry-point commands such as `import` included) has a
+    row in the README's command table, and the table names no command that does not exist."""
+    import typer.main
+
+    from prereg_kit.cli import app
+
+    listed = set(typer.main.get_command(app).list_commands(None))  # what `prereg --help` shows
+    readme = (DOCS.parent / "README.md").read_text()
+    rows = set(re.findall(r"^\| `prereg ([a-z][a-z-]*)[ `{]", readme, flags=re.MULTILINE))
+    assert listed - rows == set(), f"commands without a README row: {sorted(listed - rows)}"
+    assert rows - listed == set(), f"README rows of no command: {sorted(rows - listed)}"

@@ -95,7 +95,7 @@ def test_difference_builder_plots_primary_differences_over_time(studies, tmp_pat
 
     fig, data = build_cpu_difference.draw(list(studies))
     (ax,) = fig.axes
-    assert ax.get_xlabel().startswith("training time (") and ax.get_ylabel() == "difference in accuracy (fraction)"
+    assert ax.get_xlabel().startswith("matched training time (") and ax.get_ylabel() == "difference in accuracy (fraction)"
     assert sorted(line.get_label() for line in ax.lines[1:]) == [  # the first line is zero
         "C1: a:critic_filter − a:outcome (n=3)", "C1: b:critic_filter − b:outcome (n=3)"]
     assert set(data["treatment"]) == {"a:critic_filter", "b:critic_filter"} and set(data["n"]) == {3}
@@ -221,3 +221,18 @@ def test_a_study_without_runs_names_the_commands_to_train_it(tmp_path):
     with pytest.raises(MissingRunsError, match=r"train them first: prereg elect .*cpu-multireward .* && prereg lock"):
         registry_study("cpu-multireward", registry=tmp_path)
     assert sorted(p.name for p in (tmp_path / "cpu-grpo").iterdir()) == ["plan.toml"]  # nothing trained or written
+
+
+def test_make_figures_names_the_files_as_the_user_would_type_them(tmp_path, monkeypatch, capsys):
+    """`make figures` lists what it built relative to where it runs (figures/out/…), not as absolute paths."""
+    import types
+
+    from figures import __main__ as main
+
+    fake = types.SimpleNamespace(build=lambda out: out / "fake.png", DESCRIPTION="a fake", INPUTS="none")
+    monkeypatch.setattr(main.pkgutil, "iter_modules", lambda path: [types.SimpleNamespace(name="build_fake")])
+    monkeypatch.setattr(main.importlib, "import_module", lambda name: fake)
+    monkeypatch.chdir(tmp_path)
+    assert main.main(tmp_path / "figures" / "out") == 0
+    assert capsys.readouterr().out.splitlines() == ["built figures/out/fake.png",
+                                                    "1 builder(s); index at figures/out/INDEX.md"]

@@ -183,7 +183,7 @@ def test_axes_read_in_the_unit_of_their_span():
     t = plots.accuracy(curves, x="time").axes[0]
     assert t.get_xlabel() == "training time (minutes)" and max(t.lines[0].get_xdata()) == pytest.approx(90.0)
     d = plots.difference(_curves(3e6, 8 * 3600), [("C1", "t", "c")]).axes[0]
-    assert d.get_xlabel() == "training time (hours)" and max(d.lines[-1].get_xdata()) == pytest.approx(8.0)
+    assert d.get_xlabel() == "matched training time (hours)" and max(d.lines[-1].get_xdata()) == pytest.approx(8.0)
     m = plots.accuracy(_curves(3e6, 10), x="tokens").axes[0]
     assert m.get_xlabel() == "generated tokens (millions)" and max(m.lines[0].get_xdata()) == pytest.approx(3.0)
     e = extrapolation_plots.extrapolation(_extrapolation(), treatment="t").axes[0]
@@ -217,5 +217,72 @@ def test_the_figures_example_in_the_docs_runs(reports, tmp_path, monkeypatch):
     text = (ROOT / "docs" / "analysis.md").read_text()
     block = re.search(r"### Figures\n.*?```python\n(.*?)```", text, flags=re.DOTALL).group(1)
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "docs/analysis.md", "exec"), {"a": reports[0].analysis})  # noqa: S102 - the docs' own example
+    ns = {"a": reports[0].analysis}
+    exec(compile(block, "docs/analysis.md", "exec"), ns)  # noqa: S102 - the docs' own example
     assert (tmp_path / "figure.pdf").read_bytes()[:4] == b"%PDF"
+    from figcheck import layout_problems
+
+    assert layout_problems(ns["fig"]) == []  # the forest's legend lies over no panel, no label is cut
+
+
+def test_the_layout_check_sees_a_legend_over_data_and_text_outside_the_figure():
+    from figcheck import layout_problems
+
+    fig, axes = plots.subplots(1, 2, figsize=(8, 3))
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="a line")
+    fig.tight_layout()
+    assert layout_problems(fig) == []
+    axes[0].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))  # outside its own panel, over the neighbour's
+    assert any("over the data area of axes 1" in p for p in layout_problems(fig))
+    axes[0].legend(loc="center")
+    assert any("over the data area of axes 0" in p for p in layout_problems(fig))
+    axes[0].get_legend().remove()
+    axes[0].set_ylabel("a label long enough to leave the figure " * 3)
+    assert any("outside the figure" in p for p in layout_problems(fig))
+
+
+def test_every_report_figure_keeps_its_legends_off_the_data_of_every_panel(reports, tmp_path):
+    """Every band, line and marker has an entry, and no legend lies over any panel's data area
+    (the report's own figures, the extrapolation, the gradient tests and the performance profile)."""
+    from figcheck import layout_problems
+
+    from prereg_kit.aggregate_plots import draw_performance_profile
+    from prereg_kit.stats import performance_profile
+
+    _, figs, _ = reports
+    more = {"extrapolation": extrapolation_plots.extrapolation(_extrapolation(), title="E1"),
+            "gradient": gradient_report.efficiency(_gradient(False), title="g")}
+    rng = np.random.default_rng(0)
+    profiles = {n: performance_profile(rng.normal(mu, 0.15, (6, 3)), np.linspace(0, 1, 11), n_resamples=50, seed=1)
+                for n, mu in (("dense", 0.6), ("outcome", 0.5))}
+    more["profile"] = draw_performance_profile(profiles, title="CPU study")[0]
+    for fig in more.values():
+        plots.layout(fig)
+    for name, fig in {**figs["real"], **figs["dry"], **more}.items():
+        assert layout_problems(fig) == [], name
+    labels = {name: [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+              for name, fig in {**figs["real"], **more}.items()}
+    assert "band: min–max over seeds" in labels["accuracy"] and "B: where the table reads" in labels["accuracy"]
+    assert "C1: 95% t band" in labels["difference_vs_time"]
+    assert "band: 95% stratified bootstrap" in labels["profile"]
+    assert "one seed's difference" in labels["forest"] and "primary: mean, 95% CI" in labels["forest"]
+
+
+def test_the_difference_figure_reads_where_the_table_reads(reports):
+    """C1 is read at B (matched generated tokens): the figure's axis is matched tokens, its curve
+    ends at B, and the table's Δ and 95% CI are drawn there (the figure of a time reading ended
+    elsewhere and showed a Δ the table did not read)."""
+    _, figs, written = reports
+    row = pd.read_csv(written[0].parent / "contrasts.csv").set_index("contrast").loc["C1"]
+    (ax,) = figs["real"]["difference_vs_time"].axes
+    assert ax.get_xlabel() == "matched generated tokens (thousands)"
+    curve = next(ln for ln in ax.lines if ln.get_label().startswith("C1: critic_filter − outcome"))
+    assert curve.get_xdata()[-1] == pytest.approx(30.0)  # B = 30K tokens
+    (mark,) = [ln for ln in ax.lines if ln.get_marker() == "D"]
+    assert mark.get_xdata()[0] == pytest.approx(30.0) and mark.get_ydata()[0] == pytest.approx(row["mean"])
+    from matplotlib.collections import LineCollection
+
+    (bar,) = [c.get_segments()[0] for c in ax.collections if isinstance(c, LineCollection)]  # the interval
+    assert sorted(bar[:, 1]) == pytest.approx(sorted([row["ci_low"], row["ci_high"]]))
+    assert "C1 in the table (tokens at B)" in " ".join(t.get_text() for t in ax.get_legend().get_texts())

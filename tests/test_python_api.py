@@ -65,7 +65,9 @@ def walk(tmp_path_factory):
         os.chdir(here)
         if "fig" in ns:
             import matplotlib.pyplot as plt
+            from figcheck import layout_problems
 
+            ns["layout_problems"] = layout_problems(ns["fig"])  # as the reader sees it: legends, cut labels
             plt.close(ns["fig"])  # leave pyplot as the other tests found it
     return blocks, outputs, ns, folder, pyplot_before or not pyplot_mid
 
@@ -220,6 +222,13 @@ def test_the_python_api_walkthrough_runs_as_printed(walk):
     assert figure, "the walkthrough draws onto the user's own axes"
     if outputs[figure[0]] is not None:
         assert (folder / "my-figure.pdf").stat().st_size > 1000
+
+
+def test_the_walkthrough_figure_has_no_legend_over_a_panel_and_no_label_cut(walk):
+    """The notebook figure of the walkthrough (forest plot and accuracy side by side): no legend
+    lies over either panel's data area and nothing is drawn outside the figure."""
+    ns = walk[2]
+    assert "fig" in ns and ns["layout_problems"] == []
 
 
 def test_write_report_writes_into_the_study_report_folder_by_default(walk, monkeypatch):

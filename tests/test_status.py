@@ -358,3 +358,24 @@ def test_an_earlier_attempt_never_overwrites_a_later_attempts_record(tmp_path):
     assert rec["state"] == "running" and rec["host"] == "node-b" and rec["result"] == ""
     write_job_record(folder, host=socket.gethostname(), pid=os.getpid())  # this attempt is the last one
     assert record_exited(folder, 0, "complete")["state"] == "exited"
+
+
+def test_runs_past_their_stop_show_the_tokens_trained_and_a_true_fraction(study):
+    """A run's last iteration ends past its stop: the table and totals show the tokens trained
+    (12.5k of a 10.0k stop), never the stop in their place, and the fraction of the way stays
+    the share of the stops reached (runs over their stop do not make up for pending ones)."""
+    (study / "plan.toml").write_text(PLAN.replace('tokens = "1M"', 'tokens = "10K"'))
+    for c in "AB":
+        write_run(run_dir(study, c, 0), status="complete")  # 10 iterations x 1250 = 12,500 tokens
+    st = study_status(study)
+    tot = st.totals()
+    assert (tot["done"], tot["total"], tot["fraction"]) == (25_000, 80_000, 0.25)
+    res = CliRunner().invoke(app, ["status", str(study)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "12.5k / 10.0k" in res.output and "25.0k / 80.0k tokens trained / planned, 25% of the way" in res.output
+    for c in "AB":
+        for s in (1, 2, 3):
+            write_run(run_dir(study, c, s), status="complete")
+    res = CliRunner().invoke(app, ["status", str(study)], env={"COLUMNS": "200"})
+    assert "100.0k / 80.0k tokens trained / planned, 100% of the way" in res.output, res.output
+    assert "80.0k / 80.0k" not in res.output

@@ -18,7 +18,7 @@ Modules: :mod:`.fields` (values: tokens, multiples of B, seeds, names, reading p
 from __future__ import annotations
 
 from .fields import (check_name, COLLAPSE_K, DERIVED_METRICS, INT_MAX, INT_MIN, MAX_DEPTH, MAX_MULTIPLE,
-    MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, METRICS_HELP, Multiple, Name, NAME_RULE, parse_multiple,
+    format_tokens, MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, METRICS_HELP, Multiple, Name, NAME_RULE, parse_multiple,
     parse_reading_point, parse_tokens, PLAN_FILE, PointKind, ReadingPoint, Seeds, SPAN_POINTS, TARGET_POINTS, Tokens)
 from .schema import (Admission, Budget, Check, Configuration, Contrast, EvalSet, Evaluation, Family,
     Hypothesis, Margin, merge_tables, Plan, StageSpec, Statistics, Study)
@@ -29,7 +29,7 @@ from .load import (document_problems, load_plan, MAX_MESSAGE, parse_toml, PlanFi
 
 __all__ = [
     "Admission", "Budget", "Condition", "GradientTest", "Reference", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
-    "DERIVED_METRICS", "document_problems", "EvalSet", "Evaluation", "Family", "Hypothesis", "INT_MAX",
+    "DERIVED_METRICS", "document_problems", "format_tokens", "EvalSet", "Evaluation", "Family", "Hypothesis", "INT_MAX",
     "INT_MIN", "load_plan", "Margin", "MAX_DEPTH", "MAX_MESSAGE", "MAX_MULTIPLE", "MAX_NAME",
     "MAX_PLAN_BYTES", "MAX_SEEDS", "merge_tables", "METRICS_HELP", "Multiple", "Name", "NAME_RULE", "parse_multiple",
     "parse_reading_point", "parse_tokens", "parse_toml", "Plan", "PLAN_FILE", "PlanFile", "PointKind",

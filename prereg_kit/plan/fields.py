@@ -65,6 +65,17 @@ def parse_tokens(value: Any) -> int:
     return n
 
 
+def format_tokens(n: float) -> str:
+    """A token count as a plan writes it (what :func:`parse_tokens` reads), to 4 significant
+    digits: ``512``, ``30K``, ``30.31K``, ``1.2M``, ``12.25M``."""
+    if n is None or math.isnan(n):
+        return "n/a"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.4g}{suffix}"
+    return f"{n:.0f}"
+
+
 def parse_multiple(value: Any) -> float:
     """A multiple of the budget B: ``"B"`` → 1, ``"2B"`` → 2, ``"1.25B"`` → 1.25."""
     if isinstance(value, str) and (m := _MULTIPLE.match(value)):

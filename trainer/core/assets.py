@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from prereg_kit.progress import shown_path
 from trainer.config import ConfigError, TrainerConfig, settings_hash
 from trainer.data.codetask import CODE_TASK_VERSION, noisy_solution, write_code_task
 from trainer.data.problems import load_problems
@@ -197,7 +198,7 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(shipped / folder.name, tmp)
             _publish(tmp, folder)
-            log(f"warm start: the shipped weights {shipped / folder.name} ({recorded}, as recorded) → {folder}")
+            log(f"warm start: the shipped weights {_shown(shipped / folder.name)} ({recorded}, as recorded) → {_shown(folder)}")
             return folder
     from trainer.core.policy import quiet_transformers  # noqa: PLC0415
 
@@ -220,11 +221,19 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
     (tmp / "warmstart.json").write_text(json.dumps(info, indent=2) + "\n")
     _publish(tmp, folder)
     log(f"warm start: {ws.steps} steps in {seconds:.1f} s, final loss {info['final_loss']}, "
-        f"weights {info['model_sha256']}, saved {folder}")
+        f"weights {info['model_sha256']}, saved {_shown(folder)}")
     if recorded:  # the shipped copy was refused: say whether this build reproduces it
         same = "equal to" if recorded == info["model_sha256"] else "not equal to (this machine's CPU kernels differ, docs/trainer.md)"
         log(f"warm start: the rebuilt weights are {same} the recorded {recorded}")
     return folder
+
+
+def _shown(path: Path) -> str:
+    """A folder as a warm-start line names it: relative to the current directory (the study's
+    cache as the user typed the study), else a shipped one by its place in the package."""
+    shown = shown_path(path)
+    root = SHIPPED_WARM_STARTS.parents[2]  # the folder holding the trainer package
+    return path.relative_to(root).as_posix() if Path(shown).is_absolute() and path.is_relative_to(root) else shown
 
 
 def _shipped(shipped: Path, key: str, log) -> tuple[str, bool]:
@@ -234,17 +243,17 @@ def _shipped(shipped: Path, key: str, log) -> tuple[str, bool]:
     try:
         recorded = json.loads(manifest.read_text()).get(f"warmstart-{key}", "") if manifest.is_file() else ""
     except (OSError, ValueError, AttributeError) as e:
-        log(f"warm start: {manifest}: unreadable ({e}); building instead")
+        log(f"warm start: {_shown(manifest)}: unreadable ({e}); building instead")
         return "", False
     if not recorded:
         return "", False
     try:
         digest = weights_sha256(shipped / f"warmstart-{key}")
     except (OSError, ConfigError) as e:
-        log(f"warm start: {shipped / f'warmstart-{key}'}: {e}; building instead")
+        log(f"warm start: {_shown(shipped / f'warmstart-{key}')}: {e}; building instead")
         return recorded, False
     if digest != recorded:
-        log(f"warm start: {shipped / f'warmstart-{key}'}: weights {digest}, {manifest} records {recorded}: "
+        log(f"warm start: {_shown(shipped / f'warmstart-{key}')}: weights {digest}, {_shown(manifest)} records {recorded}: "
             "not used; building instead")
         return recorded, False
     return recorded, True
