@@ -44,7 +44,7 @@ LAYERS = {
     ],
     "analyses": [("analyses", ["analyses"])],
     "prereg_kit.integrations": [
-        ("core", ["prereg_kit.integrations.__init__", "prereg_kit.integrations.tracker_presets",
+        ("core", ["prereg_kit.integrations.__init__", "prereg_kit.integrations.tracker_presets", "prereg_kit.integrations.jsonlines",
                   "prereg_kit.integrations.rescore", "prereg_kit.integrations.importing"]),
         ("readers", ["prereg_kit.integrations.trackers", "prereg_kit.integrations.tracker_evals",
                      "prereg_kit.integrations.tracker_run", "prereg_kit.integrations.verl",
