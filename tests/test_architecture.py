@@ -54,6 +54,7 @@ LAYERS = {
         ("trl", ["prereg_kit.integrations.trl_rewards", "prereg_kit.integrations.trl_deferred",
                  "prereg_kit.integrations.trl"]),
         ("commands", ["prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
+                      "prereg_kit.integrations.evaluations_file",
                       "prereg_kit.integrations.trl_command"]),
     ],
     "figures": [
@@ -74,7 +75,7 @@ LAYERS = {
                       "trainer.gradient_test", "trainer.executors"]),
     ],
 }
-COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
+COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands", "prereg_kit.integrations.evaluations_file",
             "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 # Deferred imports outside command modules that keep the start-up of `prereg lock` and `prereg

@@ -16,7 +16,9 @@ from verlwriter import SKIP_REASON, Fit, verl_ready, write_fit
 from prereg_kit import cli
 from prereg_kit.errors import PreregError
 from prereg_kit.integrations import command
-from prereg_kit.integrations.verl import import_verl
+from prereg_kit.integrations.evaluations_file import build
+from prereg_kit.integrations.rescore import read_outputs
+from prereg_kit.integrations.verl import import_verl, read_validation_dumps
 
 pytestmark = pytest.mark.skipif(not verl_ready(), reason=SKIP_REASON)
 
@@ -66,9 +68,25 @@ def test_a_resumed_run(tmp_path):
     run = import_verl(f["logs"], config=f["config"], validation_dir=f["val"], eval_set="test")
     assert list(run.iterations["tokens_rollout"]) == [sum(fit.response_lengths[s]) for s in range(1, 11)]
     assert any("steps 6..8 of metrics.jsonl were trained again" in n for n in run.source["notes"])
+    study = locked_study(tmp_path / "study")  # through the command: the files in order after the study
+    res = CliRunner().invoke(_prereg(), _args(study, f, "A", 0))
+    assert res.exit_code == 0, res.output
+    assert "10 iterations, 4000 generated tokens" in res.output and "were trained again" in res.output
     same = write_fit(tmp_path / "same", Fit(crash_after=8, same_file=True))
     with pytest.raises(PreregError, match="the first training step logged is 6, not 1: verl's file logger empties its file"):
         import_verl(same["logs"], config=same["config"])
+
+
+def test_an_evaluations_file_from_the_v1_trainers_dumps(tmp_path):
+    """The V1 trainer's dumps carry a uid per sample that changes every validation: a problem
+    is still its input text, so the built file reads to the dumps' own counts."""
+    f = write_fit(tmp_path / "run", Fit(trainer="v1", correct=lambda step: step))
+    assert "uid" in json.loads((f["val"] / "5.jsonl").read_text().splitlines()[0])
+    assert build("verl", f["val"], tmp_path / "evals.jsonl", eval_set="test") == 36
+    cols = ["iteration", "problem_id", "samples", "correct", "correct_strict", "boxed"]
+    built = read_outputs(tmp_path / "evals.jsonl", eval_set=None)[cols]
+    assert built.equals(read_validation_dumps(f["val"], eval_set="test")[0][cols])
+    assert list(built.groupby("iteration")["correct"].sum()) == [0, 5, 10]
 
 
 # correct outputs (of 6 problems x 2 samples) in the validation after 10 steps, per configuration and seed;
