@@ -89,6 +89,27 @@ def test_an_evaluations_file_from_the_v1_trainers_dumps(tmp_path):
     assert list(built.groupby("iteration")["correct"].sum()) == [0, 5, 10]
 
 
+def test_a_wandb_history_with_the_built_evaluations_reads_as_the_verl_import(tmp_path):
+    """docs/integrations.md, "Building --evaluations files": verl's metrics in a W&B history
+    (the same dicts, W&B's step = verl's global step), the evaluations built from its dumps."""
+    import pandas as pd
+
+    from prereg_kit.integrations.wandb import import_wandb
+
+    f = write_fit(tmp_path / "run", Fit(correct=lambda step: step))
+    rows = [{"_step": rec["step"], "_runtime": 5.0 * i, "_timestamp": 1.7e9 + 5 * i, **rec["data"]}
+            for i, rec in enumerate(map(json.loads, f["logs"][0].read_text().splitlines()))]
+    pd.DataFrame(rows).to_parquet(tmp_path / "history.parquet")
+    build("verl", f["val"], tmp_path / "evals.jsonl", eval_set="test")
+    run = import_wandb(tmp_path / "history.parquet", preset="verl", trainer="verl", evals=tmp_path / "evals.jsonl",
+                       updates_per_step=2)
+    direct = import_verl(f["logs"], config=f["config"], validation_dir=f["val"], eval_set="test")
+    cols = ["iteration", "problem_id", "samples", "correct", "correct_strict"]
+    assert run.evaluations[cols].sort_values(cols[:2], ignore_index=True).astype("str").equals(
+        direct.evaluations[cols].sort_values(cols[:2], ignore_index=True).astype("str"))
+    assert list(run.iterations["tokens_rollout"]) == list(direct.iterations["tokens_rollout"])
+
+
 # correct outputs (of 6 problems x 2 samples) in the validation after 10 steps, per configuration and seed;
 # the earlier validations have fewer (see _correct): the per-seed difference at B is (B - A) / 12
 AT_B = {"A": {0: 3, 1: 4, 2: 2}, "B": {0: 6, 1: 5, 2: 7}}
@@ -117,7 +138,7 @@ def study(tmp_path_factory):
 def test_the_study_analyzes_to_the_differences_the_dumps_encode(study):
     import prereg_kit as pk
 
-    analysis = pk.analyze(study, n_resamples=200)
+    analysis = pk.analyze(study, n_resamples=50)
     per_seed = analysis.per_seed.query("contrast == 'C1'").set_index("seed")
     for s in (0, 1, 2):
         assert per_seed.loc[s, "treatment_value"] == pytest.approx(AT_B["B"][s] / 12, abs=1e-12)

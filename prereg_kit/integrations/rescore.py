@@ -98,16 +98,19 @@ class SameAnswer:
                               f"{at[-1]} the answer {written(prev[0])}: the samples of one problem share its reference answer")
 
 
-def scored_outputs(df: pd.DataFrame) -> pd.DataFrame:
-    """Per evaluation (``iteration``), set and problem: our verifiers' counts of the outputs in
-    ``df`` (columns iteration, eval_set, problem_id, output, answer)."""
-    frames = []
-    for (it, name), g in df.groupby(["iteration", "eval_set"], sort=True):
-        scored = score_problems(g)
-        scored.insert(0, "eval_set", name)
-        scored.insert(0, "iteration", int(it))
-        frames.append(scored)
-    return pd.concat(frames, ignore_index=True)
+def scored_outputs(df: pd.DataFrame, *, means: Sequence[str] = ()) -> pd.DataFrame:
+    """Per evaluation (``iteration``), set and problem, evaluations in order and problems in
+    order of first appearance: ``samples`` and our verifiers' counts of the outputs in ``df``
+    (columns iteration, eval_set, problem_id, output, answer; the readers have checked that a
+    problem's outputs share their answer), and ``<column>_mean`` of each column in ``means``."""
+    keys = ["iteration", "eval_set", "problem_id"]
+    scores = rescore(df["output"].tolist(), df["answer"].tolist())
+    g = pd.concat([df[[*keys, *means]].reset_index(drop=True), scores], axis=1).groupby(keys, sort=False)
+    out = g[list(SCORE_COLUMNS)].sum()
+    out.insert(0, "samples", g.size())
+    for col in means:
+        out[f"{col}_mean"] = g[col].mean()
+    return out.reset_index().sort_values(["iteration", "eval_set"], kind="stable", ignore_index=True)
 
 
 def read_outputs(path: str | Path, *, eval_set: str | None) -> pd.DataFrame:

@@ -352,14 +352,12 @@ def _problem(rec: dict, where: str) -> str:
 
 def read_validation_dumps(folder: str | Path, *, eval_set: str | None) -> tuple[pd.DataFrame, list[Path]]:
     """Evaluation rows from ``<folder>/<global_step>.jsonl``: per dump and problem, samples and
-    our verifiers' counts (:func:`.rescore.scored_outputs`), and verl's mean score."""
+    our verifiers' counts (:func:`.rescore.scored_outputs`), and verl's mean score
+    (``tool_score_mean``); and the dump files read."""
     recs = list(validation_records(folder, eval_set=eval_set))
     df = pd.DataFrame(recs).rename(columns={"step": "iteration"})
-    scored = scored_outputs(df)
-    tool = df.assign(tool_score=pd.to_numeric(df["tool_score"], errors="coerce")).groupby(
-        ["iteration", "eval_set", "problem_id"], sort=False)["tool_score"].mean().rename("tool_score_mean").reset_index()
-    scored = scored.merge(tool, on=["iteration", "eval_set", "problem_id"], how="left", validate="one_to_one")
-    return scored, [f for _, f in dump_files(folder)]
+    df["tool_score"] = pd.to_numeric(df["tool_score"], errors="coerce")
+    return scored_outputs(df, means=("tool_score",)), [f for _, f in dump_files(folder)]
 
 
 def _int_setting(cfg: dict, key: str, default: Any, where: str) -> Any:
