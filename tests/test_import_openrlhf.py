@@ -172,8 +172,12 @@ ATTACKS = {
     "Infinity step time": ("history", _history_with("train/timing/step_total", "Infinity").encode(),
                            r"h.jsonl:3: step 3: key 'timing/step_total' is Infinity, expected a number >= 0"),
     "an overflowing mean length": ("history", _history_with("train/rollout/response_length_mean", "1e300").encode(),
-                                   (r"h.jsonl:3: step 3: key 'rollout/response_length_mean' is 1e300: times the step's "
-                                   r"completions that is above 2\^40 tokens")),
+                                   r"h.jsonl:3: step 3: key 'rollout/response_length_mean' is 1e300: above 2\^40 tokens"),
+    "a mean length that fills a step": ("history", _history_with("train/rollout/response_length_mean", "1e11").encode(),
+                                        (r"h.jsonl:3: step 3: key 'rollout/response_length_mean' is 1e11: times the "
+                                         r"step's completions that is above 2\^40 tokens")),
+    "a count beyond a float": ("history", _history_with("train/rollout/num_samples", "1" + "0" * 400).encode(),
+                               r"h.jsonl:3: step 3: key 'rollout/num_samples' is 10{19}\.\.\. \(401 characters\): above 2\^40 tokens"),
     "an overflowing step time": ("history", _history_with("train/timing/step_total", "1e300").encode(),
                                  r"h.jsonl:3: step 3: key 'timing/step_total' is 1e300: above 10\^9 seconds"),
     "a negative time": ("history", _history_with("train/timing/step_total", "-4").encode(),

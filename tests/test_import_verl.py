@@ -271,6 +271,8 @@ ATTACKS = {
                                    r"metrics.jsonl:3: step 3: key 'response_length/mean' is 1e300: above 2\^40 tokens"),
     "an overflowing total": (_set("perf/total_num_tokens", "123456789012345678901234567890"),
                              r"key 'perf/total_num_tokens' is 123456789012345678901234567890: above 2\^40 tokens"),
+    "an integer beyond a float": (_set("timing_s/gen", "1" + "0" * 400),
+                                  r"step 3: key 'timing_s/gen' is 10{19}\.\.\. \(401 characters\): above 10\^9 seconds"),
     "a negative timer": (_set("timing_s/gen", "-1.5e0"), r"step 3: key 'timing_s/gen' is -1.5e0, expected a number >= 0"),
     "a timer as text": (_set("timing_s/gen", '"1.5"'), r"""step 3: key 'timing_s/gen' is "1.5", expected a number"""),
     "a timer as true": (_set("timing_s/gen", "true"), r"step 3: key 'timing_s/gen' is true, expected a number"),

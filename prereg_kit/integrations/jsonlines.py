@@ -47,12 +47,28 @@ def _int(text: str) -> WrittenInt:
 _DECODER = json.JSONDecoder(parse_float=_float, parse_int=_int, parse_constant=_float)
 
 
+def is_number(value: Any) -> bool:
+    """A JSON number (``true`` and ``false`` are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite(value: Any) -> bool:
+    """A JSON number that a float holds: not NaN or infinite, nor an integer beyond a float's range."""
+    if not is_number(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def written(value: Any, limit: int = 60) -> str:
     """The value as the JSON line wrote it: a number's own text, ``null``, ``true``, a quoted
-    string; an object or list shortened to ``limit`` characters."""
+    string; an object or list shortened to ``limit`` characters, a longer number to its first
+    20 and its length."""
     text = getattr(value, "text", None)
     if isinstance(text, str):
-        return text
+        return text if len(text) <= limit else f"{text[:20]}... ({len(text)} characters)"
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -98,4 +114,4 @@ def json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
                 raise PreregError(f"{p}:{n}: not a JSON line ({' '.join(str(e).split())[:120]})") from None
 
 
-__all__ = ["WrittenFloat", "WrittenInt", "json_lines", "written"]
+__all__ = ["WrittenFloat", "WrittenInt", "finite", "is_number", "json_lines", "written"]

@@ -48,8 +48,15 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PreregError
-from .importing import STEP_SECONDS, ImportedRun, file_record, iterations_from_lengths
-from .jsonlines import json_lines, written
+from .importing import (
+    MAX_STEP_SECONDS,
+    MAX_STEP_TOKENS,
+    STEP_SECONDS,
+    ImportedRun,
+    file_record,
+    iterations_from_lengths,
+)
+from .jsonlines import finite, is_number, json_lines, written
 from .rescore import is_integer, outputs_evaluations
 from .tracker_presets import OPENRLHF
 
@@ -105,16 +112,20 @@ def read_metrics_jsonl(path: str | Path, step_key: str) -> list[HistoryStep]:
     return [steps[k] for k in sorted(steps)]
 
 
-def _number(s: HistoryStep, key: str, where: Path, *, minimum: float = 0.0, integer: bool = False) -> float | None:
+def _number(s: HistoryStep, key: str, where: Path, *, limit: float, minimum: float = 0.0,
+            integer: bool = False) -> float | None:
     """A needed value of step ``s``, as parsed (its text kept for messages); None when the key
     is not logged at that step."""
     if key not in s.values:
         return None
     v, line = s.values[key]
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= minimum
-    if not ok or (integer and not float(v).is_integer()):
+    ok = is_number(v) and (isinstance(v, int) or finite(v)) and v >= minimum
+    if not ok or (integer and isinstance(v, float) and not v.is_integer()):
         want = "a whole number >= 1" if integer else "a number >= 0"
         raise PreregError(f"{where}:{line}: step {s.step}: key {key!r} is {written(v)}, expected {want}")
+    if v >= limit:  # an integer beyond a float's range too
+        raise PreregError(f"{where}:{line}: step {s.step}: key {key!r} is {written(v)}: above "
+                          f"{'10^9 seconds' if limit == MAX_STEP_SECONDS else '2^40 tokens'}, which no step reaches")
     return v
 
 
@@ -123,9 +134,9 @@ def _optional(s: HistoryStep, key: str, where: Path, hi: float | None = None) ->
     if key not in s.values:
         return math.nan
     v, line = s.values[key]
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+    if not is_number(v):
         raise PreregError(f"{where}:{line}: step {s.step}: key {key!r} is {written(v)}, expected a number")
-    if not math.isfinite(v):
+    if not finite(v):
         return math.nan
     if hi is not None and not 0 <= v <= hi:
         raise PreregError(f"{where}:{line}: step {s.step}: key {key!r} is {written(v)}, expected a number between 0 and {hi:g}")
@@ -208,7 +219,7 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
                           f"rollout.n_samples_per_prompt = {from_args})")
     responses_per_step = responses_per_step or from_args
     length_key, seconds_key, samples_key = (_strip(mapping[c]) for c in ("length_mean", STEP_SECONDS, SAMPLES))
-    logged = [_number(s, samples_key, p, minimum=1, integer=True) for s in steps]
+    logged = [_number(s, samples_key, p, limit=MAX_STEP_TOKENS, minimum=1, integer=True) for s in steps]
     if any(v is None for v in logged) and not all(v is None for v in logged):
         s = steps[[v is None for v in logged].index(True)]
         raise PreregError(f"{p}:{s.line}: step {s.step}: key {samples_key!r} missing, but other steps log it")
@@ -233,8 +244,8 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
     rows = []
     for s in steps:
         row = {"step": s.step, "line": s.line}
-        for key in (length_key, seconds_key):
-            v = _number(s, key, p)
+        for key, limit in ((length_key, MAX_STEP_TOKENS), (seconds_key, MAX_STEP_SECONDS)):
+            v = _number(s, key, p, limit=limit)
             if v is not None:
                 row[key] = v
         row["reward_mean"] = _optional(s, _strip(mapping["reward_mean"]), p)

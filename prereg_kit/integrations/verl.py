@@ -64,7 +64,7 @@ import pandas as pd
 
 from ..errors import PreregError
 from .importing import MAX_STEP_SECONDS, MAX_STEP_TOKENS, ImportedRun, file_record
-from .jsonlines import json_lines, written
+from .jsonlines import finite, is_number, json_lines, written
 from .rescore import SameAnswer, is_integer, problem_of, scored_outputs, text_of
 from .tracker_presets import VERL_STAGES
 
@@ -204,9 +204,9 @@ def _number(s: LoggedStep, key: str, *, required: bool, limit: float) -> float |
     v = s.data[key]
     if v is None:
         raise PreregError(f"{s.where}: key {key!r} is null ({NULL}): a number >= 0 is needed")
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+    if not is_number(v) or (isinstance(v, float) and not finite(v)) or v < 0:
         raise PreregError(f"{s.where}: key {key!r} is {written(v)}, expected a number >= 0")
-    if v >= limit:
+    if v >= limit:  # an integer beyond a float's range too
         raise PreregError(f"{s.where}: key {key!r} is {written(v)}: above {'2^40 tokens' if limit == MAX_STEP_TOKENS else '10^9 seconds'}, "
                           "which no step reaches")
     return float(v)
@@ -218,9 +218,9 @@ def _optional(s: LoggedStep, key: str, lo: float | None = None, hi: float | None
     v = s.data.get(key)
     if v is None:
         return math.nan
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+    if not is_number(v):
         raise PreregError(f"{s.where}: key {key!r} is {written(v)}, expected a number")
-    if not math.isfinite(v):
+    if not finite(v):
         return math.nan
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise PreregError(f"{s.where}: key {key!r} is {written(v)}, expected a number between {lo:g} and {hi:g}")
@@ -335,8 +335,7 @@ def validation_records(folder: str | Path, *, eval_set: str | None = None) -> It
             score = rec.get("score")
             count += 1
             yield {"step": step, "eval_set": name, "problem_id": pid, "input": rec.get("input"), "output": output,
-                   "answer": answer, "tool_score": float(score) if isinstance(score, (int, float)) and not
-                   isinstance(score, bool) and math.isfinite(score) else None, "file": f, "line": n}
+                   "answer": answer, "tool_score": float(score) if finite(score) else None, "file": f, "line": n}
         if not count:
             raise PreregError(f"{f}: empty validation dump (no outputs)")
 
