@@ -45,6 +45,7 @@ STEP_SECONDS = "seconds_step"  # one unsplit training time per iteration, for a 
 # 2^40 tokens (cumulative int64 counts then hold millions of steps) and takes less than 10^9 s
 MAX_STEP_TOKENS = 2**40
 MAX_STEP_SECONDS = 1e9
+MAX_STEP = 2**53  # a step number beyond any run's (and still exact as a float)
 
 
 @dataclass
@@ -261,4 +262,4 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
     return folder
 
 
-__all__ = ["MAX_STEP_SECONDS", "MAX_STEP_TOKENS", "STEP_SECONDS", "ImportedRun", "check_target", "file_record", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]
+__all__ = ["MAX_STEP", "MAX_STEP_SECONDS", "MAX_STEP_TOKENS", "STEP_SECONDS", "ImportedRun", "check_target", "file_record", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]

@@ -49,6 +49,7 @@ import pandas as pd
 
 from ..errors import PreregError
 from .importing import (
+    MAX_STEP,
     MAX_STEP_SECONDS,
     MAX_STEP_TOKENS,
     STEP_SECONDS,
@@ -57,7 +58,7 @@ from .importing import (
     iterations_from_lengths,
 )
 from .jsonlines import finite, is_number, json_lines, written
-from .rescore import is_integer, outputs_evaluations
+from .rescore import check_steps, is_integer, outputs_evaluations
 from .tracker_presets import OPENRLHF
 
 SAMPLES = "samples_per_step"
@@ -96,7 +97,7 @@ def read_metrics_jsonl(path: str | Path, step_key: str) -> list[HistoryStep]:
             continue
         if isinstance(step, float) and not isinstance(step, bool) and step.is_integer() and step >= 0:
             step = int(step)  # an export through pandas writes a column with gaps as floats (3.0)
-        if not is_integer(step) or step < 0:
+        if not is_integer(step) or not 0 <= step < MAX_STEP:
             raise PreregError(f"{p}:{n}: key {step_key!r} is {written(rec[sk])}, expected an integer step >= 0")
         s = steps.setdefault(int(step), HistoryStep(int(step), n))
         for k, v in rec.items():
@@ -264,6 +265,7 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
                                          optional={"reward_mean": "reward_mean", "truncation_rate": "truncation_rate"})
     files = [file_record(p, p.parent)] + ([file_record(args_path, args_path.parent)] if args_path else [])
     ev, more = outputs_evaluations(evaluations, eval_set=eval_set, eval_seed=eval_seed)
+    check_steps(ev, steps[-1].step, evaluations)
     files += more
     notes = ["stages not split: seconds_step only (stage shares unavailable)",
              "tokens: mean response length x " + ("the logged samples of each step" if per_step is not None

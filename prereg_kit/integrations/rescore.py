@@ -20,7 +20,7 @@ import pandas as pd
 from trainer.data.verifiers import get_verifier, has_boxed
 
 from ..errors import PreregError
-from .importing import file_record
+from .importing import MAX_STEP, file_record
 from .jsonlines import json_lines, written
 
 SCORE_COLUMNS = ("correct", "correct_strict", "boxed")
@@ -120,7 +120,7 @@ def read_outputs(path: str | Path, *, eval_set: str | None) -> pd.DataFrame:
     or for the whole file. Rows: iteration, eval_set, problem_id and our verifiers' counts.
     A line is refused naming the file, line, key and the value as written."""
     p = Path(path)
-    recs, same = [], SameAnswer()
+    recs, same, first = [], SameAnswer(), {}
     for n, rec in json_lines(p):
         where = f"{p}:{n}"
         if not isinstance(rec, dict):
@@ -129,7 +129,7 @@ def read_outputs(path: str | Path, *, eval_set: str | None) -> pd.DataFrame:
         for k in ("step", "output", "answer"):
             if k not in rec:
                 raise PreregError(f"{where}: key {k!r} missing (an outputs line has step, problem_id or input, output, answer)")
-        if not is_integer(rec["step"]) or rec["step"] < 0:
+        if not is_integer(rec["step"]) or not 0 <= rec["step"] < MAX_STEP:
             raise PreregError(f"{where}: key 'step' is {written(rec['step'])}, expected an integer >= 0 (the training "
                               "steps done before the evaluation)")
         pid = problem_of(rec, where)
@@ -141,9 +141,23 @@ def read_outputs(path: str | Path, *, eval_set: str | None) -> pd.DataFrame:
                               if "eval_set" in rec else f"{where}: no eval_set: give the plan's evaluation set (--eval-set)")
         same.check((int(rec["step"]), name, pid), answer, str(p), n)
         recs.append({"iteration": int(rec["step"]), "eval_set": name, "problem_id": pid, "output": output, "answer": answer})
+        first.setdefault(int(rec["step"]), n)
     if not recs:
         raise PreregError(f"{p}: no evaluation outputs (the file is empty)")
-    return scored_outputs(pd.DataFrame(recs))
+    out = scored_outputs(pd.DataFrame(recs))
+    out.attrs["first_line"] = first
+    return out
+
+
+def check_steps(evaluations: pd.DataFrame, steps: int, path: str | Path | None) -> None:
+    """Refuse an evaluation of an outputs file (:func:`read_outputs`) stamped after the ``steps``
+    training steps logged, naming the file and the line of its first output."""
+    if path is None or not len(evaluations):
+        return
+    late = sorted(k for k in evaluations.attrs.get("first_line", {}) if k > steps)
+    if late:
+        line = evaluations.attrs["first_line"][late[0]]
+        raise PreregError(f"{path}:{line}: key 'step' is {late[0]}, but the training steps logged end at step {steps}")
 
 
 def outputs_evaluations(evaluations: str | Path | None, *, eval_set: str | None,
@@ -159,5 +173,5 @@ def outputs_evaluations(evaluations: str | Path | None, *, eval_set: str | None,
     return ev, [file_record(evaluations, Path(evaluations).parent) | {"kind": "evaluation outputs"}]
 
 
-__all__ = ["SCORE_COLUMNS", "SameAnswer", "is_integer", "json_lines", "outputs_evaluations", "problem_of", "read_outputs",
+__all__ = ["SCORE_COLUMNS", "SameAnswer", "check_steps", "is_integer", "json_lines", "outputs_evaluations", "problem_of", "read_outputs",
            "rescore", "score_problems", "scored_outputs", "text_of"]

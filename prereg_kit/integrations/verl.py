@@ -63,7 +63,13 @@ from typing import Any
 import pandas as pd
 
 from ..errors import PreregError
-from .importing import MAX_STEP_SECONDS, MAX_STEP_TOKENS, ImportedRun, file_record
+from .importing import (
+    MAX_STEP,
+    MAX_STEP_SECONDS,
+    MAX_STEP_TOKENS,
+    ImportedRun,
+    file_record,
+)
 from .jsonlines import finite, is_number, json_lines, written
 from .rescore import SameAnswer, is_integer, problem_of, scored_outputs, text_of
 from .tracker_presets import VERL_STAGES
@@ -144,7 +150,7 @@ def read_file_logger(path: str | Path) -> list[LoggedStep]:
             raise PreregError(f"{p}:{n}: expected {{\"step\": <integer>, \"data\": {{...}}}} (a line of verl's file logger), "
                               f"got {written(rec)}")
         step, data = rec["step"], rec["data"]
-        if not is_integer(step) or step < 0:
+        if not is_integer(step) or not 0 <= step < MAX_STEP:
             raise PreregError(f"{p}:{n}: key 'step' is {written(step)}, expected an integer >= 0 (verl's global step)")
         if not isinstance(data, dict):
             raise PreregError(f"{p}:{n}: key 'data' is {written(data)}, expected an object of logged metrics")
