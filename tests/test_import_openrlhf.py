@@ -202,6 +202,8 @@ ATTACKS = {
     "arguments not an object": ("args", b"[4, 4]", r"args.json: the arguments are a JSON object, got \[4, 4\]"),
     "a batch size as text": ("args", json.dumps({"rollout": {"batch_size": "4"}}).encode(),
                              r"""args.json: rollout.batch_size is "4", expected an integer >= 1"""),
+    "a batch size beyond any run": ("args", json.dumps({"rollout": {"batch_size": 10**25}}).encode(),
+                                    r"args.json: rollout.batch_size is 10{25}, expected an integer >= 1 \(below 2\^40\)"),
     "junk bytes in the outputs": ("outputs", OUTPUT.encode() + b"\n\x80\n", r"out.jsonl:2: not UTF-8 text"),
     "an empty outputs file": ("outputs", b"\n", r"out.jsonl: no evaluation outputs \(the file is empty\)"),
     "an outputs line not an object": ("outputs", b"[0]\n", r"out.jsonl:1: expected a JSON object .*, got \[0\]"),

@@ -256,6 +256,9 @@ ATTACKS = {
                               r"metrics.jsonl:3: not UTF-8 text \(byte 0xff at column 28\)"),
     "junk bytes in a dump": (_raw(2, b"\x89PNG\r\n", "5.jsonl"), r"val/5.jsonl:2: not UTF-8 text \(byte 0x89 at column 1\)"),
     "junk bytes in the config": (_write("config", b"\x00\x9c\xff"), r"config.yaml: not UTF-8 text"),
+    "a batch size beyond any run": (lambda f: f["config"].write_text(f["config"].read_text().replace(
+        "train_batch_size: 4", "train_batch_size: " + "1" + "0" * 30)),
+        r"config.yaml: data.train_batch_size is 10{30}, expected an integer >= 0 \(below 2\^40\)"),
     "a torn line": (_raw(3, b'{"step": 3, "data": {"timing_s/gen": 1.\n'), r"metrics.jsonl:3: not a JSON line"),
     "nested too deep": (_raw(3, b"[" * 100000 + b"\n"), r"metrics.jsonl:3: not a JSON line \(nested deeper"),
     "an integer too long to read": (_set("perf/total_num_tokens", "9" * 5000), r"metrics.jsonl:3: not a JSON line"),

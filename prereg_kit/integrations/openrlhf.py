@@ -175,8 +175,8 @@ def _arg(cfg: dict, nested: str, flat: str | None = None) -> Any:
 
 def _int_arg(cfg: dict, nested: str, flat: str | None, where: str, *, minimum: int = 1) -> int | None:
     v = _arg(cfg, nested, flat)
-    if v is not None and (not is_integer(v) or v < minimum):
-        raise PreregError(f"{where}: {nested} is {written(v)}, expected an integer >= {minimum}")
+    if v is not None and (not is_integer(v) or not minimum <= v < MAX_STEP_TOKENS):
+        raise PreregError(f"{where}: {nested} is {written(v)}, expected an integer >= {minimum} (below 2^40)")
     return None if v is None else int(v)
 
 
@@ -215,6 +215,12 @@ def import_openrlhf(path: str | Path, *, responses_per_step: int | None = None, 
     batch = _int_arg(cfg, "rollout.batch_size", "rollout_batch_size", where_args)
     per_prompt = _int_arg(cfg, "rollout.n_samples_per_prompt", "n_samples_per_prompt", where_args) or 1
     from_args = batch * per_prompt if batch else None
+    if from_args is not None and from_args >= MAX_STEP_TOKENS:
+        raise PreregError(f"{where_args}: rollout.batch_size {batch} x rollout.n_samples_per_prompt {per_prompt} samples: "
+                          "2^40 or more, beyond any step")
+    for option, v in (("--responses-per-step", responses_per_step), ("--updates-per-step", updates_per_step)):
+        if v is not None and v >= MAX_STEP_TOKENS:
+            raise PreregError(f"{option}: {v}: 2^40 or more, beyond any step")
     if responses_per_step is not None and from_args is not None and responses_per_step != from_args:
         raise PreregError(f"--responses-per-step {responses_per_step} contradicts {where_args} (rollout.batch_size x "
                           f"rollout.n_samples_per_prompt = {from_args})")

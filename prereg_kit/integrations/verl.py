@@ -367,8 +367,8 @@ def read_validation_dumps(folder: str | Path, *, eval_set: str | None) -> tuple[
 
 def _int_setting(cfg: dict, key: str, default: Any, where: str) -> Any:
     v = nested(cfg, key, default)
-    if v is not default and (not is_integer(v) or v < 0):
-        raise PreregError(f"{where}: {key} is {written(v)}, expected an integer >= 0")
+    if v is not default and (not is_integer(v) or not 0 <= v < MAX_STEP_TOKENS):
+        raise PreregError(f"{where}: {key} is {written(v)}, expected an integer >= 0 (below 2^40)")
     return v
 
 
@@ -411,9 +411,16 @@ def import_verl(path: str | Path | Sequence[str | Path], *, config: str | Path |
     cfg = read_config(cfg_path) if cfg_path else dict(config or {})
     where_cfg = str(cfg_path) if cfg_path else "--config"
     _check_config(cfg, where_cfg)
-    tbs, n = nested(cfg, "data.train_batch_size"), nested(cfg, "actor_rollout_ref.rollout.n")
-    if responses_per_step is None and is_integer(tbs) and is_integer(n):
+    tbs = _int_setting(cfg, "data.train_batch_size", None, where_cfg)
+    n = _int_setting(cfg, "actor_rollout_ref.rollout.n", None, where_cfg)
+    if responses_per_step is None and tbs is not None and n is not None:
+        if tbs * n >= MAX_STEP_TOKENS:
+            raise PreregError(f"{where_cfg}: data.train_batch_size {tbs} x actor_rollout_ref.rollout.n {n} responses: 2^40 "
+                              "or more, beyond any step")
         responses_per_step = tbs * n
+    for option, v in (("--responses-per-step", responses_per_step), ("--updates-per-step", updates_per_step)):
+        if v is not None and v >= MAX_STEP_TOKENS:
+            raise PreregError(f"{option}: {v}: 2^40 or more, beyond any step")
     if updates_per_step is None:
         updates_per_step = _updates_per_step(cfg, where_cfg)
     warmup = _int_setting(cfg, "trainer.critic_warmup", 0, where_cfg)
