@@ -29,9 +29,16 @@ PREREG = $(PYTHON) -m prereg_kit
 	$(PIP) -e ".[train]"
 	@touch $@
 
-# development: every extra the tests use
+# development: every extra the tests use, and the source of verl 0.9.1 and OpenRLHF 0.11.2, whose own
+# writer code writes the importers' test fixtures (tests/verlwriter.py, tests/openrlhfwriter.py).
+# --no-deps: the writers need none of their dependencies (verl pins transformers<5.11); --target
+# build/: both wheels also install a top-level `tests` package that would shadow this project's
+# tests/. OpenRLHF's wheel is for CPython 3.11 only: elsewhere its test skips, naming this command.
 .make-installed: pyproject.toml .make-torch
 	$(PIP) -e ".[dev,train,trl,tensorboard,cluster,analyses,hub]"
+	$(PIP) --no-deps --target build/verl-0.9.1 "verl==0.9.1"
+	$(PIP) --no-deps --only-binary=:all: --target build/openrlhf-0.11.2 "openrlhf==0.11.2" \
+	  || echo "openrlhf 0.11.2 could not be installed: its own-logger test will skip"
 	@touch $@
 
 install: .make-installed

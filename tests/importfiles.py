@@ -1,10 +1,12 @@
 """Files laid out as verl, OpenRLHF and TRL write them, and a locked study to import them into.
 
 verl: ``verl/utils/tracking.py`` FileLogger writes ``{"step": N, "data": {...}}`` per line; the
-validation dumps (``ray_trainer._dump_generations``) write ``<global_step>.jsonl`` with input,
-output, gts, score, step per line. TRL: ``Trainer.save_state`` writes ``trainer_state.json`` with
-``log_history`` (written here through transformers' ``TrainerState.save_to_json``; a real run's
-files are built by ``trl_runs.real_run``).
+validation dumps (``ray_trainer._write_generations``) write ``<global_step>.jsonl`` with input,
+output, gts, score, step per line. :func:`write_verl_run` is a simplified layout (always a step-0
+line, validation at 0, 5 and the last step); tests/verlwriter.py writes verl 0.9.1's exact format
+with verl's own code, and varies it by hand. TRL: ``Trainer.save_state`` writes
+``trainer_state.json`` with ``log_history`` (written here through transformers' ``TrainerState.save_to_json``; a
+real run's files are built by ``trl_runs.real_run``).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ LAYERS = {
     ],
     "analyses": [("analyses", ["analyses"])],
     "prereg_kit.integrations": [
-        ("core", ["prereg_kit.integrations.__init__", "prereg_kit.integrations.tracker_presets",
+        ("core", ["prereg_kit.integrations.__init__", "prereg_kit.integrations.tracker_presets", "prereg_kit.integrations.jsonlines",
                   "prereg_kit.integrations.rescore", "prereg_kit.integrations.importing"]),
         ("readers", ["prereg_kit.integrations.trackers", "prereg_kit.integrations.trl_outputs", "prereg_kit.integrations.tracker_evals",
                      "prereg_kit.integrations.tracker_run", "prereg_kit.integrations.verl",
@@ -55,6 +55,7 @@ LAYERS = {
         ("trl", ["prereg_kit.integrations.trl_rewards", "prereg_kit.integrations.trl_deferred", "prereg_kit.integrations.trl_args",
                  "prereg_kit.integrations.trl"]),
         ("commands", ["prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
+                      "prereg_kit.integrations.evaluations_file",
                       "prereg_kit.integrations.trl_command"]),
     ],
     "figures": [
@@ -75,7 +76,7 @@ LAYERS = {
                       "trainer.gradient_test", "trainer.executors"]),
     ],
 }
-COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands",
+COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands", "prereg_kit.integrations.evaluations_file",
             "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 # Deferred imports outside command modules that keep the start-up of `prereg lock` and `prereg

@@ -403,7 +403,9 @@ def _wandb_formats(folder: Path) -> list[dict]:
                                                      ("train", 3, _orl(3))]),
             *({**r, "resume": True} for r in [*resumed, *same]),
             hf_wandb(folder / "twice", "twice0", [*TRL_LOGS[:2], (2, {"completions/mean_length": 99.0})])]
-    if importlib.util.find_spec("verl") and importlib.util.find_spec("orjson"):
+    from verlwriter import verl_ready
+
+    if verl_ready():
         runs.append({**verl_wandb(folder / "verl-itself", "verlit0", _verl_steps(4), VERL_CONFIG), "verl": True})
     return runs
 

@@ -271,17 +271,13 @@ def file_store(root: Path) -> str:
 
 
 def verl_tracking_module():
-    """verl's ``verl/utils/tracking.py`` loaded by file: it needs only orjson and packaging, while
-    verl's package ``__init__`` needs its GPU stack (tensordict, ray). Skips without verl."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("verl is not installed: its own tracking code is not run (the fixtures follow it line by line)")
-    pytest.importorskip("orjson", reason="verl's tracking module needs orjson")
-    path = Path(next(iter(spec.submodule_search_locations))) / "utils" / "tracking.py"
-    mod_spec = importlib.util.spec_from_file_location("verl_tracking_for_tests", path)
-    module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
-    return module
+    """verl's ``verl/utils/tracking.py`` loaded by file (tests/verlwriter.py: it needs only orjson
+    and packaging, while verl's package ``__init__`` needs its GPU stack). Skips without verl."""
+    from verlwriter import SKIP_REASON, tracking, verl_ready
+
+    if not verl_ready():
+        pytest.skip(SKIP_REASON)
+    return tracking()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ app = typer.Typer(name="import", help="Import a run another trainer wrote (verl,
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 # Modules that add subcommands through their own ``COMMANDS`` dict (one missing is skipped).
-COMMAND_MODULES = ("prereg_kit.integrations.tracker_commands",)
+COMMAND_MODULES = ("prereg_kit.integrations.tracker_commands", "prereg_kit.integrations.evaluations_file")
 
 Study = Annotated[Path, typer.Argument(help="Study folder (plan.toml, locked for main-stage runs).")]
 Configuration = Annotated[str, typer.Option("--configuration", "-c", help="The plan's configuration this run trained.")]
@@ -88,7 +88,9 @@ def finish(study_dir: Path, configuration: str, seed: int, run: Any, stage: str,
 
 
 @handles_errors
-def verl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="verl's file-logger JSONL ($VERL_FILE_LOGGER_PATH).")],
+def verl_cmd(study_dir: Study,
+             path: Annotated[list[Path], typer.Argument(help="verl's file-logger JSONL ($VERL_FILE_LOGGER_PATH); a resumed run: "
+                                                             "each attempt's file, in the order the attempts ran.")],
              configuration: Configuration, seed: Seed,
              config: Annotated[Path | None, typer.Option("--config", help="verl's resolved config (.hydra/config.yaml or JSON).")] = None,
              validation_dir: Annotated[Path | None, typer.Option("--validation-dir", help="trainer.validation_data_dir (<step>.jsonl dumps).")] = None,
@@ -96,7 +98,8 @@ def verl_cmd(study_dir: Study, path: Annotated[Path, typer.Argument(help="verl's
              updates_per_step: Annotated[int | None, typer.Option("--updates-per-step", min=1, help="Optimizer steps a step (default from --config).")] = None,
              eval_set: EvalSet = None, eval_seed: EvalSeed = None, started_at: StartedAt = None, ended_at: EndedAt = None,
              trainer: Trainer = None, device: Device = "unknown", stage: Stage = "main", as_json: JsonOpt = False) -> None:
-    """verl: the file logger's JSONL, its config and validation dumps (re-scored with our verifiers)."""
+    """verl: the file logger's JSONL (each attempt's, for a resumed run), its config and validation dumps (re-scored with
+    our verifiers)."""
     check_study(study_dir, configuration, seed, stage)
     from .verl import import_verl
 

@@ -44,8 +44,14 @@ from ..lock import read_chain
 from ..runlog import (STAGE_SECONDS, TOKEN_KINDS, RunLogError, RunLogWriter, RunMeta, check_inside, read_meta, run_dir,
                       utc_now, write_meta)
 from ..seal import seal_runs
+from .jsonlines import written
 
 STEP_SECONDS = "seconds_step"  # one unsplit training time per iteration, for a trainer that does not split stages
+# Beyond any real step, and what keeps a run's cumulative counts exact: a step generates fewer than
+# 2^40 tokens (cumulative int64 counts then hold millions of steps) and takes less than 10^9 s
+MAX_STEP_TOKENS = 2**40
+MAX_STEP_SECONDS = 1e9
+MAX_STEP = 2**53  # a step number beyond any run's (and still exact as a float)
 
 
 @dataclass
@@ -133,14 +139,18 @@ def place_evaluations(iterations: pd.DataFrame, evaluations: pd.DataFrame) -> pd
 
 
 def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str, responses_per_step: int | np.ndarray,
-                            seconds_key: str, updates_per_step: int, optional: dict[str, str] | None = None) -> pd.DataFrame:
+                            seconds_key: str, updates_per_step: int | np.ndarray,
+                            optional: dict[str, str] | None = None) -> pd.DataFrame:
     """Iteration rows for a trainer that logs a mean completion length and one step time per step.
 
     ``steps``: one row per training step (``step`` 1..n, every step present; ``line`` names where
     it was read). Generated tokens = mean completion length x completions of the step (one number,
     or one per step where the tool logs it; the tool's
-    token counters include prompts); ``seconds_step`` = the step time, unsplit; updates cumulative.
-    ``optional`` maps run-log columns (``reward_mean``, ``truncation_rate`` ...) to logged keys.
+    token counters include prompts); ``seconds_step`` = the step time, unsplit; updates cumulative
+    (``updates_per_step``: one number, or one per step). ``optional`` maps run-log columns
+    (``reward_mean``, ``truncation_rate`` ...) to logged keys. A length or time that is missing,
+    not a finite number >= 0, or a step of 2^40 tokens or more is refused naming the step's
+    line, the key and the value.
     """
     steps = steps.sort_values("step", ignore_index=True)
     want = np.arange(1, len(steps) + 1)
@@ -150,6 +160,7 @@ def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str,
         at = f"step {got[k]} where {k + 1} was due" if k < len(got) else "no training steps"
         raise PreregError(f"{where}: {at}: every training step must be logged (a logging interval above 1 drops "
                           "steps, and their tokens with them: log every step)")
+    lines = steps["line"].to_numpy() if "line" in steps.columns else np.full(len(steps), "")
     for key in (length_key, seconds_key):
         if key not in steps.columns:
             raise PreregError(f"{where}: key {key!r} is not logged (have: {', '.join(sorted(map(str, steps.columns)))[:300]})")
@@ -157,13 +168,27 @@ def iterations_from_lengths(steps: pd.DataFrame, *, where: str, length_key: str,
         bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
         if bad.size:
             i = int(bad[0])
-            raise PreregError(f"{where}:{steps['line'].iloc[i] if 'line' in steps.columns else ''}: step {got[i]}: key "
-                              f"{key!r} is {steps[key].iloc[i]!r}, expected a number >= 0")
+            raw = steps[key].iloc[i]
+            raise PreregError(f"{where}:{lines[i]}: step {got[i]}: key {key!r} "
+                              + ("missing or null" if raw is None or (isinstance(raw, float) and np.isnan(raw))
+                                 else f"is {written(raw)}, expected a number >= 0"))
     length = steps[length_key].to_numpy(dtype=float)
-    out = pd.DataFrame({"iteration": np.arange(len(steps)), "tokens_rollout": np.rint(length * np.asarray(responses_per_step, dtype=float)).astype(np.int64),
-                        "tokens_continuation": 0, "tokens_discarded": 0,
-                        STEP_SECONDS: steps[seconds_key].to_numpy(dtype=float),
-                        "updates": (np.arange(len(steps)) + 1) * updates_per_step, "length_mean": length})
+    tokens = length * np.asarray(responses_per_step, dtype=float)
+    over = np.flatnonzero(tokens >= MAX_STEP_TOKENS)
+    if over.size:
+        i = int(over[0])
+        raise PreregError(f"{where}:{lines[i]}: step {got[i]}: key {length_key!r} is {written(steps[length_key].iloc[i])}: "
+                          "times the step's completions that is above 2^40 tokens, which no step reaches")
+    seconds = steps[seconds_key].to_numpy(dtype=float)
+    over = np.flatnonzero(seconds >= MAX_STEP_SECONDS)
+    if over.size:
+        i = int(over[0])
+        raise PreregError(f"{where}:{lines[i]}: step {got[i]}: key {seconds_key!r} is {written(steps[seconds_key].iloc[i])}: "
+                          "above 10^9 seconds, which no step takes")
+    out = pd.DataFrame({"iteration": np.arange(len(steps)), "tokens_rollout": np.rint(tokens).astype(np.int64),
+                        "tokens_continuation": 0, "tokens_discarded": 0, STEP_SECONDS: seconds,
+                        "updates": np.cumsum(np.broadcast_to(np.asarray(updates_per_step, dtype=np.int64), len(steps))),
+                        "length_mean": length})
     for col, key in (optional or {}).items():
         if key in steps.columns:
             out[col] = pd.to_numeric(steps[key], errors="coerce").to_numpy(dtype=float)
@@ -292,5 +317,5 @@ def import_summary(folder: Path, run: ImportedRun, *, configuration: str, seed: 
             "start_source": run.start_source, "notes": list(run.source.get("notes", []))}
 
 
-__all__ = ["ImportedRun", "STEP_SECONDS", "check_target", "file_record", "import_summary", "iterations_from_lengths",
-           "place_evaluations", "step_seconds", "write_imported_run"]
+__all__ = ["MAX_STEP", "MAX_STEP_SECONDS", "MAX_STEP_TOKENS", "STEP_SECONDS", "ImportedRun", "check_target", "file_record",
+           "import_summary", "iterations_from_lengths", "place_evaluations", "step_seconds", "write_imported_run"]

@@ -10,17 +10,18 @@ per-problem counts are the run log's ``samples``, ``correct``, ``correct_strict`
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
-from ..errors import PreregError
-from .importing import file_record
+# the trainer's verifiers: the preregistered rule
+from trainer.data.verifiers import get_verifier, has_boxed
 
-from trainer.data.verifiers import get_verifier, has_boxed  # the trainer's verifiers: the preregistered rule
+from ..errors import PreregError
+from .importing import MAX_STEP, file_record
+from .jsonlines import json_lines, written
 
 SCORE_COLUMNS = ("correct", "correct_strict", "boxed")
 
@@ -55,58 +56,108 @@ def score_problems(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) of every non-blank line of a JSON-lines file, as the tools write
-    them (verl's file logger and dumps, W&B histories exported as lines, outputs files); a line
-    that is not JSON is refused naming the file and line."""
-    p = Path(path)
-    if not p.is_file():  # the path as typed, not an internal error from open()
-        raise PreregError(f"{p}: no such file" if not p.exists() else f"{p}: a folder, not a JSON-lines file")
-    with open(p, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PreregError(f"{p}:{n}: not a JSON line ({e.msg})") from None
+def is_integer(value: Any) -> bool:
+    """A JSON integer (``true`` and ``false`` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def problem_of(rec: dict, where: str) -> str:
+    """A problem's identity: its ``problem_id`` (a string or an integer) as given, else a hash of
+    its ``input`` text (the same text is the same problem in every evaluation)."""
+    pid = rec.get("problem_id")
+    if pid is not None:
+        if not (isinstance(pid, str) or is_integer(pid)) or pid == "":
+            raise PreregError(f"{where}: key 'problem_id' is {written(pid)}, expected a string or an integer")
+        return str(pid)
+    if "input" not in rec:
+        raise PreregError(f"{where}: key 'problem_id' or 'input' missing (a problem is named by one of them)")
+    if not isinstance(rec["input"], str):
+        raise PreregError(f"{where}: key 'input' is {written(rec['input'])}, expected the prompt's text")
+    return "p-" + hashlib.sha256(rec["input"].encode()).hexdigest()[:16]
+
+
+def text_of(rec: dict, key: str, where: str, *, what: str) -> str:
+    """``rec[key]`` as text: a string, or an integer (a reference answer may be written as one)."""
+    v = rec[key]
+    if isinstance(v, str) or (is_integer(v) and key != "output"):
+        return str(v)
+    raise PreregError(f"{where}: key {key!r} is {written(v)}, expected {what}")
+
+
+class SameAnswer:
+    """Refuses a problem whose outputs at one evaluation carry different reference answers,
+    naming both lines: the samples of one problem share its reference answer."""
+
+    def __init__(self, key: str = "answer"):
+        self.key, self.first = key, {}
+
+    def check(self, at: tuple, answer: str, where: str, line: int) -> None:
+        prev = self.first.setdefault(at, (answer, line))
+        if prev[0] != answer:
+            raise PreregError(f"{where}:{line}: key {self.key!r} is {written(answer)}, but line {prev[1]} gave problem "
+                              f"{at[-1]} the answer {written(prev[0])}: the samples of one problem share its reference answer")
+
+
+def scored_outputs(df: pd.DataFrame, *, means: Sequence[str] = ()) -> pd.DataFrame:
+    """Per evaluation (``iteration``), set and problem, evaluations in order and problems in
+    order of first appearance: ``samples`` and our verifiers' counts of the outputs in ``df``
+    (columns iteration, eval_set, problem_id, output, answer; the readers have checked that a
+    problem's outputs share their answer), and ``<column>_mean`` of each column in ``means``."""
+    keys = ["iteration", "eval_set", "problem_id"]
+    scores = rescore(df["output"].tolist(), df["answer"].tolist())
+    g = pd.concat([df[[*keys, *means]].reset_index(drop=True), scores], axis=1).groupby(keys, sort=False)
+    out = g[list(SCORE_COLUMNS)].sum()
+    out.insert(0, "samples", g.size())
+    for col in means:
+        out[f"{col}_mean"] = g[col].mean()
+    return out.reset_index().sort_values(["iteration", "eval_set"], kind="stable", ignore_index=True)
 
 
 def read_outputs(path: str | Path, *, eval_set: str | None) -> pd.DataFrame:
     """Evaluation rows from an outputs file: one JSON line per evaluation output with ``step``
     (training steps done before the evaluation; 0 = before training), ``output``, ``answer``,
     and ``problem_id`` or ``input`` (a problem is then a hash of its text); ``eval_set`` per line
-    or for the whole file. Rows: iteration, eval_set, problem_id and our verifiers' counts."""
+    or for the whole file. Rows: iteration, eval_set, problem_id and our verifiers' counts.
+    A line is refused naming the file, line, key and the value as written."""
     p = Path(path)
-    recs = []
+    recs, same, first = [], SameAnswer(), {}
     for n, rec in json_lines(p):
+        where = f"{p}:{n}"
         if not isinstance(rec, dict):
-            raise PreregError(f"{p}:{n}: expected a JSON object")
+            raise PreregError(f"{where}: expected a JSON object (an outputs line has step, problem_id or input, output, "
+                              f"answer), got {written(rec)}")
         for k in ("step", "output", "answer"):
             if k not in rec:
-                raise PreregError(f"{p}:{n}: key {k!r} missing (an outputs line has step, problem_id or input, output, answer)")
-        if not isinstance(rec["step"], int) or isinstance(rec["step"], bool) or rec["step"] < 0:
-            raise PreregError(f"{p}:{n}: key 'step': expected an integer >= 0, got {rec['step']!r}")
-        pid = rec.get("problem_id")
-        if pid is None:
-            if "input" not in rec:
-                raise PreregError(f"{p}:{n}: key 'problem_id' or 'input' missing")
-            pid = "p-" + hashlib.sha256(str(rec["input"]).encode()).hexdigest()[:16]
+                raise PreregError(f"{where}: key {k!r} missing (an outputs line has step, problem_id or input, output, answer)")
+        if not is_integer(rec["step"]) or not 0 <= rec["step"] < MAX_STEP:
+            raise PreregError(f"{where}: key 'step' is {written(rec['step'])}, expected an integer >= 0 (the training "
+                              "steps done before the evaluation)")
+        pid = problem_of(rec, where)
+        output = text_of(rec, "output", where, what="the output's text")
+        answer = text_of(rec, "answer", where, what="the reference answer's text")
         name = rec.get("eval_set", eval_set)
         if not isinstance(name, str) or not name:
-            raise PreregError(f"{p}:{n}: no eval_set: give the plan's evaluation set (--eval-set)")
-        recs.append({"iteration": rec["step"], "eval_set": name, "problem_id": str(pid),
-                     "output": str(rec["output"]), "answer": str(rec["answer"])})
+            raise PreregError(f"{where}: key 'eval_set' is {written(name)}, expected the plan's evaluation set's name"
+                              if "eval_set" in rec else f"{where}: no eval_set: give the plan's evaluation set (--eval-set)")
+        same.check((int(rec["step"]), name, pid), answer, str(p), n)
+        recs.append({"iteration": int(rec["step"]), "eval_set": name, "problem_id": pid, "output": output, "answer": answer})
+        first.setdefault(int(rec["step"]), n)
     if not recs:
-        raise PreregError(f"{p}: no evaluation outputs")
-    df = pd.DataFrame(recs)
-    frames = []
-    for (it, name), g in df.groupby(["iteration", "eval_set"], sort=True):
-        scored = score_problems(g)
-        scored.insert(0, "eval_set", name)
-        scored.insert(0, "iteration", int(it))
-        frames.append(scored)
-    return pd.concat(frames, ignore_index=True)
+        raise PreregError(f"{p}: no evaluation outputs (the file is empty)")
+    out = scored_outputs(pd.DataFrame(recs))
+    out.attrs["first_line"] = first
+    return out
+
+
+def check_steps(evaluations: pd.DataFrame, steps: int, path: str | Path | None) -> None:
+    """Refuse an evaluation of an outputs file (:func:`read_outputs`) stamped after the ``steps``
+    training steps logged, naming the file and the line of its first output."""
+    if path is None or not len(evaluations):
+        return
+    late = sorted(k for k in evaluations.attrs.get("first_line", {}) if k > steps)
+    if late:
+        line = evaluations.attrs["first_line"][late[0]]
+        raise PreregError(f"{path}:{line}: key 'step' is {late[0]}, but the training steps logged end at step {steps}")
 
 
 def outputs_evaluations(evaluations: str | Path | None, *, eval_set: str | None,
@@ -122,4 +173,5 @@ def outputs_evaluations(evaluations: str | Path | None, *, eval_set: str | None,
     return ev, [file_record(evaluations, Path(evaluations).parent) | {"kind": "evaluation outputs"}]
 
 
-__all__ = ["SCORE_COLUMNS", "json_lines", "outputs_evaluations", "read_outputs", "rescore", "score_problems"]
+__all__ = ["SCORE_COLUMNS", "SameAnswer", "check_steps", "is_integer", "json_lines", "outputs_evaluations", "problem_of", "read_outputs",
+           "rescore", "score_problems", "scored_outputs", "text_of"]
