@@ -241,3 +241,47 @@ def test_the_built_in_trainer_refuses_a_symbolic_link_on_the_way_to_a_run_too(tm
     with pytest.raises(PreregError, match=rf"{study / 'runs'}: a symbolic link \(to {outside}\).*nothing run"):
         plan_jobs(study)
     assert _files(outside) == []
+
+
+def _main_file(tool: str, args: list[str]) -> Path:
+    """The file of a source that holds the run's steps (the one an attack damages)."""
+    path = Path(args[0])
+    if tool == "tensorboard":
+        return next(path.glob("events.out.tfevents*"))
+    if tool == "mlflow":
+        return sorted(p for p in path.glob("*/*/metrics/**/*") if p.is_file())[0]
+    if tool == "trl":
+        return path / "trainer_state.json"
+    return path
+
+
+JUNK = {"empty": b"", "binary": bytes(range(256)) * 4, "not-utf8": b'{"step": 1, "data": {"x": "\xff\xfe"}}\n'}
+
+
+@pytest.mark.parametrize("damage", JUNK)
+@pytest.mark.parametrize("tool", IMPORTERS)
+def test_a_damaged_file_of_every_importer_is_one_line_and_exit_2_with_nothing_written(tmp_path, tool, damage):
+    args = IMPORTERS[tool](tmp_path / "src", T_RUN)
+    target = _main_file(tool, args)
+    target.write_bytes(JUNK[damage])
+    study = locked_study(tmp_path / "study")
+    res = _run(study, tool, args)
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert "\n" not in line and line.startswith("error: ") and "internal error" not in line and "np." not in line
+    assert not (study / "runs").exists()
+
+
+@pytest.mark.parametrize("suffix, damage", [(".jsonl", "binary"), (".jsonl", "not-utf8"), (".jsonl", "empty"),
+                                            (".parquet", "binary")])
+def test_a_damaged_evaluations_file_of_a_tracker_import_is_one_line_and_exit_2(tmp_path, sources, suffix, damage):
+    evals = tmp_path / f"evals{suffix}"
+    evals.write_bytes(JUNK[damage])
+    args = list(sources["tensorboard"])
+    args[args.index("--evaluations") + 1] = str(evals)
+    study = locked_study(tmp_path / "study")
+    res = _run(study, "tensorboard", args)
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert "\n" not in line and str(evals) in line and "internal error" not in line
+    assert not (study / "runs").exists()

@@ -25,9 +25,17 @@ from .tracker_run import file_record, imported, steps_frame, utc
 from .trackers import TrackerError, from_mlflow_key
 
 
+def _text(path: Path) -> str:
+    """A file of the store as text; bytes that are not UTF-8 (a damaged or foreign file) refused by name."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TrackerError(f"{path}: not UTF-8 text (byte {e.start}): not a file MLflow wrote, or a damaged one") from None
+
+
 def _meta(run: Path) -> dict[str, str]:
     meta = {}
-    for line in (run / "meta.yaml").read_text().splitlines():
+    for line in _text(run / "meta.yaml").splitlines():
         k, sep, v = line.partition(":")
         if sep and not line.startswith(" "):
             meta[k.strip()] = v.strip().strip("'\"")
@@ -66,7 +74,7 @@ def _read_files(run: Path, root: Path) -> tuple[dict, dict, dict, list, dict, di
     for f in sorted(p for p in (run / "metrics").rglob("*") if p.is_file()):
         key = from_mlflow_key(f.relative_to(run / "metrics").as_posix())
         files.append(file_record(f, root))
-        for n, line in enumerate(f.read_text().splitlines(), 1):
+        for n, line in enumerate(_text(f).splitlines(), 1):
             parts = line.split()
             if len(parts) != 3:
                 raise TrackerError(f"{f}:{n}: expected 'timestamp value step', got {line!r}")
@@ -76,9 +84,9 @@ def _read_files(run: Path, root: Path) -> tuple[dict, dict, dict, list, dict, di
                 raise TrackerError(f"{f}:{n}: expected 'timestamp value step' (integer, number, integer), got {line!r}") from None
             _add(records, nonfinite, key, step, value, f"{f}:{n}")
             wall[step] = max(wall.get(step, 0.0), ts / 1000)
-    params = {p.relative_to(run / "params").as_posix(): p.read_text() for p in sorted((run / "params").rglob("*")) if p.is_file()} \
+    params = {p.relative_to(run / "params").as_posix(): _text(p) for p in sorted((run / "params").rglob("*")) if p.is_file()} \
         if (run / "params").is_dir() else {}
-    tags = {p.relative_to(run / "tags").as_posix(): p.read_text() for p in sorted((run / "tags").rglob("*")) if p.is_file()} \
+    tags = {p.relative_to(run / "tags").as_posix(): _text(p) for p in sorted((run / "tags").rglob("*")) if p.is_file()} \
         if (run / "tags").is_dir() else {}
     return records, nonfinite, wall, files, params, tags
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .jsonlines import json_lines
 from .rescore import score_problems
 from .trackers import TrackerError, evaluation_iteration
 
@@ -30,10 +31,24 @@ OPTIONAL = ("correct_strict", "boxed", "greedy_correct", "level", "log_length", 
 
 
 def read_table(path: Path) -> pd.DataFrame:
+    """The rows of an evaluations file: Parquet, or JSON lines of one object each (read by
+    :func:`.jsonlines.json_lines`, so bytes that are not UTF-8 or a line that is not JSON are
+    refused by file and line)."""
     if path.suffix == ".parquet":
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not Parquet
+            raise TrackerError(f"{path}: not a Parquet file ({type(e).__name__})") from None
     if path.suffix in (".jsonl", ".json"):
-        return pd.read_json(path, lines=True, dtype=False)
+        rows = []
+        for n, rec in json_lines(path):
+            if not isinstance(rec, dict):
+                raise TrackerError(f"{path}:{n}: expected a JSON object (one evaluation row a line)")
+            rows.append({k: (float(v) if isinstance(v, float) else int(v) if isinstance(v, int) and not isinstance(v, bool)
+                             else v) for k, v in rec.items()})
+        if not rows:
+            raise TrackerError(f"{path}: no evaluation rows")
+        return pd.DataFrame(rows)
     raise TrackerError(f"{path}: evaluations must be .jsonl or .parquet")
 
 
