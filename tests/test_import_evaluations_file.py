@@ -77,7 +77,7 @@ def _damaged(tmp_path: Path, dumps: Path, name: str, data: bytes) -> Path:
 
 @pytest.mark.parametrize("argv,damage,message", [
     (["--from", "openrlhf"], None, "--from openrlhf: OpenRLHF 0.11.2 writes no evaluation outputs: PPOTrainer.evaluate"),
-    (["--from", "trlx"], None, "--from 'trlx': not a source of evaluation outputs (have: verl)"),
+    (["--from", "trlx"], None, "--from 'trlx': not a source of evaluation outputs (have: trl, verl)"),
     (["--from", "verl", "--out", "{tmp}/evals.txt"], None, "evals.txt: name the file *.jsonl"),
     (["--from", "verl", "--out", "{tmp}/nowhere/evals.jsonl"], None, "does not exist"),
     (["--from", "verl"], ("9.jsonl", b'{"input": "q", "output": "o", "gts": "1"}\n\xff\n'),

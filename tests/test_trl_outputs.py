@@ -105,3 +105,34 @@ def test_what_is_not_a_trl_run_is_refused(tmp_path):
         list(trl_outputs(tmp_path, completions=2))
     with pytest.raises(PreregError, match=r"completions = 0: expected the number of completions one evaluation generates"):
         list(trl_outputs(tmp_path, completions=0))
+
+
+def test_prereg_import_evaluations_from_trl_builds_a_file_both_readers_read(tmp_path):
+    """The `trl` source of `prereg import evaluations`: the tables' evaluations, a problem named by
+    its prompt where no id was logged (the rule read_outputs uses), the options TRL's alone."""
+    from typer.testing import CliRunner
+    from test_import_evaluations_file import _app
+
+    from prereg_kit.integrations.tracker_evals import load_evaluations
+
+    out = tmp_path / "out"
+    _table(out / "completions", 3)
+    _table(out / "completions", 6)
+    (out / "trainer_state.json").write_text(json.dumps(trl_state(6, eval_every=3)))
+    built = tmp_path / "evals.jsonl"
+    run = CliRunner().invoke(_app(), ["import", "evaluations", "--from", "trl", str(out), "--out", str(built),
+                                      "--completions", "4", "--eval-set", "test"])
+    assert run.exit_code == 0, run.output
+    lines = [json.loads(ln) for ln in built.read_text().splitlines()]
+    assert [r["step"] for r in lines] == [3] * 4 + [6] * 4 and {r["eval_set"] for r in lines} == {"test"}
+    rows = read_outputs(built, eval_set=None)
+    assert rows["iteration"].tolist() == [3] * 4 + [6] * 4 and (rows["correct"] == 1).all()
+    assert set(rows["problem_id"]) == {r["problem_id"] for r in lines} and lines[0]["problem_id"].startswith("p-")
+    ev, _ = load_evaluations(built, first_step=1)
+    assert len(ev) == 8 and (ev["samples"] == 1).all()
+    # TRL's options are refused for another source, and trl without --completions is named
+    res = CliRunner().invoke(_app(), ["import", "evaluations", "--from", "verl", str(out), "--out", str(tmp_path / "x.jsonl"),
+                                      "--completions", "4"])
+    assert res.exit_code == 2 and "--completions: an option of --from trl only" in res.output
+    res = CliRunner().invoke(_app(), ["import", "evaluations", "--from", "trl", str(out), "--out", str(tmp_path / "y.jsonl")])
+    assert res.exit_code == 2 and "--from trl needs --completions N" in res.output and not (tmp_path / "y.jsonl").exists()

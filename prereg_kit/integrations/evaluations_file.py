@@ -43,8 +43,29 @@ def from_verl(path: str | Path, *, eval_set: str | None = None) -> Iterator[dict
         yield {k: r[k] for k in RECORD_KEYS}
 
 
+def from_trl(path: str | Path, *, completions: int | None = None, eval_steps: list[int] | None = None,
+             state: str | Path | None = None, answer_column: str = "answer",
+             eval_set: str | None = None) -> Iterator[dict[str, Any]]:
+    """TRL's completions tables (``log_completions=True``: ``completions/completions_<step>.parquet``
+    in its ``output_dir``): each evaluation's completions (:func:`.trl_outputs.trl_outputs`),
+    the reference answer from the column a reward function logged it into (``VerifierReward(log_answer=True)``),
+    a problem named by its id where logged, else by its prompt's text."""
+    from .rescore import problem_of
+    from .trl_outputs import trl_outputs
+
+    if completions is None:
+        raise PreregError("--from trl needs --completions N: the completions one evaluation generates (evaluation "
+                          "prompts x generations per prompt); TRL's tables keep only the last generation batch")
+    for n, r in enumerate(trl_outputs(path, completions=completions, eval_steps=eval_steps, state=state,
+                                      eval_set=eval_set, answer_column=answer_column), 1):
+        yield {"step": r["step"], "eval_set": r.get("eval_set", eval_set),
+               "problem_id": problem_of(r, f"{path}: completion {n}"), "input": r.get("input"),
+               "output": r["output"], "answer": r["answer"], "tool_score": None}
+
+
 Source = Callable[..., Iterator[dict[str, Any]]]
-SOURCES: dict[str, Source] = {"verl": from_verl}
+SOURCES: dict[str, Source] = {"verl": from_verl, "trl": from_trl}
+TRL_ONLY = ("completions", "eval_steps", "state", "answer_column")  # options only the trl source takes
 NO_OUTPUTS: dict[str, str] = {
     "openrlhf": "OpenRLHF 0.11.2 writes no evaluation outputs: PPOTrainer.evaluate (openrlhf/trainer/ppo_trainer.py) "
                 "logs only pass@k aggregates (eval/*) to W&B or TensorBoard; save the outputs yourself, one JSON line "
@@ -102,20 +123,35 @@ SOURCE_HELP = (f"The tool that wrote PATH: {', '.join(SOURCES)}. "
 
 @handles_errors
 def evaluations_cmd(path: Annotated[Path, typer.Argument(help="What the trainer wrote: verl's trainer.validation_data_dir "
-                                                               "(the <global_step>.jsonl validation dumps).")],
+                                                               "(the <global_step>.jsonl validation dumps); TRL's output_dir, "
+                                                               "its completions/ folder or one completions table.")],
                     source: Annotated[str, typer.Option("--from", help=SOURCE_HELP)],
                     out_file: Annotated[Path, typer.Option("--out", help="The outputs file to write (*.jsonl); give it "
                                                                          "to an import as --evaluations.")],
                     eval_set: Annotated[str | None, typer.Option("--eval-set", help="The plan's evaluation set the "
                                                                  "outputs belong to (verl's dumps do not name one).")] = None,
+                    completions: Annotated[int | None, typer.Option("--completions", min=1, help="trl: the completions one "
+                                                                    "evaluation generates (prompts x generations).")] = None,
+                    eval_step: Annotated[list[int] | None, typer.Option("--eval-step", help="trl: a step TRL evaluated at "
+                                                                        "(repeatable; default: read from trainer_state.json).")] = None,
+                    state: Annotated[Path | None, typer.Option("--state", help="trl: its trainer_state.json (default: the "
+                                                               "one in PATH).")] = None,
+                    answer_column: Annotated[str, typer.Option("--answer-column", help="trl: the table column a reward "
+                                                               "function logged the reference answer into.")] = "answer",
                     force: Annotated[bool, typer.Option("--force", help="Replace FILE if it exists.")] = False) -> None:
     """Build an --evaluations file (JSON lines: step, eval_set, problem_id, input, output, answer) from a trainer's
-    evaluation outputs: verl's validation dumps. OpenRLHF writes none (it logs only pass@k aggregates)."""
-    n = build(source, path, out_file, force=force, eval_set=eval_set)
+    evaluation outputs: verl's validation dumps, TRL's completions tables. OpenRLHF writes none (it logs only pass@k
+    aggregates)."""
+    trl = {"completions": completions, "eval_steps": eval_step or None, "state": state, "answer_column": answer_column}
+    given = [k for k in TRL_ONLY if trl[k] is not None and (k != "answer_column" or trl[k] != "answer")]
+    if source != "trl" and given:
+        raise PreregError(f"--{given[0].replace('_', '-').replace('eval-steps', 'eval-step')}: an option of --from trl only")
+    options = {"eval_set": eval_set, **(trl if source == "trl" else {})}
+    n = build(source, path, out_file, force=force, **options)
     out.print(f"wrote {n} evaluation outputs -> {out_file} (give it as --evaluations; our verifiers score it on import)",
               soft_wrap=True)
 
 
 COMMANDS: dict[str, Callable[..., None]] = {"evaluations": evaluations_cmd}
 
-__all__ = ["COMMANDS", "NO_OUTPUTS", "RECORD_KEYS", "SOURCES", "build", "from_verl"]
+__all__ = ["COMMANDS", "NO_OUTPUTS", "RECORD_KEYS", "SOURCES", "build", "from_trl", "from_verl"]
