@@ -239,7 +239,8 @@ def run_phase(args, folder: Path, engine_name: str, deadline: float, cross: dict
     if engine_name == "vllm":
         hook_vllm(engine, cap)
     optimizer = make_optimizer(policy)
-    clock, counters = StageClock(sync=lambda: synchronize(policy.device)), Counters()
+    device = policy.device  # bound here: the policy is deleted at the end of the phase
+    clock, counters = StageClock(sync=lambda: synchronize(device)), Counters()
     G, N, L, eos = args.group_size, args.prompts * args.group_size, args.limit, policy.eos_id
     accounting: list[str] = []
 
