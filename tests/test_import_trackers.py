@@ -6,7 +6,6 @@ attacked and refused (the format attacks through the command: test_import_tracke
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sqlite3
@@ -218,7 +217,7 @@ def test_dynamic_sampling_and_unknown_keys_are_refused():
 
 
 def test_mlflow_at_is_stored_as__at__and_read_back(tmp_path):
-    mlflow = pytest.importorskip("mlflow")
+    pytest.importorskip("mlflow")
     with pytest.raises(Exception, match="Names may only contain"):   # why loggers rewrite '@'
         from mlflow.utils.validation import _validate_metric_name
 

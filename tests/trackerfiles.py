@@ -17,7 +17,6 @@ Run as a script (``python trackerfiles.py SPEC.json``) it writes the W&B runs of
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
