@@ -254,3 +254,19 @@ def outputs_lines(steps: tuple[int, ...] = (0, 3, 6), skill: float = 0.5, seed: 
                 out.append(json.dumps({"step": step, "input": q, "output": f"\\boxed{{{a}}}" if ok else "7",
                                        "answer": a}) + "\n")
     return "".join(out)
+
+
+def prereg_app():
+    """A copy of the `prereg` app with the `prereg_kit.commands` group's `import` loaded (the
+    editable install may predate the group; the real app is left as it is)."""
+    import typer
+
+    from prereg_kit import cli
+    from prereg_kit.integrations import command
+
+    app = typer.Typer(name="prereg", add_completion=False, pretty_exceptions_enable=False)
+    app.registered_callback = cli.app.registered_callback
+    app.registered_commands = list(cli.app.registered_commands)
+    app.registered_groups = [g for g in cli.app.registered_groups if g.name != "import"]
+    app.add_typer(command.app, name="import")
+    return app

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
-from importfiles import IMPORT_PLAN, N_STEPS, T_RUN, locked_study, write_verl_run
+from importfiles import IMPORT_PLAN, N_STEPS, T_RUN, locked_study, write_verl_run, prereg_app
 from typer.testing import CliRunner
 
 from prereg_kit import cli
@@ -25,15 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SKILL = {"A": 0.3, "B": 0.6}
 
 
-def _prereg() -> typer.Typer:
-    """A copy of the `prereg` app with the `prereg_kit.commands` group loaded (the editable install
-    may predate the group; the real app is left as it is)."""
-    app = typer.Typer(name="prereg", add_completion=False, pretty_exceptions_enable=False)
-    app.registered_callback = cli.app.registered_callback
-    app.registered_commands = list(cli.app.registered_commands)
-    app.registered_groups = [g for g in cli.app.registered_groups if g.name != "import"]
-    app.add_typer(command.app, name="import")
-    return app
+_prereg = prereg_app  # the `prereg` app with `import` (importfiles)
 
 
 def _verl_args(study, files, c, s, *extra):

@@ -9,14 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
-from importfiles import T_RUN, locked_study, openrlhf_lines, outputs_lines
+from importfiles import T_RUN, locked_study, openrlhf_lines, outputs_lines, prereg_app
 from openrlhfwriter import SKIP_REASON, hand_history, openrlhf_ready, wandb_history
 from typer.testing import CliRunner
 
-from prereg_kit import cli
 from prereg_kit.errors import PreregError
-from prereg_kit.integrations import command
 from prereg_kit.integrations.openrlhf import PRESET, import_openrlhf
 
 # OpenRLHF 0.11's nested arguments: 4 prompts x 4 samples, batches of 8, one epoch
@@ -231,12 +228,7 @@ def study(tmp_path_factory) -> Path:
     return locked_study(tmp_path_factory.mktemp("orl-study") / "study")
 
 
-def _prereg() -> typer.Typer:
-    app = typer.Typer(name="prereg", add_completion=False, pretty_exceptions_enable=False)
-    app.registered_callback = cli.app.registered_callback
-    app.registered_commands = list(cli.app.registered_commands)
-    app.add_typer(command.app, name="import")
-    return app
+_prereg = prereg_app  # the `prereg` app with `import` (importfiles)
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))

@@ -12,8 +12,7 @@ import json
 
 import pandas as pd
 import pytest
-import typer
-from importfiles import (
+from importfiles import (prereg_app, 
     T_RUN,
     checkpoint_state,
     locked_study,
@@ -23,9 +22,7 @@ from importfiles import (
 )
 from typer.testing import CliRunner
 
-from prereg_kit import cli
 from prereg_kit.errors import PreregError
-from prereg_kit.integrations import command
 from prereg_kit.integrations.importing import write_imported_run
 from prereg_kit.integrations.trl_state import import_trl_state
 
@@ -52,13 +49,7 @@ def _write(tmp_path, state, name="checkpoint-6"):
     return write_trl_state(tmp_path / name, state)
 
 
-def _prereg() -> typer.Typer:
-    app = typer.Typer(name="prereg", add_completion=False, pretty_exceptions_enable=False)
-    app.registered_callback = cli.app.registered_callback
-    app.registered_commands = list(cli.app.registered_commands)
-    app.registered_groups = [g for g in cli.app.registered_groups if g.name != "import"]
-    app.add_typer(command.app, name="import")
-    return app
+_prereg = prereg_app  # the `prereg` app with `import` (importfiles)
 
 
 @pytest.mark.slow  # a real GRPOTrainer run (trl_runs), built once per process: seconds

@@ -11,15 +11,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-import typer
 import yaml
-from importfiles import T_RUN, locked_study, verl_config, write_verl_run
+from importfiles import T_RUN, locked_study, verl_config, write_verl_run, prereg_app
 from typer.testing import CliRunner
 from verlwriter import Fit, write_fit
 
-from prereg_kit import cli
 from prereg_kit.errors import PreregError
-from prereg_kit.integrations import command
 from prereg_kit.integrations.verl import import_verl, read_file_logger
 
 
@@ -311,12 +308,7 @@ def study(tmp_path_factory) -> Path:
     return locked_study(tmp_path_factory.mktemp("verl-study") / "study")
 
 
-def _prereg() -> typer.Typer:
-    app = typer.Typer(name="prereg", add_completion=False, pretty_exceptions_enable=False)
-    app.registered_callback = cli.app.registered_callback
-    app.registered_commands = list(cli.app.registered_commands)
-    app.add_typer(command.app, name="import")
-    return app
+_prereg = prereg_app  # the `prereg` app with `import` (importfiles)
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))

@@ -8,14 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
-from importfiles import T_RUN, locked_study
+from importfiles import T_RUN, locked_study, prereg_app
 from typer.testing import CliRunner
 from verlwriter import SKIP_REASON, Fit, verl_ready, write_fit
 
-from prereg_kit import cli
 from prereg_kit.errors import PreregError
-from prereg_kit.integrations import command
 from prereg_kit.integrations.evaluations_file import build
 from prereg_kit.integrations.rescore import read_outputs
 from prereg_kit.integrations.verl import import_verl, read_validation_dumps
@@ -23,12 +20,7 @@ from prereg_kit.integrations.verl import import_verl, read_validation_dumps
 pytestmark = pytest.mark.skipif(not verl_ready(), reason=SKIP_REASON)
 
 
-def _prereg() -> typer.Typer:
-    app = typer.Typer(name="prereg", add_completion=False, pretty_exceptions_enable=False)
-    app.registered_callback = cli.app.registered_callback
-    app.registered_commands = list(cli.app.registered_commands)
-    app.add_typer(command.app, name="import")
-    return app
+_prereg = prereg_app  # the `prereg` app with `import` (importfiles)
 
 
 def _args(study: Path, f: dict, c: str, s: int) -> list[str]:
