@@ -42,7 +42,7 @@ def bare_loop(model_path, cfg, prompts: list[str], iterations: int) -> tuple[flo
     """Mean seconds per iteration and generated tokens per iteration of a plain transformers GRPO-shaped loop."""
     import torch
 
-    from trainer.core.policy import load_policy
+    from trainer.core.policy import load_policy, set_determinism
 
     pol = load_policy(cfg, model_path)  # the same model and tokenizer as the trainer's (loading only)
     model, tok = pol.model, pol.tokenizer
@@ -95,7 +95,7 @@ def main() -> None:
     from prereg_kit.runlog import read_run
     from trainer.config import EvalSetSpec, RunSpec, config_of, updated
     from trainer.core.assets import prepare_assets
-    from trainer.core.policy import load_policy
+    from trainer.core.policy import load_policy, set_determinism
     from trainer.data.problems import load_problems
     from trainer.data.synthetic import render_prompt
     from trainer.loop import train
@@ -104,6 +104,7 @@ def main() -> None:
     cfg = updated(config_of(plan, "grpo"), {"engine": {"threads": args.threads}})
 
     torch.manual_seed(0)
+    set_determinism(cfg, torch.device("cpu"))  # the trainer's threads and kernels for both halves of the bare loop, as train sets them
     work = Path(tempfile.mkdtemp(prefix="bench-bare-"))
     assets = prepare_assets(cfg, args.cache, work, 64)  # the warm start, built here on a first run (not timed)
     tok = load_policy(cfg, assets.model_path).tokenizer
