@@ -42,7 +42,7 @@ def bare_loop(model_path, cfg, prompts: list[str], iterations: int) -> tuple[flo
     """Mean seconds per iteration and generated tokens per iteration of a plain transformers GRPO-shaped loop."""
     import torch
 
-    from trainer.core.policy import load_policy, set_determinism
+    from trainer.core.policy import load_policy
 
     pol = load_policy(cfg, model_path)  # the same model and tokenizer as the trainer's (loading only)
     model, tok = pol.model, pol.tokenizer
