@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import PLAN  # noqa: E402  (the paper-scale plan, one definition)
+from bench_analyze import PLAN, read_floor  # noqa: E402  (the paper-scale plan and the reading floor, one definition each)
 
 _CHILD = """
 import resource, subprocess, sys, time
@@ -109,7 +109,6 @@ def make_study(root: Path, seeds: int, n_main: int, n_further: int, resamples: i
 def loading_times(root: Path) -> dict[str, float]:
     """Seconds: load_study, pandas read_parquet per file (concatenated), one pyarrow.dataset per table."""
     import pandas as pd
-    import pyarrow.dataset as ds
 
     from prereg_kit.runlog import load_study
 
@@ -117,11 +116,8 @@ def loading_times(root: Path) -> dict[str, float]:
         for kind in ("iterations", "evals"):
             pd.concat([pd.read_parquet(f) for f in sorted(glob.glob(f"{root}/runs/*/seed-*/{kind}.parquet"))], ignore_index=True)
 
-    def dataset_per_table():
-        for kind in ("iterations", "evals"):
-            ds.dataset(sorted(glob.glob(f"{root}/runs/*/seed-*/{kind}.parquet")), format="parquet").to_table().to_pandas()
-
-    ways = {"load_study": lambda: load_study(root, progress=False), "pandas": pandas_per_file, "dataset": dataset_per_table}
+    ways = {"load_study": lambda: load_study(root, progress=False), "pandas": pandas_per_file,
+            "dataset": lambda: read_floor(root)}
     out = {k: float("inf") for k in ways}
     for _ in range(2):  # best of two, interleaved: the machine is shared
         for k, f in ways.items():

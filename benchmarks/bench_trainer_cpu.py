@@ -13,7 +13,14 @@ Reference: a bare transformers loop on the same warm-started model, threads and 
 (:func:`bare_loop`: ``generate`` of 8 prompts × 8 samples up to 40 tokens, a policy-gradient
 loss on the completions' log-probabilities with random ±1 advantages, backward, Adam step): no
 verification, credit, accounting or logging. The ratio line compares time per generated token,
-as completion lengths differ between the two.
+as completion lengths differ between the two. The bare loop runs half its iterations just before
+the trainer and half just after (pooled), so that a change of load during the run hits both sides.
+
+``--quick`` (make bench): 6K tokens, 6 bare iterations, one torch thread. With two threads on two
+cores that other processes also use, every OpenMP barrier waits for a thread that is not running:
+at a load average of about 2 an iteration took 4.3 s instead of 0.33 s with one thread (both sides
+alike, but the run then takes minutes). One thread keeps the quick mode's time proportional to
+its CPU share.
 
 Usage: ``python3 benchmarks/bench_trainer_cpu.py [--tokens 20000] [--threads 2] [--quick]``.
 """
@@ -74,11 +81,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "prereg-kit" / "bench-cpu-grpo"),
                     help="where the warm start is cached (built if absent)")
-    ap.add_argument("--bare-iterations", type=int, default=12, help="iterations of the bare transformers loop")
-    ap.add_argument("--quick", action="store_true", help="6K tokens, 5 bare iterations (make bench)")
+    ap.add_argument("--bare-iterations", type=int, default=12,
+                    help="timed iterations of the bare transformers loop (half before the trainer, half after)")
+    ap.add_argument("--quick", action="store_true", help="6K tokens, 6 bare iterations, 1 thread (make bench)")
     args = ap.parse_args()
     if args.quick:
-        args.tokens, args.bare_iterations = 6000, 5
+        args.tokens, args.bare_iterations, args.threads = 6000, 6, 1
 
     import torch
 
@@ -86,10 +94,24 @@ def main() -> None:
     from prereg_kit.plan import load_plan
     from prereg_kit.runlog import read_run
     from trainer.config import EvalSetSpec, RunSpec, config_of, updated
+    from trainer.core.assets import prepare_assets
+    from trainer.core.policy import load_policy, set_determinism
+    from trainer.data.problems import load_problems
+    from trainer.data.synthetic import render_prompt
     from trainer.loop import train
 
     plan = load_plan(ROOT / "registry" / "cpu-grpo" / "plan.toml").plan
     cfg = updated(config_of(plan, "grpo"), {"engine": {"threads": args.threads}})
+
+    torch.manual_seed(0)
+    set_determinism(cfg, torch.device("cpu"))  # the trainer's threads and kernels for both halves of the bare loop, as train sets them
+    work = Path(tempfile.mkdtemp(prefix="bench-bare-"))
+    assets = prepare_assets(cfg, args.cache, work, 64)  # the warm start, built here on a first run (not timed)
+    tok = load_policy(cfg, assets.model_path).tokenizer
+    prompts = [render_prompt(tok, p.prompt) for p in list(load_problems(assets.train_file))[:512]]
+    halves = [max(1, args.bare_iterations // 2), max(1, args.bare_iterations - args.bare_iterations // 2)]
+    bare = [bare_loop(assets.model_path, cfg, prompts, halves[0])]
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     shutil.copy(ROOT / "registry" / "cpu-grpo" / "plan.toml", tmp / "plan.toml")
     lock_plan(tmp / "plan.toml")  # main-stage runs need a locked plan
@@ -124,21 +146,14 @@ def main() -> None:
         print(f"    seconds_{stage:<12}{extra:<25}: {it['seconds_' + stage].mean() * 1e3:7.1f} ms")
     print(f"per iteration incl. logging (wall)    : {wall * 1e3:7.1f} ms; everything else {rest_all / wall:6.1%}")
 
-    from trainer.core.assets import prepare_assets
-    from trainer.data.problems import load_problems
-    from trainer.data.synthetic import render_prompt
-    from trainer.core.policy import load_policy
-
-    torch.manual_seed(0)
-    work = Path(tempfile.mkdtemp(prefix="bench-bare-"))
-    assets = prepare_assets(cfg, args.cache, work, 64)
-    tok = load_policy(cfg, assets.model_path).tokenizer
-    prompts = [render_prompt(tok, p.prompt) for p in list(load_problems(assets.train_file))[:512]]
-    bare_s, bare_tokens = bare_loop(assets.model_path, cfg, prompts, args.bare_iterations)
+    bare.append(bare_loop(assets.model_path, cfg, prompts, halves[1]))
     shutil.rmtree(work, ignore_errors=True)
+    bare_s = sum(n * s for n, (s, _) in zip(halves, bare)) / sum(halves)  # the mean over every timed iteration
+    bare_tokens = sum(n * t for n, (_, t) in zip(halves, bare)) / sum(halves)
     ours_tok = train_s / it["tokens_total"].mean()
     bare_tok = bare_s / bare_tokens
-    print(f"bare transformers loop                 : {bare_s * 1e3:7.1f} ms per iteration, {bare_tokens:.0f} generated tokens")
+    print(f"bare transformers loop                 : {bare_s * 1e3:7.1f} ms per iteration, {bare_tokens:.0f} generated tokens "
+          f"(before the trainer {bare[0][0] * 1e3:.1f} ms, after {bare[1][0] * 1e3:.1f} ms)")
     print(f"trainer vs bare transformers loop: {ours_tok / bare_tok:5.2f}× the time per generated token "
           f"({ours_tok * 1e6:.0f} µs vs {bare_tok * 1e6:.0f} µs)")
 

@@ -22,7 +22,9 @@ run, interleaved with ours, so a busy machine slows all alike. Lines read
 of wall times; the process's CPU seconds (user + system, its children included) are shown beside,
 steadier than wall time when other processes share the cores.
 
-    python3 benchmarks/startup_speed.py [--repeat 5] [--before /path/to/other/checkout] [--numba]
+    python3 benchmarks/startup_speed.py [--repeat 5] [--before /path/to/other/checkout] [--numba] [--quick]
+
+``--quick`` (make bench): medians of 3 processes per command.
 
 ``--numba`` also times the tabular recursion (analyses.tabular, n = 8) in two fresh processes
 sharing an empty ``PREREG_CACHE``: the first compiles its numba kernels and caches them, the second
@@ -73,7 +75,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="processes per command (median reported)")
     ap.add_argument("--before", type=Path, help="another checkout to time beside this one")
     ap.add_argument("--numba", action="store_true", help="also time the tabular kernels' compile cache")
+    ap.add_argument("--quick", action="store_true", help="3 processes per command (make bench)")
     args = ap.parse_args()
+    if args.quick:
+        args.repeat = min(args.repeat, 3)
     from plans import SMALL_PLAN
 
     roots = {"ours": ROOT, **({"before": args.before.resolve()} if args.before else {})}
