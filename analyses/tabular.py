@@ -87,8 +87,8 @@ def _cached_jit(fn, folder: Path | None):
 
     numba has no per-function cache folder, so this gives the dispatcher a cache whose one locator
     is ``folder`` (what ``njit(cache=True)`` does with its default locators)."""
-    from numba import njit  # noqa: PLC0415
-    from numba.core.caching import CompileResultCacheImpl, FunctionCache, UserProvidedCacheLocator  # noqa: PLC0415
+    from numba import njit
+    from numba.core.caching import CompileResultCacheImpl, FunctionCache, UserProvidedCacheLocator
 
     disp = njit(cache=False)(fn)
     if folder is None:
@@ -123,7 +123,7 @@ def _kernel():
     their compiled code cached in :func:`numba_cache_dir`); a one-line ImportError naming the extra
     when numba is not installed."""
     try:
-        import numba  # noqa: F401, PLC0415
+        import numba  # noqa: F401
     except ImportError:
         raise ImportError(NUMBA_MISSING) from None
     folder = numba_cache_dir()

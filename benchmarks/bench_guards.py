@@ -56,6 +56,7 @@ def line(name: str, ours: float, ref: float, what: str) -> None:
 
 def verifier(repeat: int) -> None:
     from test_verify import ADVERSARIAL
+
     from trainer.data.verifiers import extract_answer
 
     def both(t: str):
@@ -63,14 +64,14 @@ def verifier(repeat: int) -> None:
 
     for name, text in ADVERSARIAL.items():
         tenth = text[: len(text) // 10]
-        ours, ref = best_pair(lambda: both(text), lambda: both(tenth), repeat)
+        ours, ref = best_pair(lambda t=text: both(t), lambda t=tenth: both(t), repeat)
         line(f"extract_answer: {name}", ours, ref, "vs its first tenth (linear ~10×)")
 
 
 def dedup(repeat: int) -> None:
     import numpy as np
-
     from test_data import _brute_force, _perturb, _random_problems
+
     from trainer.data.problems import Problem, ProblemPool
 
     rng = np.random.default_rng(1)
@@ -102,8 +103,9 @@ def plans(repeat: int) -> None:
 
 
 def tabular(repeat: int) -> None:
-    from analyses.tabular import iterations_to_reach
     from test_tabular import PAPER_INIT
+
+    from analyses.tabular import iterations_to_reach
 
     kw = dict(rule="grpo", eta=0.8, rho=0.5, n=8, alpha=0.1, action=1, threshold=0.99)
     iterations_to_reach(PAPER_INIT, max_iter=10, **kw)  # compile outside the timing

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import PLAN, read_floor  # noqa: E402  (the paper-scale plan and the reading floor, one definition each)
+from bench_analyze import PLAN, read_floor  # the paper-scale plan and the reading floor, one definition each
 
 _CHILD = """
 import resource, subprocess, sys, time

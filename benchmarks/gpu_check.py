@@ -80,8 +80,8 @@ def build_tokenizer(vocab_size: int):
     """A byte-level BPE tokenizer with ``vocab_size`` entries (256 bytes, fillers, PAD and EOS
     last) and no merges, so a prompt's tokens are its bytes. AutoTokenizer loads it as Qwen2's own
     tokenizer class (what vLLM and ``load_policy`` call), which a word-level vocabulary does not survive."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     for i in range(len(vocab), vocab_size - 2):
@@ -99,8 +99,8 @@ def build_tokenizer(vocab_size: int):
 def build_model_folder(folder: Path, shape: dict, seed: int, device: str) -> dict:
     """Save a Qwen2 causal LM of ``shape`` with seeded random weights (bf16 on disk, like Qwen's
     own checkpoint: half the bytes to write and read) and its tokenizer into ``folder``."""
-    import torch  # noqa: PLC0415
-    from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: PLC0415
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     t0 = time.perf_counter()
     tok = build_tokenizer(shape["vocab_size"])
@@ -163,7 +163,7 @@ def hook_hf(policy, cap: Capture) -> None:
 
 def hook_vllm(engine, cap: Capture) -> None:
     """Record vLLM's raw token ids (and, forced, ask for ``min_tokens`` = the limit)."""
-    from vllm import SamplingParams  # noqa: PLC0415
+    from vllm import SamplingParams
 
     orig = engine.llm.generate
 
@@ -206,7 +206,7 @@ def check_accounting(roll, row_tokens: int, raw: list[list[int]], eos: int, limi
 # One engine's phase: warm-up and timed iterations of the trainer's loop body
 # --------------------------------------------------------------------------------------------
 def trainer_config(args, engine: str):
-    from trainer.config import TrainerConfig  # noqa: PLC0415
+    from trainer.config import TrainerConfig
 
     return TrainerConfig(rollout={"prompts_per_iteration": args.prompts, "group_size": args.group_size,
                                   "completion_limit": args.limit},
@@ -217,15 +217,15 @@ def trainer_config(args, engine: str):
 
 def run_phase(args, folder: Path, engine_name: str, deadline: float, cross: dict | None) -> dict:
     """Load the policy and engine from ``folder`` and run warm-up + timed iterations."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from trainer.config import derive_seed  # noqa: PLC0415
-    from trainer.core.budget import Counters, StageClock  # noqa: PLC0415
-    from trainer.core.credit import CreditContext  # noqa: PLC0415
-    from trainer.core.engines import HFEngine, make_engine  # noqa: PLC0415
-    from trainer.core.policy import load_policy, set_determinism, synchronize  # noqa: PLC0415
-    from trainer.core.update import learning_rate_at, make_optimizer, update_step  # noqa: PLC0415
-    from trainer.interventions.credit_rules import compute_credit  # noqa: PLC0415
+    from trainer.config import derive_seed
+    from trainer.core.budget import Counters, StageClock
+    from trainer.core.credit import CreditContext
+    from trainer.core.engines import HFEngine, make_engine
+    from trainer.core.policy import load_policy, set_determinism, synchronize
+    from trainer.core.update import learning_rate_at, make_optimizer, update_step
+    from trainer.interventions.credit_rules import compute_credit
 
     cfg = trainer_config(args, engine_name)
     policy = load_policy(cfg, folder)
@@ -353,7 +353,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def vllm_version() -> str | None:
     """vLLM's version, or None when it does not import (the H200 image here has none)."""
     try:
-        import vllm  # noqa: PLC0415
+        import vllm
     except ImportError:
         return None
     return str(getattr(vllm, "__version__", "unknown"))
@@ -368,10 +368,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
     deadline = t0 + args.deadline_s
-    import torch  # noqa: PLC0415
-    import transformers  # noqa: PLC0415
+    import torch
+    import transformers
 
-    from trainer.core.policy import quiet_transformers  # noqa: PLC0415
+    from trainer.core.policy import quiet_transformers
 
     quiet_transformers()
     cuda = torch.cuda.is_available() and args.device != "cpu"
@@ -394,7 +394,7 @@ def main(argv=None) -> int:
         print(f"model: {summary['model']['parameters'] / 1e6:.1f}M parameters, built and saved in "
               f"{summary['model']['build_seconds']:.1f} s", flush=True)
         runnable = [e for e in args.engines if e == "hf" or vver is not None]
-        for i, name in enumerate(args.engines):
+        for name in args.engines:
             if name not in runnable:
                 print("vLLM: not installed — skipped", flush=True)
                 summary["engines"][name] = {"status": "skipped: vLLM not installed"}
@@ -405,7 +405,7 @@ def main(argv=None) -> int:
             print(f"{name}: {args.warmup} warm-up + {args.iterations} timed iterations", flush=True)
             try:
                 summary["engines"][name] = run_phase(args, folder, name, phase_end, cross)
-            except Exception as exc:  # keep the other engine's figures; the check fails
+            except Exception as exc:  # noqa: BLE001 - keep the other engine's figures; the check fails
                 summary["engines"][name] = {"status": f"failed: {type(exc).__name__}: {exc}"}
                 print(f"{name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
             if cross is not None:

@@ -104,7 +104,7 @@ def main() -> None:
         wall(ref_cmd, env, tmp)  # warm the file cache and fill the bytecode cache for both sides
         wall(floor_cmd, env, tmp)
         for k, e in envs.items():
-            for name, make in commands.items():
+            for make in commands.values():
                 wall(make(f"{k}-warm"), e, tmp)
         times: dict[tuple[str, str], list[float]] = {(k, name): [] for k in envs for name in commands}
         cpu: dict[tuple[str, str], list[float]] = {key: [] for key in times}

@@ -7,9 +7,9 @@ A builder is a module ``figures/build_*.py`` with ``OUTPUT`` (file name), ``DESC
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 import pkgutil
 import sys
+from pathlib import Path
 
 import figures
 from prereg_kit.progress import shown_path

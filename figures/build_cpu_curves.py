@@ -52,9 +52,8 @@ def draw(study_dirs: list[Path]):
 
 
 def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
-    from prereg_kit.plots import save
-
     from figures.cpu_studies import registry_study
+    from prereg_kit.plots import save
 
     fig, _ = draw(study_dirs if study_dirs is not None else [registry_study(s) for s in STUDIES])
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

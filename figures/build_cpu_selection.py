@@ -76,9 +76,8 @@ def draw(study: Path):
 
 
 def build(out_dir: Path, study_dir: Path | None = None) -> Path:
-    from prereg_kit.plots import save
-
     from figures.cpu_studies import registry_study
+    from prereg_kit.plots import save
 
     fig, _ = draw(study_dir if study_dir is not None else registry_study(STUDY))
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

@@ -7,10 +7,10 @@ package draw them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
-from pathlib import Path
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 from prereg_kit.plan import PLAN_FILE, load_plan
 from prereg_kit.registry import REPORTED_FILE, Reported, ReportedRow, load_reported, study_dirs

@@ -25,7 +25,7 @@ def __getattr__(name: str):
     elif name == "stats":
         import prereg_kit.stats
     elif name == "plots":
-        import prereg_kit.plots
+        import prereg_kit.plots  # noqa: F401 - the module itself is the attribute
     elif name in _API:
         from . import api
 

@@ -45,27 +45,25 @@ import numpy as np
 import pandas as pd
 
 from . import readings as rd
-from .callables import callable_module
-from .notebook import Shown
 from .audit import DeviceSummary, device_summary, run_devices
-from .errors import PreregError
-from .margin import margin_bounds
-from .progress import progress as _progress
-from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan
+from .callables import callable_module
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
-from .gradient_tests import gradient_results, GradientResults
-from .contrast_designs import comparison_label, seed_list as _seed_list, welch_statistics
+from .contrast_designs import comparison_label, welch_statistics
+from .contrast_designs import seed_list as _seed_list
+from .errors import PreregError
 from .extrapolated import extrapolation_contrast
+from .gradient_tests import GradientResults, gradient_results
+from .margin import margin_bounds
+from .notebook import Shown
+from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan
+from .progress import progress as _progress
 from .readings.designs import design_readings
 from .robustness import robust_columns
-from .sequential_looks import read_look, SequentialLook
-from .verified import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401  (study_curves: public here too)
+from .sequential_looks import SequentialLook, read_look
+from .verdicts import NOT_READ, PREDICTION_READING, adjust_and_read, contrast_statistics, read_hypotheses  # noqa: F401
+from .verified import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401 - study_curves: public here too
 
 UNSPLIT = "unavailable (time not split by stage)"  # never invented from an unsplit step time
-
-from .verdicts import NOT_READ, adjust_and_read, contrast_statistics, PREDICTION_READING, read_hypotheses  # noqa: F401
-
-
 
 
 @dataclass(repr=False)  # the notebook's short repr (Shown), not every DataFrame

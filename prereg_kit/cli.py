@@ -19,21 +19,16 @@ import typer
 from rich.markup import escape
 
 from . import __version__
-from .cli_base import (INTERNAL_ERROR, RUNNER_HELP, TRACEBACK_ENV, PreregGroup, err, handles_errors, out,  # noqa: F401
-                       out_console, seed_list as _seed_list, split_values)
+from .cli_base import RUNNER_HELP, PreregGroup, err, handles_errors, out, out_console
+from .cli_base import seed_list as _seed_list
 from .cli_json import JsonOpt, print_json
 from .cli_run import run
 from .cli_status import status
 from .errors import PreregError
 
-app = typer.Typer(
-    name="prereg",
-    help="Preregister, lock, run and analyze matched-compute RL training studies.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    cls=PreregGroup,  # flags without `<bool>`, arguments as STUDY_DIR in every --help
-)
+# PreregGroup: flags without `<bool>`, arguments as STUDY_DIR in every --help
+app = typer.Typer(name="prereg", help="Preregister, lock, run and analyze matched-compute RL training studies.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, cls=PreregGroup)
 
 
 def _version(value: bool) -> None:
@@ -77,7 +72,7 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
         return
     from .lock import read_chain
     from .plan import resolve_plan_path
-    from .timestamp import stamp_entry, verify_receipt, digest_of
+    from .timestamp import digest_of, stamp_entry, verify_receipt
 
     plan_path = resolve_plan_path(plan)
     head = read_chain(plan_path).head
@@ -270,23 +265,23 @@ def _print_contrasts(a) -> None:
 @app.command("dry-run")
 @handles_errors
 def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder (need not be locked).")],
-                effect: Annotated[list[str], typer.Option(
-                    "--effect", "-e", help="CONTRAST=DELTA: true treatment − control at B (fraction). Repeatable.")] = [],
+                effect: Annotated[list[str] | None, typer.Option(
+                    "--effect", "-e", help="CONTRAST=DELTA: true treatment − control at B (fraction). Repeatable.")] = None,
                 repeat: Annotated[int, typer.Option(help="Further synthetic studies, for power by simulation.")] = 0,
                 out: Annotated[Path, typer.Option(help="Folder for the synthetic study (default PLAN_DIR/dry-run).")] = None,
                 seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
                 resamples: Annotated[int, typer.Option(help="Bootstrap resamples (default: the plan's).")] = 0,
-                time_ratio: Annotated[list[str], typer.Option(
-                    "--time-ratio", help="CONFIG=X: training seconds per token relative to the others.")] = [],
-                update_ratio: Annotated[list[str], typer.Option(
-                    "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = [],
+                time_ratio: Annotated[list[str] | None, typer.Option(
+                    "--time-ratio", help="CONFIG=X: training seconds per token relative to the others.")] = None,
+                update_ratio: Annotated[list[str] | None, typer.Option(
+                    "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = None,
                 as_json: JsonOpt = False) -> None:
     """Simulate the plan on synthetic run logs with chosen effects; report what it would conclude."""
     from .dryrun import dry_run, parse_pairs
 
-    res = dry_run(plan, parse_pairs(effect, "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
-                  n_resamples=resamples or None, time_ratio=parse_pairs(time_ratio, "--time-ratio", "mc_k4=0.3"),
-                  update_ratio=parse_pairs(update_ratio, "--update-ratio", "mc_k4=0.1"), **({"progress": False} if as_json else {}))
+    res = dry_run(plan, parse_pairs(effect or [], "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
+                  n_resamples=resamples or None, time_ratio=parse_pairs(time_ratio or [], "--time-ratio", "mc_k4=0.3"),
+                  update_ratio=parse_pairs(update_ratio or [], "--update-ratio", "mc_k4=0.1"), **({"progress": False} if as_json else {}))
     if as_json:  # the synthetic analysis's results record, with the true effects and power.csv's rows
         from .cli_json import frame_records
         from .report import results_record

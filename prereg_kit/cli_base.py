@@ -41,7 +41,7 @@ CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "C
 def _command_path() -> str:
     """The command being run as the user typed it (``prereg run``), from the click context (click's
     own, or the copy typer 0.29 ships, found from typer's Context like CLICK_EXCEPTION)."""
-    import importlib  # noqa: PLC0415 - only on an error path
+    import importlib  # only on an error path
 
     base = next(c for c in typer.Context.__mro__ if c.__name__ == "Context" and c.__module__.endswith(".core"))
     try:
@@ -79,7 +79,7 @@ def handles_errors(fn):
             err.print(f"[red]error:[/red] the input exhausted {what} ({type(e).__name__}): it is too large or nested too deep",
                       soft_wrap=True)
             raise typer.Exit(2) from None
-        except Exception as e:  # noqa: BLE001 - the last line of defence against a traceback
+        except Exception as e:  # the last line of defence against a traceback
             if os.environ.get(TRACEBACK_ENV):
                 raise
             module = (getattr(e, "name", None) or "").partition(".")[0] if isinstance(e, ModuleNotFoundError) else ""

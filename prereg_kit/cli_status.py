@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
+
 from .cli_base import handles_errors, out
 
 if TYPE_CHECKING:
@@ -42,9 +43,9 @@ def _t(s: float | None) -> str:
 
 def render(st) -> Table:
     """The table of one :class:`~prereg_kit.status.StudyStatus`, with the totals as its caption."""
-    from rich.table import Table  # noqa: PLC0415  (lock and verify print no table)
+    from rich.table import Table  # lock and verify print no table
 
-    from .status import BLIND_NOTE  # noqa: PLC0415
+    from .status import BLIND_NOTE
 
     tab = Table(title=f"{escape(st.study)} · stage {st.stage} · {escape(st.plan)}", title_justify="left",
                 caption_justify="left")
@@ -84,7 +85,7 @@ def status(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding
            watch: Annotated[float | None, typer.Option("--watch", min=0.05, help="Refresh every SECONDS until every run is complete or failed (Ctrl-C ends it).")] = None,
            parallel: Annotated[int | None, typer.Option("--parallel", min=1, help="Runs at once, for the study's time left (default: those running now).")] = None) -> None:
     """Progress of every run of a stage: state, tokens / B, iteration, evaluations, time, time left, job, holder."""
-    from .status import StatusCache, study_status  # noqa: PLC0415
+    from .status import StatusCache, study_status
 
     cache = StatusCache()
 
@@ -97,7 +98,7 @@ def status(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding
         return
     try:
         if out.is_terminal and not as_json:
-            from rich.live import Live  # noqa: PLC0415
+            from rich.live import Live
 
             with Live(render(st), console=out, refresh_per_second=4) as live:
                 while not st.finished:

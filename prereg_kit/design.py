@@ -137,8 +137,8 @@ def _problem_sets(rows: pd.DataFrame) -> tuple[pd.Series, list]:
     distinct problem codes in ascending order (one code per distinct problem id; equal bytes,
     equal sets), and those code arrays: one sort of all rows, then a slice per evaluation, without
     building a Python set per evaluation."""
-    import numpy as np  # noqa: PLC0415  (lock and verify import this module without numpy/pandas)
-    import pandas as pd  # noqa: PLC0415
+    import numpy as np  # lock and verify import this module without numpy/pandas
+    import pandas as pd
 
     keys = ["configuration", "seed", "eval_index"]
     gid = group_numbers(rows, keys)
@@ -160,7 +160,7 @@ def _problem_sets(rows: pd.DataFrame) -> tuple[pd.Series, list]:
 def _runs_in_order(evals: pd.DataFrame) -> pd.DataFrame:
     """``evals[["configuration", "seed"]].drop_duplicates()``, from the rows where the run
     changes (a run's rows are together, so this is a few rows, not a hash of every row)."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     key = evals[["configuration", "seed"]]
     cfg, seed = text_codes(key["configuration"])[0], key["seed"].to_numpy()
@@ -178,7 +178,7 @@ def eval_problem_violations(evals: pd.DataFrame, plan: Plan) -> list[tuple[str, 
     """
     if not len(evals):
         return []
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     out: list[tuple[str, int, str]] = []
     planned = {s.name: s for s in plan.evaluation.sets}

@@ -20,15 +20,15 @@ import pandas as pd
 
 from .analyze import Analysis, analyze_study
 from .errors import PreregError
-from .lock import lock_plan, parse_time
 from .gradient_seal import result_folder, seal_gradient
 from .gradient_synth import write_synthetic_result
-from .seal import seal_runs
-from .sequential_looks import looks_of_differences, looks_power, per_seed_differences
-from .plan import Plan, PLAN_FILE, load_plan
+from .lock import lock_plan, parse_time
+from .plan import PLAN_FILE, Plan, load_plan
 from .progress import progress as _progress
 from .report import write_report
 from .runlog.schema import ITERATION_COLUMNS
+from .seal import seal_runs
+from .sequential_looks import looks_of_differences, looks_power, per_seed_differences
 from .synth import generate_study
 
 MARKER = ".prereg-dry-run"

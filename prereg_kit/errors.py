@@ -33,8 +33,8 @@ def extra_for(module: str) -> str | None:
     ``train``), read from the installed package's own requirements (``pyproject.toml``'s
     optional dependencies: one source); the first extra that lists it, ``dev`` last; None when
     no extra brings it (a core dependency, or not ours)."""
-    import importlib.metadata as md  # noqa: PLC0415 - only when a module is missing
-    import re  # noqa: PLC0415
+    import importlib.metadata as md  # only when a module is missing
+    import re
 
     try:
         reqs = md.requires("prereg-kit") or []

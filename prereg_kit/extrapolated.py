@@ -15,7 +15,7 @@ from .contrast_designs import seed_list
 from .errors import PreregError
 from .plan import Contrast, Plan
 from .readings import ReadingError
-from .readings.extrapolation import contrast_efficiency, evaluation_label, Extrapolation, read_extrapolated
+from .readings.extrapolation import Extrapolation, contrast_efficiency, evaluation_label, read_extrapolated
 from .verdicts import contrast_statistics
 
 

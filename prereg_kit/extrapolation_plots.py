@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .plots import decorate, legend_outside, marked, save_all, subplots, token_unit, tokens_label
-from .readings.extrapolation import Extrapolation, HEURISTIC
+from .readings.extrapolation import HEURISTIC, Extrapolation
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -12,15 +12,14 @@ detect any later edit.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
 from .errors import PreregError, ViolationError
-import dataclasses
-
 from .gradient_report import gradient_markdown
-from .gradient_tests import gradient_results
 from .gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
+from .gradient_tests import gradient_results
 from .jobs import require_locked
 from .lock import read_chain
 from .plan import load_plan

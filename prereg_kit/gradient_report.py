@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from . import plots
-from .gradient_tests import GradientResults, NOT_RUN, REFUSED, Z_PASS
+from .gradient_tests import NOT_RUN, REFUSED, Z_PASS, GradientResults
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -123,7 +123,7 @@ def check_gradient_seals(study_dir: str | Path, chain: Chain) -> GradientSealChe
             rep.violations.append(f"{e['result']}: sealed twice with different files (entries {prev['index']} and "
                                   f"{e['index']}): the result changed after it was sealed")
         rep.sealed.setdefault(e["test"], e)
-    for test_id, e in rep.sealed.items():
+    for e in rep.sealed.values():
         folder = study / e["result"]
         if not folder.is_dir():
             rep.violations.append(f"{e['result']}: sealed (entry {e['index']}, {e['time']}) but the result is gone")

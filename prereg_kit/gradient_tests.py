@@ -34,7 +34,7 @@ import pandas as pd
 from analyses.gradient_stats import alignment_summary, continuation_fit, relative_efficiency
 
 from .errors import PreregError, ViolationError
-from .gradient_seal import BATCHES_FILE, check_gradient_seals, GRADIENT_DIR, read_result_meta, sealed_tests
+from .gradient_seal import BATCHES_FILE, GRADIENT_DIR, check_gradient_seals, read_result_meta, sealed_tests
 from .lock import read_chain
 from .plan import GradientTest, Plan, resolve_plan_path
 from .plan.gradient import credit_of, with_variants

@@ -25,11 +25,11 @@ primary contrasts are read on), each as a PNG and a PDF with the same stem (:fun
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-import textwrap
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,7 +49,7 @@ VECTOR = ".pdf"  # the vector copy written beside every PNG
 def subplots(nrows: int = 1, ncols: int = 1, **kw):
     """A figure and its axes, as ``pyplot.subplots`` returns them, on a figure pyplot never sees
     (``layout="constrained"`` gives it room for legends outside its panels, as pyplot's does)."""
-    from matplotlib.figure import Figure  # noqa: PLC0415  (matplotlib only when something is drawn)
+    from matplotlib.figure import Figure  # matplotlib only when something is drawn
 
     fig = Figure(figsize=kw.pop("figsize", None), layout=kw.pop("layout", None))
     return fig, fig.subplots(nrows, ncols, **kw)
@@ -91,8 +91,8 @@ def layout(fig, *, dpi: int = 120, rect: tuple[float, float, float, float] | Non
     so no layout engine is left for ``savefig`` to run again; a figure that has one is laid out
     by ``Figure.tight_layout``, as before. tests/test_figure_files.py checks every report
     figure's PNG against the plain ``savefig(bbox_inches="tight")``, pixel for pixel."""
-    import matplotlib as mpl  # noqa: PLC0415
-    from matplotlib.layout_engine import TightLayoutEngine  # noqa: PLC0415
+    import matplotlib as mpl
+    from matplotlib.layout_engine import TightLayoutEngine
 
     if fig.get_layout_engine() is None:
         TightLayoutEngine(rect=rect).execute(fig)
@@ -144,7 +144,7 @@ def marked(title: str | None, synthetic: bool, *, exploratory: bool = False) -> 
 @cache
 def _watermark_class() -> type:
     """The text artist class of :func:`watermark` (made on first use: matplotlib is imported lazily)."""
-    from matplotlib.text import Text  # noqa: PLC0415
+    from matplotlib.text import Text
 
     class _Watermark(Text):
         """SYNTHETIC across a panel, sized when drawn to the panel's final box (after any layout)."""
@@ -222,8 +222,8 @@ def forest(contrasts: pd.DataFrame, per_seed: pd.DataFrame, *, ax=None, title: s
     ax.set_xlabel(f"difference in {what} (fraction; 0.01 = 1 point)\nmean and 95% CI; dots: seeds")
     decorate(ax, title, synthetic)
     tiers = set(contrasts["tier"]) if "tier" in contrasts else set()
-    from matplotlib.lines import Line2D  # noqa: PLC0415
-    from matplotlib.patches import Rectangle  # noqa: PLC0415
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
 
     handles = [Line2D([], [], marker="o", lw=1.8, color=c, label=f"{t}: mean, 95% CI") for t, c in TIER_COLOR.items() if t in tiers]
     legend_outside(ax, [*handles, Line2D([], [], marker="o", ls="", ms=3, color="#999999", label="one seed's difference"),
@@ -268,7 +268,7 @@ def accuracy(curves: pd.DataFrame, *, x: str = "tokens", ax=None, title: str | N
 
 def band_entry(ax, text: str = BAND, handles=None, labels=None) -> tuple[list, list]:
     """``ax``'s legend handles and labels (or those given) with a grey patch for its bands."""
-    from matplotlib.patches import Patch  # noqa: PLC0415
+    from matplotlib.patches import Patch
 
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
@@ -366,7 +366,7 @@ def _axis_unit(x: str, span: float) -> tuple[float, str]:
 
 
 def _draw_difference(ax, curves, panel: DifferencePanel, margin, grid_points) -> pd.DataFrame:
-    from matplotlib.patches import Patch  # noqa: PLC0415
+    from matplotlib.patches import Patch
 
     col = _axis_column(panel.x)
     data = difference_data(curves, panel.pairs, grid_points, x=panel.x, until=panel.until)

@@ -13,10 +13,10 @@ statistic; its row keeps the mean and the zero-width interval as ``ci_kind = "no
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 import math
-from pathlib import Path
 import sys
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import tomli_w

@@ -467,8 +467,8 @@ def render_markdown(a: Analysis) -> str:
 
 def console_table(a: "Analysis"):
     """The contrasts as a rich table for the terminal (what ``prereg analyze`` and ``dry-run`` print)."""
-    from rich.markup import escape  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.markup import escape
+    from rich.table import Table
 
     t = Table(title=("SYNTHETIC — " if a.synthetic else "") + f"{a.plan.study.id}: contrasts"
               + (" (EXPLORATORY)" if a.exploratory else "") + (" of simulated runs, not results" if a.synthetic else ""))

@@ -90,7 +90,7 @@ def _seal_fields(study_dir: Path, folder: Path, chain: Chain) -> dict[str, Any]:
     if meta.status != "complete":
         raise PreregError(f"{folder}: run status is '{meta.status}': only a complete run is sealed")
     try:  # never seal what the analysis cannot read
-        from .runlog import read_run  # noqa: PLC0415  (pyarrow only when there are runs to check)
+        from .runlog import read_run  # pyarrow only when there are runs to check
 
         bad = [p for p in read_run(folder).problems if p.kind != "status"]
     except RunLogError as e:
@@ -220,7 +220,7 @@ def check_seals(study_dir: str | Path, chain: Chain) -> SealCheck:
         if meta.status != "complete":
             continue
         try:  # an unsealed run is read, so that a log that cannot be sealed names its real cause
-            from .runlog import read_run  # noqa: PLC0415  (pyarrow only when there are runs to check)
+            from .runlog import read_run  # pyarrow only when there are runs to check
 
             bad = [p for p in read_run(folder).problems if p.kind != "status"]
         except RunLogError as e:

@@ -28,8 +28,15 @@ from .lock import Chain, read_chain
 from .look_chain import FINAL, STOP, look_entries
 from .plan import Plan
 from .plan.sequential import sequential_ids
+from .stats.group_sequential import (
+    conditional_power,
+    final_boundary,
+    look_threshold,
+    repeated_p,
+    sequential_holm,
+    z_of_p,
+)
 from .verdicts import adjust_and_read
-from .stats.group_sequential import conditional_power, final_boundary, look_threshold, repeated_p, sequential_holm, z_of_p
 
 LOOK_COLUMNS = ["look", "of", "seeds", "contrast", "boundary_z", "nominal_p", "spent_alpha", "z", "p", "repeated_p",
                 "conditional_power", "decision", "recorded"]

@@ -40,8 +40,21 @@ from .calibrate import CALIBRATION_ITERATIONS
 from .errors import PreregError
 from .jobs import planned_runs
 from .plan import load_plan
-from .runlog import (EVALS, ITERATIONS, META_FILE, PROGRESS_COLUMNS, STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS,
-                     RunLogError, read_job_record, read_meta, run_busy, run_dir, utc_now)
+from .runlog import (
+    EVALS,
+    ITERATIONS,
+    META_FILE,
+    PROGRESS_COLUMNS,
+    STAGE_SECONDS,
+    STEP_SECONDS,
+    TOKEN_KINDS,
+    RunLogError,
+    read_job_record,
+    read_meta,
+    run_busy,
+    run_dir,
+    utc_now,
+)
 from .runlog.writerlock import heartbeat_age, read_note
 from .stages import is_blind
 

@@ -284,7 +284,7 @@ def generate_study(
         u_s = srng.normal(0, seed_sd)
         # Common random numbers: one set of uniforms per seed, shared by its configurations.
         crn = {}
-        for k, (name, n) in enumerate(all_sets):
+        for name, n in all_sets:
             idx = np.arange(e_max) if name in eval_sets else np.array([0, e_B])
             crn[name] = (idx, srng.random((idx.size, n, samples)), srng.random((idx.size, n, samples)), srng.random((idx.size, n)))
         seed_of = {

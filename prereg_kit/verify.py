@@ -25,10 +25,10 @@ from .audit import AuditReport, audit_runs
 from .callables import callable_module
 from .design import unexpected_runs
 from .errors import PreregError
+from .gradient_seal import check_gradient_seals
 from .lock import Chain, check_git_anchors, check_plan, read_chain
 from .plan import PlanFile, load_plan, resolve_plan_path, validate_plan
 from .runlog import ELECTION_FILE, election_sha256
-from .gradient_seal import check_gradient_seals
 from .seal import SealCheck, check_seals
 from .timestamp import StudyTimestamps, check_study_timestamps
 

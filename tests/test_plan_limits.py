@@ -18,7 +18,7 @@ from plans import SMALL_PLAN
 import typer.main
 from click.testing import CliRunner
 
-from prereg_kit import cli
+from prereg_kit import cli_base
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError
 from prereg_kit.plan import (MAX_DEPTH, MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, check_name, load_plan, parse_toml,
@@ -415,10 +415,10 @@ def test_unexpected_exception_is_one_line_exit_3(monkeypatch, tmp_path):
         raise ValueError("boom\nsecond line")
 
     monkeypatch.setattr(prereg_kit.lock, "lock_plan", broken)
-    res = _cli("lock", tmp_path, code=cli.INTERNAL_ERROR)
+    res = _cli("lock", tmp_path, code=cli_base.INTERNAL_ERROR)
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: internal error in prereg-kit: ValueError: boom second line (a bug;")
-    res = runner.invoke(COMMAND, ["lock", str(tmp_path)], env={cli.TRACEBACK_ENV: "1"})
+    res = runner.invoke(COMMAND, ["lock", str(tmp_path)], env={cli_base.TRACEBACK_ENV: "1"})
     assert isinstance(res.exception, ValueError)  # on request, the real exception (and its traceback)
 
 

@@ -31,10 +31,24 @@ __all__ = ["ConfigError", "EvalSetSpec", "RunSpec", "SandboxSettings", "SECTIONS
            "recipe_of", "sectioned", "settings_hash", "suggest_key", "updated"]
 
 
-from trainer.sections import (SECTIONS, CreditRuleName, CreditSection, EngineSection, EvaluationSection,  # noqa: F401
-                               ModelSection, RewardsSection, RolloutSection, SandboxSettings, SelectionRuleName,
-                               SelectionSection, TaskSection, TinyModel, UpdateSection, WarmStart, _Strict)
-
+from trainer.sections import (  # noqa: F401
+    SECTIONS,
+    CreditRuleName,
+    CreditSection,
+    EngineSection,
+    EvaluationSection,
+    ModelSection,
+    RewardsSection,
+    RolloutSection,
+    SandboxSettings,
+    SelectionRuleName,
+    SelectionSection,
+    TaskSection,
+    TinyModel,
+    UpdateSection,
+    WarmStart,
+    _Strict,
+)
 
 # The recipe's keys before it had sections: flat key -> (section, key). A plan may still use them;
 # the launcher names each with its new place (``flat_keys``).

@@ -147,11 +147,10 @@ def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, 
                 batch_size: int = 256) -> tuple[float, int]:
     """Per-token KL(p ‖ q) on samples from p at temperature 1: Σ (log p − log q) over every
     generated token of every sample, divided by the number of those tokens. Returns (KL, tokens)."""
-    import torch  # noqa: PLC0415
+    import torch
 
-    from trainer.core.engines import HFEngine  # noqa: PLC0415
-
-    from trainer.core.policy import token_logprobs  # noqa: PLC0415
+    from trainer.core.engines import HFEngine
+    from trainer.core.policy import token_logprobs
 
     total, n_tok = 0.0, 0
     eng = HFEngine(p_policy)
@@ -170,10 +169,10 @@ def sequence_kl(p_policy, q_policy, prompts: Sequence[str], *, noise_seed: int, 
 
 
 def _load_probe(cfg: TrainerConfig, base_path: Path, folder: Path):
-    import torch  # noqa: PLC0415
+    import torch
 
-    from trainer.core.checkpoint import checkpoint_path  # noqa: PLC0415
-    from trainer.core.policy import load_policy  # noqa: PLC0415
+    from trainer.core.checkpoint import checkpoint_path
+    from trainer.core.policy import load_policy
 
     ck = checkpoint_path(folder)
     if not ck.is_file():
@@ -190,10 +189,10 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     """Run (or reuse) the probes, measure their KLs from the base, elect, write election.json.
 
     ``steps`` (the paper's T) or ``tokens`` (default B/2) stops each probe; see :func:`probe_jobs`."""
-    import numpy as np  # noqa: PLC0415
-    import torch  # noqa: PLC0415
+    import numpy as np
+    import torch
 
-    from trainer.core.policy import load_policy  # noqa: PLC0415
+    from trainer.core.policy import load_policy
 
     t0 = time.perf_counter()
     pf, name, cfg, jobs = probe_jobs(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps)

@@ -57,7 +57,7 @@ LOG_FILE = "train.log"
 
 def stage_run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str) -> Path:
     """``runs/<configuration>/seed-<n>`` for the main stage, ``stages/<stage>/…`` otherwise."""
-    from prereg_kit import runlog  # noqa: PLC0415
+    from prereg_kit import runlog
 
     try:
         return runlog.run_dir(study_dir, configuration, seed, stage=stage)
@@ -171,7 +171,7 @@ def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
             continue
         seen.add(key)
         if cfg.engine.threads:
-            import torch  # noqa: PLC0415
+            import torch
 
             torch.set_num_threads(cfg.engine.threads)
         prepare_assets(cfg, j.spec.cache_dir, j.spec.study_dir, n_eval, log=log)
@@ -180,7 +180,7 @@ def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
 def default_jobs() -> tuple[int, list[str | None]]:
     """One job per visible CUDA device, else one CPU job."""
     try:
-        import torch  # noqa: PLC0415
+        import torch
 
         n = torch.cuda.device_count()
     except ImportError:
@@ -371,7 +371,7 @@ def run_study(study_dir: str | Path, *, stage: str = "main", configs: Sequence[s
     elsewhere (``trainer.progress_lines``); returns the jobs with results. The runs train in one
     worker process per job slot, or with ``fresh_process`` in one process each (:func:`run_jobs`);
     each logs live to ``trackers`` (names checked by ``trainer.core.tracking.check_trackers``)."""
-    from rich.console import Console  # noqa: PLC0415
+    from rich.console import Console
 
     con = console or Console(stderr=True)
     cuda = [d for d in default_jobs()[1] if d is not None]  # none on a CPU-only machine: no device to share
@@ -423,7 +423,7 @@ def _mode(fresh_process: bool) -> dict:
 
 def _run_with_bars(jobs: Sequence[Job], n_jobs: int | None, stage: str, con, fresh_process: bool = False) -> None:
     """Run the jobs under one rich progress bar each (a terminal)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=con, transient=False) as bar:

@@ -19,8 +19,7 @@ import prereg_kit
 import trainer
 from prereg_kit.errors import PreregError
 from prereg_kit.jobs import require_locked
-from prereg_kit.runlog import (RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir,
-                               utc_now)
+from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir, utc_now
 from prereg_kit.seal import code_sha256, seal_runs
 from trainer.config import RunSpec, derive_seed
 from trainer.core.assets import prepare_assets

@@ -38,11 +38,11 @@ class BuiltinRunner:
 
         names = check_trackers(trackers)
         if executor is not None and executor.get("name", "local") != "local":
-            from trainer.executors.dispatch import run_on_executor  # noqa: PLC0415  (submitit/Ray only when asked)
+            from trainer.executors.dispatch import run_on_executor  # submitit/Ray only when asked
 
             return run_on_executor(study_dir, stage=stage, configs=configs, seeds=seeds, executor=executor,
                                    console=console, trackers=names)
-        from trainer.launch import run_study  # noqa: PLC0415
+        from trainer.launch import run_study
 
         jobs = run_study(study_dir, stage=stage, configs=configs, seeds=seeds, n_jobs=n_jobs, console=console,
                          fresh_process=fresh_process, trackers=names)
@@ -60,7 +60,7 @@ class BuiltinRunner:
     def gradient_test(self, study_dir: str | Path, test_id: str, *, log: Callable[[str], None] = print) -> str:
         """Gradient test ``test_id`` of the study's plan (``trainer.gradient_test``): writes
         ``gradient/<id>/batches.parquet`` and ``meta.json``; returns the folder."""
-        from trainer.gradient_test import run_gradient_test  # noqa: PLC0415  (torch only when asked)
+        from trainer.gradient_test import run_gradient_test  # torch only when asked
 
         return str(run_gradient_test(study_dir, test_id, log=log))
 
@@ -73,7 +73,7 @@ class BuiltinRunner:
               tokens: str | None = None, steps: int | None = None, prompts: int = 64, samples: int = 4,
               n_jobs: int | None = None, log: Callable[[str], None] = print) -> dict:
         """Anchor election (multi-reward paper §4.5): writes ``election.json`` and returns its record."""
-        from trainer.elect import elect as run_election  # noqa: PLC0415
+        from trainer.elect import elect as run_election
 
         return run_election(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps,
                             prompts=prompts, samples=samples, n_jobs=n_jobs, log=log)

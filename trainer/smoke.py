@@ -76,10 +76,10 @@ def substituted(cfg: TrainerConfig, limit: int = SMOKE_LIMIT, prm_path: str = "t
 def tiny_prm(folder: str | Path, step_token: str) -> Path:
     """A tiny process-reward model in the layout of Qwen2.5-Math-PRM (a token classifier with two
     labels read at each step token), built from a config with the synthetic task's tokenizer."""
-    import torch  # noqa: PLC0415
-    from transformers import Qwen2Config, Qwen2ForTokenClassification  # noqa: PLC0415
+    import torch
+    from transformers import Qwen2Config, Qwen2ForTokenClassification
 
-    from trainer.data.synthetic import build_tokenizer  # noqa: PLC0415
+    from trainer.data.synthetic import build_tokenizer
 
     tok = build_tokenizer()
     tok.add_tokens([step_token], special_tokens=True)
@@ -138,9 +138,9 @@ def smoke_spec(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> RunSpec:
 
 def run_case(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> tuple[bool, str]:
     """Train one smoke run from scratch; (ok, one line saying what happened)."""
-    import shutil  # noqa: PLC0415
+    import shutil
 
-    from trainer.loop import train  # noqa: PLC0415  (torch only when a run starts)
+    from trainer.loop import train  # torch only when a run starts
 
     spec = smoke_spec(case, out, limit)
     shutil.rmtree(spec.run_dir, ignore_errors=True)
@@ -149,7 +149,7 @@ def run_case(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> tuple[bool
     t0 = time.perf_counter()
     try:
         c = train(spec)
-    except Exception as e:  # a smoke run reports every failure and goes on to the next configuration
+    except Exception as e:  # noqa: BLE001 - a smoke run reports every failure and goes on to the next configuration
         last = traceback.extract_tb(e.__traceback__)[-1]
         return False, f"{type(e).__name__}: {' '.join(str(e).split())[:200]} ({Path(last.filename).name}:{last.lineno})"
     return True, f"{c.iteration} iteration, {c.total_tokens} tokens, {time.perf_counter() - t0:.1f} s"
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=SMOKE_LIMIT, help="completion-token cap (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     args = ap.parse_args(argv)
-    import torch  # noqa: PLC0415
+    import torch
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)

@@ -69,7 +69,7 @@ def check_study(study_dir: Path, configuration: str, seed: int, stage: str) -> N
 def finish(study_dir: Path, configuration: str, seed: int, run: Any, stage: str, as_json: bool = False) -> None:
     """Write an imported run and say where it went: one line and the importer's notes, or with
     ``as_json`` one JSON document (:func:`~.importing.import_summary`)."""
-    from ..cli import err, out
+    from ..cli_base import err, out
     from ..cli_json import print_json
     from .importing import import_summary, write_imported_run
 

@@ -39,10 +39,20 @@ from .. import __version__
 from ..audit import check_device, main_run_problems, plan_entry_at, split_device
 from ..errors import PreregError, ViolationError
 from ..jobs import require_locked
-from ..plan import load_plan
 from ..lock import read_chain
-from ..runlog import (STAGE_SECONDS, TOKEN_KINDS, RunLogError, RunLogWriter, RunMeta, check_inside, read_meta, run_dir,
-                      utc_now, write_meta)
+from ..plan import load_plan
+from ..runlog import (
+    STAGE_SECONDS,
+    TOKEN_KINDS,
+    RunLogError,
+    RunLogWriter,
+    RunMeta,
+    check_inside,
+    read_meta,
+    run_dir,
+    utc_now,
+    write_meta,
+)
 from ..seal import seal_runs
 from .jsonlines import written
 

@@ -146,7 +146,7 @@ def import_mlflow(path: str | Path, *, preset: str | Mapping[str, str], trainer:
     """A run from an MLflow store, through ``preset``; the run's params become its config."""
     steps = read_mlflow(path, run_id)
     try:
-        import mlflow  # noqa: PLC0415 - only to record the version installed here, if any
+        import mlflow  # only to record the version installed here, if any
 
         version = mlflow.__version__
     except ImportError:

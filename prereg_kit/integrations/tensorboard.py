@@ -39,7 +39,7 @@ def _event_files(path: Path) -> list[Path]:
 
 def _records(file: Path) -> Iterator[bytes]:
     """The records of one event file; a damaged or truncated one is refused (TensorBoard's loader stops there silently)."""
-    from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow  # noqa: PLC0415
+    from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
 
     reader = pywrap_tensorflow.PyRecordReader_New(str(file), 0, None, None)
     n = 0
@@ -77,11 +77,11 @@ def read_tensorboard(path: str | Path, *, resumed: bool = False):
     """The steps frame of one TensorBoard run (a run folder or one event file). ``resumed``: a
     later event file replaces the earlier files' records from its first step on."""
     try:
-        from tensorboard.compat.proto import event_pb2  # noqa: PLC0415
-        from tensorboard.util import tensor_util  # noqa: PLC0415
+        from tensorboard.compat.proto import event_pb2
+        from tensorboard.util import tensor_util
     except ImportError:
         raise missing_extra("TensorBoard", "tensorboard") from None
-    from google.protobuf.message import DecodeError  # noqa: PLC0415 - protobuf comes with tensorboard
+    from google.protobuf.message import DecodeError  # protobuf comes with tensorboard
 
     path = Path(path)
     if not path.exists():
@@ -128,7 +128,7 @@ def import_tensorboard(path: str | Path, *, preset: str | Mapping[str, str], tra
                        updates_per_step: int | None = None, wallclock: bool = False, resumed: bool = False) -> ImportedRun:
     """A run from TensorBoard event files, through ``preset`` (trackers.PRESETS or a mapping)."""
     steps = read_tensorboard(path, resumed=resumed)
-    import tensorboard  # noqa: PLC0415 - present: read_tensorboard imported it
+    import tensorboard  # present: read_tensorboard imported it
 
     a = steps.attrs
     source = {"files": a["files"], "tool_versions": {"tensorboard": tensorboard.__version__},

@@ -50,13 +50,13 @@ def _preset(preset: str) -> str | dict[str, str]:
 
 def _check_study(study_dir: Path, configuration: str, seed: int, stage: str) -> None:
     """The study path, configuration and seed are checked before the export is read: a wrong study is named first."""
-    from .importing import check_target  # noqa: PLC0415 - pandas loads only when a command runs
+    from .importing import check_target  # pandas loads only when a command runs
 
     check_target(study_dir, configuration, seed, stage)
 
 
 def _write(study_dir: Path, configuration: str, seed: int, run, stage: str, device: str, as_json: bool = False) -> None:
-    from .command import finish  # noqa: PLC0415 - the import core writes and seals
+    from .command import finish  # the import core writes and seals
 
     run.device = device  # trackers do not log the device; the user states it (time contrasts compare it)
     run.start_source = f"the {run.importer} log's own clock"  # trackers stamp the run; there is no --started-at
@@ -70,7 +70,7 @@ def tensorboard(study_dir: Study, path: Annotated[Path, typer.Argument(help="a T
                 as_json: JsonOpt = False) -> None:
     """Import a run from TensorBoard event files (float32: cumulative token counters refused)."""
     _check_study(study_dir, configuration, seed, stage)
-    from .tensorboard import import_tensorboard  # noqa: PLC0415
+    from .tensorboard import import_tensorboard
 
     p = _preset(preset)
     run = import_tensorboard(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), prefix=prefix,
@@ -87,7 +87,7 @@ def mlflow(study_dir: Study, path: Annotated[Path, typer.Argument(help="an MLflo
                 as_json: JsonOpt = False) -> None:
     """Import a run from an MLflow store (file store or SQLite; '_at_' read back as '@')."""
     _check_study(study_dir, configuration, seed, stage)
-    from .mlflow import import_mlflow  # noqa: PLC0415
+    from .mlflow import import_mlflow
 
     p = _preset(preset)
     run = import_mlflow(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), run_id=run_id,
@@ -106,7 +106,7 @@ def wandb(study_dir: Study,
           device: Device = "unknown", as_json: JsonOpt = False) -> None:
     """Import a run from W&B: its run file (offline or online, read with wandb's protobufs) or its Parquet history."""
     _check_study(study_dir, configuration, seed, stage)
-    from .wandb import import_wandb  # noqa: PLC0415
+    from .wandb import import_wandb
 
     p = _preset(preset)
     run = import_wandb(path, preset=p, trainer=trainer or (preset if p == preset else "custom"), step_key=step_key,

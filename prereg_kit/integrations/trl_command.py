@@ -5,6 +5,7 @@ seal each run. Registered through the ``prereg_kit.commands`` entry-point group.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -14,8 +15,8 @@ app = typer.Typer(add_completion=False)
 
 
 @app.callback(invoke_without_command=True)
-def main(study: Path = typer.Argument(..., help="the study folder (plan.toml, runs/)"),
-         stage: str = typer.Option("main", help="the stage whose runs to score")) -> None:
+def main(study: Annotated[Path, typer.Argument(help="the study folder (plan.toml, runs/)")],
+         stage: Annotated[str, typer.Option(help="the stage whose runs to score")] = "main") -> None:
     """Score deferred TRL checkpoints with the plan's evaluations; finish and seal the runs."""
     from prereg_kit.plan import resolve_plan_path
 

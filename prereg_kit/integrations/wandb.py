@@ -139,8 +139,8 @@ def _parquet_files(path: Path) -> list[Path]:
 
 
 def _from_parquet(files: list[Path], step_key: str) -> tuple[StepRecords, dict[int, float], set[str], tuple[float, float]]:
-    import pandas as pd  # noqa: PLC0415 - a core dependency
-    import pyarrow.parquet as pq  # noqa: PLC0415 - a core dependency (the run log's Parquet)
+    import pandas as pd  # a core dependency
+    import pyarrow.parquet as pq  # a core dependency (the run log's Parquet)
 
     rec = StepRecords()
     runtime: dict[int, float] = {}
@@ -223,7 +223,7 @@ def import_wandb(path: str | Path, *, preset: str | Mapping[str, str], trainer: 
     a = steps.attrs
     source = {"files": a["files"], "form": a["form"], "tool_versions": {}, "step_key": step_key}
     if a["form"] == "run file":
-        import wandb  # noqa: PLC0415 - present: its protobufs read the file
+        import wandb  # present: its protobufs read the file
 
         source.update(tool_versions={"wandb (wrote the file)": ", ".join(a["written_by"]) or "unknown",
                                      "wandb (read it)": wandb.__version__}, wandb_run_id=a["run_id"])

@@ -58,8 +58,8 @@ def records(file: str | Path) -> Iterator:
     """The ``Record`` protobufs of one ``.wandb`` file, in the order written."""
     file = Path(file)
     try:
-        from google.protobuf.message import DecodeError  # noqa: PLC0415
-        from wandb.proto import wandb_internal_pb2 as pb  # noqa: PLC0415
+        from google.protobuf.message import DecodeError
+        from wandb.proto import wandb_internal_pb2 as pb
     except ImportError:
         raise missing_extra("W&B run files (.wandb)", "wandb") from None
     data = file.read_bytes()

@@ -17,15 +17,62 @@ Modules: :mod:`.fields` (values: tokens, multiples of B, seeds, names, reading p
 
 from __future__ import annotations
 
-from .fields import (check_name, COLLAPSE_K, DERIVED_METRICS, INT_MAX, INT_MIN, MAX_DEPTH, MAX_MULTIPLE,
-    format_tokens, MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, METRICS_HELP, Multiple, Name, NAME_RULE, parse_multiple,
-    parse_reading_point, parse_tokens, PLAN_FILE, PointKind, ReadingPoint, Seeds, SPAN_POINTS, TARGET_POINTS, Tokens)
-from .schema import (Admission, Budget, Check, Configuration, Contrast, EvalSet, Evaluation, Family,
-    Hypothesis, Margin, merge_tables, Plan, StageSpec, Statistics, Study)
 from .crosscheck import cross_check
+from .fields import (
+    COLLAPSE_K,
+    DERIVED_METRICS,
+    INT_MAX,
+    INT_MIN,
+    MAX_DEPTH,
+    MAX_MULTIPLE,
+    MAX_NAME,
+    MAX_PLAN_BYTES,
+    MAX_SEEDS,
+    METRICS_HELP,
+    NAME_RULE,
+    PLAN_FILE,
+    SPAN_POINTS,
+    TARGET_POINTS,
+    Multiple,
+    Name,
+    PointKind,
+    ReadingPoint,
+    Seeds,
+    Tokens,
+    check_name,
+    format_tokens,
+    parse_multiple,
+    parse_reading_point,
+    parse_tokens,
+)
 from .gradient import Condition, GradientTest, Reference
-from .load import (document_problems, load_plan, MAX_MESSAGE, parse_toml, PlanFile, read_toml,
-    resolve_plan_path, validate_plan)
+from .load import (
+    MAX_MESSAGE,
+    PlanFile,
+    document_problems,
+    load_plan,
+    parse_toml,
+    read_toml,
+    resolve_plan_path,
+    validate_plan,
+)
+from .schema import (
+    Admission,
+    Budget,
+    Check,
+    Configuration,
+    Contrast,
+    EvalSet,
+    Evaluation,
+    Family,
+    Hypothesis,
+    Margin,
+    Plan,
+    StageSpec,
+    Statistics,
+    Study,
+    merge_tables,
+)
 
 __all__ = [
     "Admission", "Budget", "Condition", "GradientTest", "Reference", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",

@@ -3,14 +3,15 @@ that must exist, tiers and families, reading points against run lengths, metrics
 
 from __future__ import annotations
 
-from .designs import check_problems as _check_problems, design_problems as _design_problems, \
-    extrapolation_problems as _extrapolation_problems, seed_subset_problems as _seed_subset_problems
-from .fields import (COLLAPSE_K, _cut, DERIVED_METRICS, EXTRAPOLATED, ReadingPoint, SPAN_POINTS, TARGET_POINTS, _short)
+from .designs import check_problems as _check_problems
+from .designs import design_problems as _design_problems
+from .designs import extrapolation_problems as _extrapolation_problems
+from .designs import seed_subset_problems as _seed_subset_problems
+from .fields import COLLAPSE_K, DERIVED_METRICS, EXTRAPOLATED, SPAN_POINTS, TARGET_POINTS, ReadingPoint, _cut, _short
 from .gradient import gradient_problems
 from .robust import robust_problems
-from .sequential import sequential_problems
 from .schema import Contrast, EvalSet, Plan
-
+from .sequential import sequential_problems
 
 
 def cross_check(plan: Plan) -> list[tuple[tuple, str]]:

@@ -31,7 +31,7 @@ def design_problems(c: Contrast, where: tuple, configs: set[str], have: str) -> 
                          + (" (its pairs are in 'pairs')" if c.design == "pooled" else "")))
     if c.design == "welch" and bool(c.minus_treatment) != bool(c.minus_control):
         k = "minus_control" if c.minus_treatment else "minus_treatment"
-        errs.append((where + (k,), f"a welch contrast on two differences needs both minus_treatment and minus_control"))
+        errs.append((where + (k,), "a welch contrast on two differences needs both minus_treatment and minus_control"))
     if c.design == "pooled":
         if len(c.pairs) < 2:
             errs.append((where + ("pairs",), f"a pooled contrast needs at least 2 pairs, got {len(c.pairs)}"))

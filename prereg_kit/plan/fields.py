@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator
 
-
 PLAN_FILE = "plan.toml"
 
 # Bounds on what a plan may hold (docs/plan-format.md, "Limits"). They keep a hostile or broken

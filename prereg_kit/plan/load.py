@@ -17,11 +17,9 @@ from pydantic import BaseModel, ValidationError
 from ..canonical import content_hash, sha256_hex
 from ..errors import PlanError
 from ..tomlpos import key_lines, line_of
-
-from .fields import INT_MAX, INT_MIN, MAX_DEPTH, MAX_PLAN_BYTES, PLAN_FILE, _short
 from .crosscheck import cross_check
+from .fields import INT_MAX, INT_MIN, MAX_DEPTH, MAX_PLAN_BYTES, PLAN_FILE, _short
 from .schema import Plan
-
 
 # --------------------------------------------------------------------------- loading
 

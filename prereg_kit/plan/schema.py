@@ -9,13 +9,24 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from ..margin import plan_margin
 from ..stages import Stage
-
+from .fields import (
+    _FRACTION,
+    _METRIC,
+    INT_MAX,
+    METRICS_HELP,
+    Multiple,
+    Name,
+    ReadingPoint,
+    Seeds,
+    Tokens,
+    _check_seeds,
+    _short,
+    parse_multiple,
+    parse_reading_point,
+    parse_tokens,
+)
 from .gradient import GradientTest
 from .sequential import Sequential
-from .fields import (_check_seeds, _FRACTION, INT_MAX, _METRIC,
-    METRICS_HELP, Multiple, Name, parse_multiple, parse_reading_point, parse_tokens, ReadingPoint, Seeds,
-    _short, Tokens)
-
 
 # --------------------------------------------------------------------------- schema
 

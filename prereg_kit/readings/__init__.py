@@ -41,19 +41,43 @@ pairing), :mod:`.admission` (drift, admission and exclusion rules), :mod:`.base`
 from __future__ import annotations
 
 from ..plan import COLLAPSE_K, ReadingPoint
-from .base import (AdmissionResult, DRIFT_THRESHOLD, EXCLUSION_COLUMNS, exclusions_table, PairingError,
-    ReadingError, RUN, VERIFIERS)
-from .curves import accuracy_curve, problem_accuracy, relative_accuracy_curves, select_levels, SetRows
-from .points import read_span, span_positions, SPAN_KINDS
-from .spans import (first_crossing, share_to_target, target_curves,
-    TARGET_KINDS, target_statistics, to_target)
+from .admission import (
+    admit_min_iteration,
+    admit_status,
+    apply_admission,
+    drift_flags,
+    drifted_at,
+    exclude_drifted_evaluations,
+    exclude_drifted_runs,
+)
+from .base import (
+    DRIFT_THRESHOLD,
+    EXCLUSION_COLUMNS,
+    RUN,
+    VERIFIERS,
+    AdmissionResult,
+    PairingError,
+    ReadingError,
+    exclusions_table,
+)
+from .curves import SetRows, accuracy_curve, problem_accuracy, relative_accuracy_curves, select_levels
 from .dynamics import DYNAMICS, training_dynamics
-from .points import (budget_target, Budgets, read_at_control_time, read_at_time,
-    read_at_tokens, read_at_updates, READ_COLUMNS, read_point)
-from .pairing import check_pairing, paired_readings, PairedReadings
 from .logged import needed_columns, refuse_unlogged, runs_without
-from .admission import (admit_min_iteration, admit_status, apply_admission, drift_flags, drifted_at,
-    exclude_drifted_evaluations, exclude_drifted_runs)
+from .pairing import PairedReadings, check_pairing, paired_readings
+from .points import (
+    READ_COLUMNS,
+    SPAN_KINDS,
+    Budgets,
+    budget_target,
+    read_at_control_time,
+    read_at_time,
+    read_at_tokens,
+    read_at_updates,
+    read_point,
+    read_span,
+    span_positions,
+)
+from .spans import TARGET_KINDS, first_crossing, share_to_target, target_curves, target_statistics, to_target
 
 __all__ = [
     "accuracy_curve", "AdmissionResult", "budget_target", "Budgets", "admit_min_iteration", "admit_status", "apply_admission",

@@ -9,10 +9,9 @@ import numpy as np
 import pandas as pd
 
 from ..runlog.groups import group_numbers
-from .base import AdmissionResult, DRIFT_THRESHOLD, exclusions_table, ReadingError, RUN
+from .base import DRIFT_THRESHOLD, RUN, AdmissionResult, ReadingError, exclusions_table
 from .curves import accuracy_curve
-from .points import _first_at_or_after, _runs, budget_target, Budgets, describe_target
-
+from .points import Budgets, _first_at_or_after, _runs, budget_target, describe_target
 
 # --------------------------------------------------------------------------------------------
 # Drift

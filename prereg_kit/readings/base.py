@@ -7,7 +7,6 @@ from typing import Iterable
 
 import pandas as pd
 
-
 RUN = ["configuration", "seed"]
 VERIFIERS = ("default", "strict", "greedy")
 DRIFT_THRESHOLD = 0.1

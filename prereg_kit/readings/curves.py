@@ -8,13 +8,13 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from ..plan import COLLAPSE_K
-
-from .base import AdmissionResult, exclusions_table, PairingError, ReadingError, RUN, VERIFIERS
-from .points import Budgets, describe_target, read_at_tokens  # noqa: F401  (Budgets: annotations)
 from prereg_kit.stats import pass_at_k
+
+from ..plan import COLLAPSE_K
 from ..runlog.groups import group_numbers, rows_by_group
 from ..runlog.text import text_codes
+from .base import RUN, VERIFIERS, AdmissionResult, PairingError, ReadingError, exclusions_table
+from .points import Budgets, describe_target, read_at_tokens  # Budgets: annotations
 
 # --------------------------------------------------------------------------------------------
 # Accuracy

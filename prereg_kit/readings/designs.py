@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from ..plan import ReadingPoint
-from .base import exclusions_table, PairingError
-from .pairing import paired_readings, PairedReadings
+from .base import PairingError, exclusions_table
+from .pairing import PairedReadings, paired_readings
 from .points import read_at_tokens
 
 UNIT_COLUMNS = ["unit", "seed", "treatment_value", "control_value", "difference", "read_at", "group"]

@@ -14,9 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..plan import ReadingPoint
-from .base import exclusions_table, PairingError, ReadingError, RUN
+from .base import RUN, PairingError, ReadingError, exclusions_table
 from .points import read_point
-
 
 # --------------------------------------------------------------------------------------------
 # Pairing

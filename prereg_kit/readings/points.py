@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..plan import ReadingPoint
-
-from .base import ReadingError, RUN
+from .base import RUN, ReadingError
 
 # --------------------------------------------------------------------------------------------
 # Reading points

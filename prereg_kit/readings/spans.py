@@ -32,7 +32,6 @@ import numpy as np
 import pandas as pd
 
 from ..plan import ReadingPoint
-
 from .base import ReadingError
 from .points import _first_at_or_after, _runs, one_token_budget
 
@@ -152,7 +151,7 @@ def target_statistics(curves: pd.DataFrame, treatment: str, control: str, point:
                             "tost_ci_high", "ni_p", "ni_lower", "crossed_mean", "crossed_ci_low", "crossed_ci_high",
                             "crossed_p", "tested_p")}
     shown = r["ci_high"] < 1
-    def fmt(x: float) -> str:  # noqa: E306
+    def fmt(x: float) -> str:
         return "n.r." if np.isinf(x) else f"{x:.2f}"
     row.update(n=r["n"], mean=r["share"], ci_low=r["ci_low"], ci_high=r["ci_high"], zero_sd=False,
                boot_ci_low=r["ci_low"], boot_ci_high=r["ci_high"], boot_p=r["p_no_saving"], boot_exhaustive=False,

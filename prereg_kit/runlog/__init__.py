@@ -79,13 +79,46 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from ..stages import STAGES, Stage
     from .folder import check_inside, find_runs, read_meta, run_dir, write_meta
-    from .jobrecord import (JOB_RECORD, read_job_record, record_exited, record_started, record_submitted,
-                            write_job_record)
+    from .jobrecord import (
+        JOB_RECORD,
+        read_job_record,
+        record_exited,
+        record_started,
+        record_submitted,
+        write_job_record,
+    )
     from .reader import RunLog, add_derived, check_consistency, read_run, read_table
-    from .schema import (EVAL_COLUMNS, EVALS, ELECTION_FILE, FORMAT, ITERATION_COLUMNS, ITERATIONS, KINDS,
-                         META_FILE, PROGRESS_COLUMNS, SAFE_NAME, SCHEMAS, STAGE_SECONDS, STATUSES, STEP_SECONDS,
-                         TOKEN_KINDS, TRACKER_RECORD, WRITER_LOCK, WRITER_NOTE, Column, LogProblem, RunBusyError, RunLogError, RunLogWarning,
-                         RunMeta, Status, election_sha256, uses_elected_anchor, utc_now, validate_frame)
+    from .schema import (
+        ELECTION_FILE,
+        EVAL_COLUMNS,
+        EVALS,
+        FORMAT,
+        ITERATION_COLUMNS,
+        ITERATIONS,
+        KINDS,
+        META_FILE,
+        PROGRESS_COLUMNS,
+        SAFE_NAME,
+        SCHEMAS,
+        STAGE_SECONDS,
+        STATUSES,
+        STEP_SECONDS,
+        TOKEN_KINDS,
+        TRACKER_RECORD,
+        WRITER_LOCK,
+        WRITER_NOTE,
+        Column,
+        LogProblem,
+        RunBusyError,
+        RunLogError,
+        RunLogWarning,
+        RunMeta,
+        Status,
+        election_sha256,
+        uses_elected_anchor,
+        utc_now,
+        validate_frame,
+    )
     from .study import StudyRuns, load_study
     from .writer import RunLogWriter, finalize
     from .writerlock import RunLock, run_busy

@@ -30,9 +30,22 @@ import pyarrow as pa
 
 from .folder import read_meta
 from .reader import _jsonl_path, _parquet_path, check_consistency, parquet_table
+from .schema import (
+    _PARQUET_KEY,
+    EVALS,
+    ITERATIONS,
+    KINDS,
+    META_FILE,
+    SCHEMAS,
+    STAGE_SECONDS,
+    STEP_SECONDS,
+    TOKEN_KINDS,
+    LogProblem,
+    RunLogError,
+    RunMeta,
+    validate_frame,
+)
 from .text import sorted_categories, text_codes
-from .schema import (EVALS, ITERATIONS, KINDS, LogProblem, META_FILE, _PARQUET_KEY, RunLogError, RunMeta, SCHEMAS,
-                     STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS, validate_frame)
 
 _RUN = "_run"  # the folder's index in find_runs order, while the tables are one
 _LINE = re.compile(r": line (\d+): ")

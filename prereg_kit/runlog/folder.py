@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ..stages import STAGES
-from .schema import META_FILE, RunLogError, RunMeta, SAFE_NAME
+from .schema import META_FILE, SAFE_NAME, RunLogError, RunMeta
 
 
 def run_dir(study_dir: str | Path, configuration: str, seed: int, stage: str = "main") -> Path:
@@ -92,7 +92,7 @@ def read_meta(path: str | Path) -> RunMeta:
         raise RunLogError(f"{f}: line {e.lineno}: not valid JSON ({e.msg})") from None
     try:
         return RunMeta.model_validate(raw)
-    except Exception as e:  # pydantic.ValidationError: keep one line
+    except Exception as e:  # noqa: BLE001 - pydantic.ValidationError, imported only to validate: keep one line
         first = str(e).splitlines()
         raise RunLogError(f"{f}: invalid run metadata: {' '.join(first[1:3]).strip()}") from None
 

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 def _key_codes(rows: pd.DataFrame, keys: list[str]) -> list[np.ndarray] | None:
     """Each key column as int64 codes ordered as its values sort (text in text order), or
     ``None`` when a column is neither text nor integers, or holds a missing value."""
-    import numpy as np  # noqa: PLC0415
-    import pandas as pd  # noqa: PLC0415
+    import numpy as np
+    import pandas as pd
 
     out = []
     for k in keys:
@@ -44,7 +44,7 @@ def group_numbers(rows: pd.DataFrame, keys: list[str]) -> np.ndarray:
     """``rows.groupby(keys, sort=True).ngroup()`` as an array: each row's group number in sorted
     key order. From the blocks of neighbouring rows with equal keys when every group is one
     block; otherwise from pandas."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     n = len(rows)
     cols = _key_codes(rows, keys) if n else None
@@ -70,7 +70,7 @@ def rows_by_group(gid: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """``np.lexsort((codes, gid))``: the rows ordered by group, then by code (ties in row order).
     When each group is one block of rows with codes already ascending, the blocks are put in
     group order without sorting the rows."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     n = len(gid)
     if n:

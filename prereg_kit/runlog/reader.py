@@ -14,8 +14,23 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from .folder import read_meta
-from .schema import (_arrow_schema, EVALS, _first_bad, ITERATIONS, KINDS, LogProblem, META_FILE,
-    _PARQUET_KEY, RunLogError, RunMeta, SCHEMAS, STAGE_SECONDS, STEP_SECONDS, TOKEN_KINDS, validate_frame)
+from .schema import (
+    _PARQUET_KEY,
+    EVALS,
+    ITERATIONS,
+    KINDS,
+    META_FILE,
+    SCHEMAS,
+    STAGE_SECONDS,
+    STEP_SECONDS,
+    TOKEN_KINDS,
+    LogProblem,
+    RunLogError,
+    RunMeta,
+    _arrow_schema,
+    _first_bad,
+    validate_frame,
+)
 
 
 @dataclass

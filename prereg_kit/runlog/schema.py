@@ -101,7 +101,7 @@ def election_sha256(study_dir: str | Path) -> str:
     (multi-reward paper §4.5: the anchor is fixed before joint training); ``prereg verify`` flags a
     main run whose recorded hash differs from the file's (``prereg_kit.audit``).
     """
-    import hashlib  # noqa: PLC0415
+    import hashlib
 
     try:
         data = (Path(study_dir) / ELECTION_FILE).read_bytes()
@@ -197,7 +197,7 @@ PROGRESS_COLUMNS = ("iteration",) + TOKEN_KINDS + STAGE_SECONDS + (STEP_SECONDS,
 
 
 def _arrow_schema(columns: Sequence[Column]) -> pa.Schema:
-    import pyarrow as pa  # noqa: PLC0415  (only when a table is read or written: lock and verify start fast)
+    import pyarrow as pa  # only when a table is read or written: lock and verify start fast
 
     types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
     return pa.schema([(c.name, types[c.kind]) for c in columns])
@@ -205,14 +205,14 @@ def _arrow_schema(columns: Sequence[Column]) -> pa.Schema:
 
 def _show(v: Any) -> str:
     """A value as the JSON file would show it (numpy scalars unwrapped)."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     if isinstance(v, np.generic):
         v = v.item()
     return repr(v)
 
 
 def _first_bad(mask: np.ndarray) -> int | None:
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     idx = np.flatnonzero(mask)
     return int(idx[0]) if idx.size else None
 
@@ -224,8 +224,8 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
     offending row (row ``i`` is line ``first_line + i``), the field and what was expected.
     Extra columns are kept as they are.
     """
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
-    import pandas as pd  # noqa: PLC0415  (only when a table is read: lock and verify start fast)
+    import numpy as np  # lock and verify start without numpy
+    import pandas as pd  # only when a table is read: lock and verify start fast
 
     out: dict[str, Any] = {}
     errors: list[tuple[int, str]] = []
@@ -328,8 +328,8 @@ def _stage_seconds_rule(out: dict[str, Any], n: int) -> list[tuple[int, str]]:
     """Training time comes either split into the five stages or as one unsplit ``seconds_step``
     (a trainer that does not time its stages; Appendix D's stage shares are then unavailable).
     Never neither, never some stages only; a step time beside all five stages is informative only."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
-    import pandas as pd  # noqa: PLC0415
+    import numpy as np  # lock and verify start without numpy
+    import pandas as pd
 
     null = np.column_stack([pd.isna(out[c]).to_numpy() if c in out else np.ones(n, bool) for c in STAGE_SECONDS]) \
         if n else np.zeros((0, len(STAGE_SECONDS)), bool)

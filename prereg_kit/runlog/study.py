@@ -10,12 +10,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .folder import find_runs
 from .columnar import _RUN, Columnar, load_columnar
+from .folder import find_runs
 from .reader import add_derived, read_run
+from .schema import EVALS, ITERATIONS, SCHEMAS, LogProblem, RunLogError, RunMeta, validate_frame
 from .text import TEXT_COLUMNS, sorted_categories
-from .schema import EVALS, ITERATIONS, LogProblem, RunLogError, RunMeta, SCHEMAS, validate_frame
-
 
 # A whole study
 # --------------------------------------------------------------------------------------------

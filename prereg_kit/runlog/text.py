@@ -23,8 +23,8 @@ TEXT_COLUMNS = ("eval_set", "problem_id")
 def sorted_categories(values: pd.Series) -> pd.Series:
     """``values`` as a categorical of ``str`` whose categories are its distinct values sorted
     (missing values stay missing); already such a categorical: returned as is."""
-    import numpy as np  # noqa: PLC0415
-    import pandas as pd  # noqa: PLC0415
+    import numpy as np
+    import pandas as pd
 
     dtype = values.dtype
     if isinstance(dtype, pd.CategoricalDtype) and _sorted_text(dtype.categories):
@@ -51,8 +51,8 @@ def text_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of ``values`` in text order and the names they stand for (``names[code]``):
     equal codes, equal text; a smaller code, an earlier text. From the categories when ``values``
     is such a categorical (no string is touched), else from one sorted factorization."""
-    import numpy as np  # noqa: PLC0415
-    import pandas as pd  # noqa: PLC0415
+    import numpy as np
+    import pandas as pd
 
     if isinstance(values.dtype, pd.CategoricalDtype) and _sorted_text(values.dtype.categories):
         return values.cat.codes.to_numpy().astype(np.int64), np.asarray(values.dtype.categories, dtype=object)

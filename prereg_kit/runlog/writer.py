@@ -15,8 +15,25 @@ import pyarrow.parquet as pq
 
 from .folder import _atomic_write_bytes, _fsync_dir, read_meta, write_meta
 from .reader import _jsonl_path, _load_jsonl, _parquet_path, _read_parquet
-from .schema import (EVALS, _first_bad, FORMAT, ITERATIONS, KINDS, LogProblem, META_FILE, _PARQUET_KEY,
-    RunLogError, RunLogWarning, RunMeta, SCHEMAS, Status, STATUSES, utc_now, validate_frame, WRITER_NOTE)
+from .schema import (
+    _PARQUET_KEY,
+    EVALS,
+    FORMAT,
+    ITERATIONS,
+    KINDS,
+    META_FILE,
+    SCHEMAS,
+    STATUSES,
+    WRITER_NOTE,
+    LogProblem,
+    RunLogError,
+    RunLogWarning,
+    RunMeta,
+    Status,
+    _first_bad,
+    utc_now,
+    validate_frame,
+)
 from .writerlock import RunLock
 
 

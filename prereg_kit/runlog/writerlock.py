@@ -26,7 +26,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from .schema import RunBusyError, utc_now, WRITER_LOCK, WRITER_NOTE
+from .schema import WRITER_LOCK, WRITER_NOTE, RunBusyError, utc_now
 
 LEASE_ENV = "PREREG_LEASE_S"
 

@@ -14,23 +14,27 @@ from .adjust import adjust
 from .aggregates import Aggregate, PerformanceProfile, iqm, performance_profile, probability_of_improvement
 from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap
 from .describe import describe
-from .effect_size import (EffectSizeArms, EffectSizePaired, effect_size_from_stats, effect_size_paired,
-                          effect_size_paired_arms)
-from .equivalence import (NonInferiority, Tost, noninferiority, noninferiority_from_stats, tost_from_stats,
-                          tost_paired)
+from .effect_size import (
+    EffectSizeArms,
+    EffectSizePaired,
+    effect_size_from_stats,
+    effect_size_paired,
+    effect_size_paired_arms,
+)
+from .equivalence import NonInferiority, Tost, noninferiority, noninferiority_from_stats, tost_from_stats, tost_paired
 from .minimal_effect import MinimalEffect, minimal_effect_test
 from .multiplicity import holm
 from .paired import PairedT, paired_t, paired_t_from_stats
 from .passk import pass_at_k
-from .power_solve import PowerSolution, solve_power_paired
 from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
+from .power_solve import PowerSolution, solve_power_paired
 from .sequential import SequentialBoundaries, classical_boundaries, crossing_probabilities, sequential_boundaries
 from .signflip import SignFlip, SignFlipInterval, sign_flip_ci, sign_flip_test
 from .summary import ReportedCheck, SummaryCheck, from_summary
 from .summary_stats import TostSummary, tost_summary
 from .verdict import Verdict, verdict
-from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_tost
 from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
+from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_tost
 
 __all__ = [
     "effect_size_from_stats",

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 # One reading of a margin for the whole kit; the stats modules take it from here.
-from ..margin import margin_bounds as equivalence_bounds, positive_margin  # noqa: F401
+from ..margin import margin_bounds as equivalence_bounds  # noqa: F401
+from ..margin import positive_margin  # noqa: F401
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 
@@ -36,7 +37,7 @@ class Result:
         numbers (an interval) becomes ``<field>_low`` and ``<field>_high``; a sequence of results
         or values is left out (``to_dict()`` holds it; ``pd.concat(x.to_frame() for x in ...)``
         makes its table)."""
-        import pandas as pd  # noqa: PLC0415 (the statistics need no pandas until a table is asked for)
+        import pandas as pd  # the statistics need no pandas until a table is asked for
 
         row: dict[str, Any] = {}
         for name, value in self.to_dict().items():

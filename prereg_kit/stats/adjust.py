@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .multiplicity import holm_sorted, adjusted_in_order
+from .multiplicity import adjusted_in_order, holm_sorted
+
 
 def _hochberg(p: np.ndarray) -> np.ndarray:
     """Sorted ascending: ``p̃_(i) = min_{j ≥ i} (m − j + 1)·p_(j)`` (Hochberg 1988)."""

@@ -17,8 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import (Result, check_confidence, equivalence_bounds, make_rng, paired_differences, positive_int,
-                      safe_ratio)
+from ._checks import (
+    Result,
+    check_confidence,
+    equivalence_bounds,
+    make_rng,
+    paired_differences,
+    positive_int,
+    safe_ratio,
+)
 from .bootstrap_ci import METHODS, bca, studentized, weighted_quantile
 from .paired import spread
 

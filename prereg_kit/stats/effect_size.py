@@ -85,7 +85,9 @@ def nct_interval(t_obs: float, df: float, confidence: float) -> tuple[float, flo
         return v if math.isfinite(v) else 1.0 - nct_sf(t_obs, df, lam)
 
     def root(target: float) -> float:
-        f = lambda lam: cdf(lam) - target
+        def f(lam: float) -> float:
+            return cdf(lam) - target
+
         lo, hi = t_obs - 2.0 * step, t_obs + 2.0 * step
         while f(lo) < 0:
             lo -= step

@@ -10,10 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-from .tdist import t_cdf, t_ppf, t_sf
 from ._checks import Result, check_alpha, equivalence_bounds, paired_differences, positive_margin, safe_ratio
 from .paired import spread
+from .tdist import t_cdf, t_ppf, t_sf
 
 
 @dataclass(slots=True, frozen=True)

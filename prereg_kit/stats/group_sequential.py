@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
+
 from .sequential import sequential_boundaries
 from .tdist import norm_isf, norm_sf
 

@@ -7,8 +7,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-from .tdist import t_cdf, t_ppf, t_sf
 from ._checks import (
     Result,
     check_alpha,
@@ -17,6 +15,7 @@ from ._checks import (
     safe_ratio,
 )
 from .paired import spread
+from .tdist import t_cdf, t_ppf, t_sf
 
 
 @dataclass(slots=True, frozen=True)

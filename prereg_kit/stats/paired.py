@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .tdist import t_cdf, t_ppf, t_sf
 from ._checks import Result, check_alternative, check_confidence, paired_differences, safe_ratio
+from .tdist import t_cdf, t_ppf, t_sf
 
 
 @dataclass(slots=True, frozen=True)

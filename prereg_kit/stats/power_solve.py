@@ -86,7 +86,9 @@ def solve_power_paired(*, n: float | None = None, effect: float | None = None, s
     elif what == "alpha":
         alpha = _root(lambda a: _power(n, effect / sd, a, alternative) - power, 1e-12, 1 - 1e-12, "alpha")
     elif what == "effect":
-        f = lambda e: _power(n, sign * e, alpha, alternative) - power
+        def f(e: float) -> float:
+            return _power(n, sign * e, alpha, alternative) - power
+
         hi = 0.5
         while f(hi) < 0 and hi < 1e3:
             hi *= 2.0
@@ -94,7 +96,9 @@ def solve_power_paired(*, n: float | None = None, effect: float | None = None, s
         effect = sign * es * sd
     else:
         es = effect / sd
-        f = lambda k: _power(k, es, alpha, alternative) - power
+        def f(k: float) -> float:
+            return _power(k, es, alpha, alternative) - power
+
         hi = 4.0
         while f(hi) < 0:  # double rather than bracket wide: scipy's nct fails far out
             hi *= 2.0

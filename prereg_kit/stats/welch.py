@@ -17,10 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from .tdist import t_ppf, t_sf
-from ._checks import Result, check_alpha, check_alternative, check_confidence, equivalence_bounds, positive_margin, safe_ratio
-from .paired import spread, t_interval, t_pvalue
+from ._checks import (
+    Result,
+    check_alpha,
+    check_alternative,
+    check_confidence,
+    equivalence_bounds,
+    positive_margin,
+    safe_ratio,
+)
 from .equivalence import two_one_sided
+from .paired import spread, t_interval, t_pvalue
+from .tdist import t_ppf, t_sf
 
 
 @dataclass(slots=True, frozen=True)

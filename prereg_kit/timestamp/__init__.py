@@ -29,12 +29,29 @@ receipt), :mod:`.receipt` (checking one), :mod:`.study` (a study's receipts agai
 
 from __future__ import annotations
 
-from .base import (CertSource, digest_of, EXTRA_HINT, MAX_RESPONSE_BYTES, receipt_name, RECEIPT_SUFFIX,
-    TimestampError, TimestampInfo)
-from .request import build_request, request_timestamp
+from .base import (
+    EXTRA_HINT,
+    MAX_RESPONSE_BYTES,
+    RECEIPT_SUFFIX,
+    CertSource,
+    TimestampError,
+    TimestampInfo,
+    digest_of,
+    receipt_name,
+)
 from .receipt import verify_receipt
-from .study import (check_receipts, check_study_timestamps, CLOCK_SKEW, LATE_PROOF, ReceiptCheck,
-    ReceiptReport, stamp_entry, StudyTimestamps, TIMESTAMPS_DIR)
+from .request import build_request, request_timestamp
+from .study import (
+    CLOCK_SKEW,
+    LATE_PROOF,
+    TIMESTAMPS_DIR,
+    ReceiptCheck,
+    ReceiptReport,
+    StudyTimestamps,
+    check_receipts,
+    check_study_timestamps,
+    stamp_entry,
+)
 
 __all__ = [
     "build_request", "CertSource", "check_receipts", "check_study_timestamps", "CLOCK_SKEW", "digest_of",

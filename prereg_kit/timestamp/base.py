@@ -11,7 +11,6 @@ from typing import Any, Union
 
 from ..errors import PreregError
 
-
 EXTRA_HINT = "pip install 'prereg-kit[timestamp]'"
 RECEIPT_SUFFIX = ".tsr"
 MAX_RESPONSE_BYTES = 1 << 20
@@ -49,7 +48,7 @@ class TimestampInfo:
 
 def _libs():
     try:
-        import asn1crypto.cms  # noqa: F401
+        import asn1crypto.cms
         import asn1crypto.tsp  # noqa: F401
         import cryptography.x509  # noqa: F401
         import rfc3161_client  # noqa: F401

@@ -9,9 +9,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-from .base import (CertSource, _check_digest, _libs, _OID_TIME_STAMPING, _OID_TSTINFO, _SIGNING_DIGESTS,
-    TimestampError, TimestampInfo)
-
+from .base import (
+    _OID_TIME_STAMPING,
+    _OID_TSTINFO,
+    _SIGNING_DIGESTS,
+    CertSource,
+    TimestampError,
+    TimestampInfo,
+    _check_digest,
+    _libs,
+)
 
 # ---------------------------------------------------------------------------------------------
 # verifying
@@ -55,7 +62,7 @@ def _sort_certificates(receipt: bytes) -> bytes | None:
         if not raw.endswith(joined) or receipt.count(raw) != 1:
             return None
         return receipt.replace(raw, raw[:len(raw) - len(joined)] + b"".join(sorted(parts)))
-    except Exception:
+    except Exception:  # noqa: BLE001 - asn1crypto raises several kinds on bytes that are no receipt: leave it unchanged
         return None
 
 
@@ -76,8 +83,8 @@ def _parse_response(receipt: bytes, what: str):
         info = cms.ContentInfo.load(receipt, strict=True)
         if info["content_type"].native == "signed_data":
             receipt = resp_cls({"status": {"status": "granted"}, "time_stamp_token": info}).dump()
-    except Exception:
-        pass  # not a bare token: read it as a response
+    except Exception:  # noqa: BLE001 - any parse error: not a bare token, read it as a response
+        pass
     try:
         try:
             decode_timestamp_response(receipt)
@@ -88,7 +95,7 @@ def _parse_response(receipt: bytes, what: str):
             decode_timestamp_response(fixed)
             receipt = fixed
         resp = resp_cls.load(receipt, strict=True)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - asn1crypto and rfc3161-client raise several kinds on bytes that are no response
         raise TimestampError(f"{what} is not an RFC 3161 timestamp response: {_one_line(e)}") from None
     return resp, receipt
 
@@ -314,7 +321,7 @@ def verify_receipt(receipt: bytes, digest: bytes, *, trusted: CertSource | Itera
         return _verify(receipt, digest, trusted_certs, name)
     except TimestampError:
         raise
-    except Exception as e:  # a structure that parses but holds unexpected values
+    except Exception as e:  # noqa: BLE001 - a structure that parses but holds unexpected values
         raise TimestampError(f"{name} is malformed: {_one_line(e)}") from None
 
 

@@ -6,9 +6,8 @@ import secrets
 import socket
 from typing import Iterable
 
-from .base import CertSource, _check_digest, _libs, MAX_RESPONSE_BYTES, TimestampError
+from .base import MAX_RESPONSE_BYTES, CertSource, TimestampError, _check_digest, _libs
 from .receipt import _load_certs, _one_line, _parse_response, _status_text, _tst_info, verify_receipt
-
 
 # ---------------------------------------------------------------------------------------------
 # requesting
@@ -29,9 +28,9 @@ def build_request(digest: bytes, nonce: int) -> bytes:
 
 
 def _post(url: str, body: bytes, timeout: float) -> bytes:
-    import urllib.error  # noqa: PLC0415  (http.client and ssl cost 0.1 s; verify and lock never post)
-    import urllib.parse  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
+    import urllib.error  # http.client and ssl cost 0.1 s; verify and lock never post
+    import urllib.parse
+    import urllib.request
 
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -81,7 +80,7 @@ def request_timestamp(digest: bytes, url: str, *, timeout: float = 30, nonce: in
         return _check_answer(body, digest, nonce, url, trusted_certs)
     except TimestampError:
         raise
-    except Exception as e:  # a structure that parses but holds unexpected values
+    except Exception as e:  # noqa: BLE001 - a structure that parses but holds unexpected values
         raise TimestampError(f"the answer of {url} is malformed: {_one_line(e)}") from None
 
 

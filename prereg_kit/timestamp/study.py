@@ -10,12 +10,19 @@ from pathlib import Path
 from typing import Iterable
 
 from ..lock import format_time, parse_time
-
-from .base import (CertSource, digest_of, _ENTRY_HASH, _libs, _RECEIPT_NAME, receipt_name, RECEIPT_SUFFIX,
-    TimestampError, TimestampInfo)
+from .base import (
+    _ENTRY_HASH,
+    _RECEIPT_NAME,
+    RECEIPT_SUFFIX,
+    CertSource,
+    TimestampError,
+    TimestampInfo,
+    _libs,
+    digest_of,
+    receipt_name,
+)
 from .receipt import _load_certs, verify_receipt
 from .request import request_timestamp
-
 
 # ---------------------------------------------------------------------------------------------
 # receipts of a chain

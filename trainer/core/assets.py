@@ -149,8 +149,8 @@ def _resolve(p: str, study_dir: str | Path) -> Path:
 
 def build_tiny_model(cfg: TrainerConfig, tokenizer):
     """The tiny causal LM from its config, initialised under the fixed ``tiny.init_seed``."""
-    import torch  # noqa: PLC0415
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: PLC0415
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     t = cfg.model.tiny
     if t.hidden_size % t.heads:
@@ -200,7 +200,7 @@ def warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, log=lambda
             _publish(tmp, folder)
             log(f"warm start: the shipped weights {_shown(shipped / folder.name)} ({recorded}, as recorded) → {_shown(folder)}")
             return folder
-    from trainer.core.policy import quiet_transformers  # noqa: PLC0415
+    from trainer.core.policy import quiet_transformers
 
     quiet_transformers()
     ws = cfg.model.warm_start
@@ -280,7 +280,7 @@ def _one_thread():
 
     CPU kernels split reductions by thread, so the summation order, hence the rounding, hence the
     trained weights, depend on the thread count; on one thread they do not."""
-    import torch  # noqa: PLC0415
+    import torch
 
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -298,7 +298,7 @@ def _one_thread():
 def _train_warm_start(cfg: TrainerConfig, cache_dir: Path, train_file: Path, on_step=lambda k, loss: None):
     """The tiny model after its warm start, its tokenizer and the per-step losses (``on_step``
     gets each step's number, from 1, and loss)."""
-    import torch  # noqa: PLC0415
+    import torch
 
     tok = build_tokenizer(cache_dir / "tokenizer")
     model = build_tiny_model(cfg, tok)
@@ -351,7 +351,7 @@ def _with_answer_noise(problems: list, share: float, seed: int) -> list:
 
 def _sft_batch(batch, pad_id: int):
     """Right-padded prompt+completion ids, attention mask, and labels (-100 outside completions)."""
-    import torch  # noqa: PLC0415
+    import torch
 
     width = max(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)

@@ -163,7 +163,7 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompts, *, noise_seed, keys, limit, temperature, top_p, batch_size=None):
-        from transformers import GenerationConfig, LogitsProcessorList  # noqa: PLC0415
+        from transformers import GenerationConfig, LogitsProcessorList
 
         pol = self.policy
         ids, mask = self._encode(prompts)
@@ -203,7 +203,7 @@ class VLLMEngine:
 
     def __init__(self, policy: Policy):
         try:
-            from vllm import LLM  # noqa: PLC0415
+            from vllm import LLM
         except ImportError:
             raise ConfigError("engine = 'vllm' needs the vllm package (pip install prereg-kit[vllm])") from None
         # vLLM's V1 engine runs in a child process by default, where the trainer's weights cannot
@@ -217,7 +217,7 @@ class VLLMEngine:
                        gpu_memory_utilization=policy.cfg.engine.vllm_gpu_memory_utilization)
 
     def generate(self, prompts, *, noise_seed, keys, limit, temperature, top_p, batch_size=None):
-        from vllm import SamplingParams  # noqa: PLC0415
+        from vllm import SamplingParams
 
         pol = self.policy
         params = [SamplingParams(n=1, temperature=temperature, top_p=top_p, max_tokens=limit,

@@ -128,7 +128,7 @@ def evaluate(engine, policy, sets: Sequence[EvalSet], counters: Counters, spec: 
                 greedy_programs = judge_programs(sandbox, greedy, list(es.problems))
         memo: dict[tuple[str, str, str], bool] = {}
 
-        def check(name: str, verifier, text: str, answer: str) -> bool:  # identical samples checked once
+        def check(name: str, verifier, text: str, answer: str, memo=memo) -> bool:  # identical samples checked once
             key = (name, text, answer)
             if key not in memo:
                 memo[key] = bool(verifier(text, answer))

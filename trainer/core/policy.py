@@ -58,9 +58,9 @@ def synchronize(device: torch.device) -> None:
 
 def quiet_transformers() -> None:
     """No progress bars or advisory warnings from transformers in run logs."""
-    import warnings  # noqa: PLC0415
+    import warnings
 
-    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+    from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -104,7 +104,7 @@ class Policy:
 
 def load_policy(cfg: TrainerConfig, model_path: str | Path) -> Policy:
     """Load a saved causal LM and tokenizer (local folder; no hub) in float32 on the run's device."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     quiet_transformers()
     device = pick_device(cfg)

@@ -81,7 +81,7 @@ def resolve_prm(name: str, study_dir: str | Path) -> str:
 
 def load_prm(name: str, study_dir: str | Path, device: torch.device, step_token: str) -> ProcessRewardModel:
     """Load the frozen PRM (module docstring, "Loading")."""
-    from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, AutoTokenizer  # noqa: PLC0415
+    from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, AutoTokenizer
 
     quiet_transformers()
     src = resolve_prm(name, study_dir)

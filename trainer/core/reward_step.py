@@ -28,8 +28,14 @@ import torch
 
 from trainer.core.program_judge import make_sandbox
 from trainer.errors import ConfigError
-from trainer.rewards.aggregation import (AggregationConfig, LagrangeState, iteration_log, parse_aggregation,
-                                         rule_advantages, rule_kl_beta)
+from trainer.rewards.aggregation import (
+    AggregationConfig,
+    LagrangeState,
+    iteration_log,
+    parse_aggregation,
+    rule_advantages,
+    rule_kl_beta,
+)
 from trainer.rewards.channels import Channel, Completion, judge_programs, score_channels
 from trainer.rewards.sandbox import ProgramResult, Sandbox
 from trainer.rewards.spec import ELECTION_FILE, build_channels, read_election

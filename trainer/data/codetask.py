@@ -43,8 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.data.problems import Problem
-from trainer.data.problems import ProgramTest
+from trainer.data.problems import Problem, ProgramTest
 from trainer.data.synthetic import TaskError, write_splits
 
 __all__ = ["CODE_LEVELS", "CODE_TASK_VERSION", "CODE_LEVEL_CAPACITY", "code_prompt", "expected_output",

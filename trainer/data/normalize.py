@@ -48,7 +48,7 @@ _DROP_CHAR, _MINUS_CHAR, _BIDI_CHAR = 1, 2, 3  # 0: keep
 def _char_kinds() -> np.ndarray:
     """Kind of every code point (keep, drop, minus, bidi control): one table lookup per character
     instead of a regex scan, which is ~10x slower on long non-ASCII text."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     kinds = np.zeros(0x110000, dtype=np.uint8)
     for lo, hi in _INVISIBLE_RANGES:
         kinds[lo:hi + 1] = _DROP_CHAR
@@ -59,7 +59,7 @@ def _char_kinds() -> np.ndarray:
 
 
 def _code_points(text: str) -> np.ndarray:
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
@@ -69,7 +69,7 @@ def canonical_chars(text: str, *, keep_bidi: bool = False) -> str:
     With ``keep_bidi=True`` the bidi embedding/override/isolate controls (U+202A–U+202E,
     U+2066–U+2069) stay, so that the caller can refuse the text; otherwise they are dropped too.
     """
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     if text.isascii():
         return text
     codes = _code_points(text)
@@ -183,7 +183,7 @@ def _last_token(text: str) -> re.Match[str] | None:
             start = -1 if b is None else b.start("after") if b.group("after") is not None else b.start()
         if start >= 0:
             last = None
-            for last in _TOKEN.finditer(text, start, end):
+            for last in _TOKEN.finditer(text, start, end):  # noqa: B007 - the loop keeps the last match
                 pass
             if last is not None or start == 0:
                 return last
@@ -217,7 +217,7 @@ def _remove_spaces(s: str) -> str:
     digits (``5 7``), before a decimal point (``5 .5``), after one (``5. 7``) and after a comma
     before a three-digit group (``1, 234``, not 1234). Vectorized over the code points: a regex
     substitution costs ~0.5 µs per match, seconds on megabytes of ``"1 1 1 …"``."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     parts = s.split()
     if len(parts) <= 1:
         return "".join(parts)
@@ -243,7 +243,7 @@ def _text_groups(s: str) -> str:
     """Resolve ``\\text{…}``-style groups: a group after the last number is a unit and goes
     (``10\\text{ cm}`` → ``10``); a group before a number keeps its text (``5\\text{ and }7`` →
     ``5 and 7``, two numbers); when no digit is outside the groups, they keep their text."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     parts = _TEXT_GROUP.split(s)  # piece, inner text, exponent, piece, …, piece
     if len(parts) == 1:
         return s

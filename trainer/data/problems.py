@@ -157,7 +157,7 @@ def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise DataError(f"{path}: expected a JSON list of objects")
         yield from enumerate(data, 1)
     elif suffix == ".parquet":
-        import pyarrow.parquet as pq  # noqa: PLC0415 — only needed for Parquet input
+        import pyarrow.parquet as pq  # only needed for Parquet input
 
         try:
             table = pq.read_table(path)
@@ -289,7 +289,7 @@ def load_hub(
 ) -> ProblemPool:
     """Problems from a ``datasets`` hub name, when ``datasets`` is installed and the hub reachable."""
     try:
-        import datasets  # noqa: PLC0415 — optional, and slow to import
+        import datasets  # optional, and slow to import
     except ImportError:  # or download the data and pass a local .jsonl or .parquet file
         raise HubUnavailableError(needs_extra(f"dataset {name!r} from the hub", "datasets", "hub")) from None
     try:
@@ -445,7 +445,7 @@ def _check_stream_args(pool_size: int, seed: int) -> None:
 
 def epoch_permutation(pool_size: int, seed: int, epoch: int) -> np.ndarray:
     """The order of the pool in one epoch: ``default_rng([seed, epoch]).permutation(pool_size)``."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     _check_stream_args(pool_size, seed)
     return np.random.default_rng([int(seed), int(epoch)]).permutation(int(pool_size))
 
@@ -456,7 +456,7 @@ def prompt_stream_positions(pool_size: int, seed: int, start: int, stop: int) ->
     Position k lies in epoch ``k // pool_size`` at offset ``k % pool_size`` of that epoch's
     permutation. A pure function: no state, so a resumed run gets the same prompts.
     """
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     _check_stream_args(pool_size, seed)
     if start < 0 or stop < start:
         raise ValueError(f"stream positions must satisfy 0 <= start <= stop, got {start}, {stop}")

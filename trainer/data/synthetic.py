@@ -250,7 +250,7 @@ def _vocab() -> dict[str, int]:
 
 
 def _split_pattern() -> str:
-    import re  # noqa: PLC0415
+    import re
 
     # Longest words first so that "The" never shadows a longer word; digits one by one.
     words = "|".join(re.escape(w) for w in sorted(WORDS, key=len, reverse=True))
@@ -284,8 +284,8 @@ def build_tokenizer(cache_dir: str | Path | None = None) -> PreTrainedTokenizerF
 
 
 def _build() -> PreTrainedTokenizerFast:
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.WordLevel(vocab=_vocab(), unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(_split_pattern()), behavior="isolated")
@@ -308,7 +308,7 @@ def _build() -> PreTrainedTokenizerFast:
 
 def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerFast:
     """Load a tokenizer saved by ``build_tokenizer(cache_dir)``."""
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast
 
     directory = Path(directory)
     if not (directory / "tokenizer.json").is_file():

@@ -26,20 +26,29 @@ reading of characters and numbers is ``trainer.data.normalize``'s.
 
 from __future__ import annotations
 
-import threading
-
 import math
 import re
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from prereg_kit.errors import MissingExtraError, needs_extra
-from trainer.data.normalize import (_INVISIBLE_CLASS, _TOKEN, MINUS_SIGNS, _full_token, _has_bidi_control, _last_token,
-                                    _token_text_value, canonical_chars,
-                                    last_number, normalize_answer, parse_number)
+from trainer.data.normalize import (
+    _INVISIBLE_CLASS,
+    _TOKEN,
+    MINUS_SIGNS,
+    _full_token,
+    _has_bidi_control,
+    _last_token,
+    _token_text_value,
+    canonical_chars,
+    last_number,
+    normalize_answer,
+    parse_number,
+)
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 __all__ = [
     "DEFAULT_TOL",
@@ -124,7 +133,7 @@ def extract_boxed(text: str) -> str | None:
     One vectorized pass over the bytes: brace depth by cumsum, "does it close?" by
     a suffix minimum, then a search for the close of each box looked at.
     """
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     if "\\boxed" not in text and "\\fbox" not in text:
         return None
     data = text.encode("utf-8", "surrogatepass")  # ASCII braces never occur inside multibyte chars
@@ -340,7 +349,7 @@ class MathVerifyVerifier:
 
     def __init__(self) -> None:
         try:
-            import math_verify  # noqa: PLC0415 — optional extra, imported lazily
+            import math_verify  # optional extra, imported lazily
         except ImportError as exc:
             raise VerifierUnavailableError(needs_extra("verifier 'math_verify'", "math-verify", "math")) from exc
         self._mv = math_verify
@@ -355,7 +364,7 @@ class MathVerifyVerifier:
             gold_parsed = self._mv.parse(gold_s if "$" in gold_s or "\\boxed" in gold_s else f"${gold_s}$", **parse_kw)
             pred = self._mv.parse(body, **parse_kw)
             return bool(self._mv.verify(gold_parsed, pred, **verify_kw))
-        except Exception as exc:  # noqa: BLE001 — a parser failure is a wrong answer, never a crash
+        except Exception as exc:  # a parser failure is a wrong answer, never a crash
             if "signal only works in main thread" in str(exc) or "threaded environment" in str(exc):
                 raise VerifierUnavailableError(f"math-verify refused to run in thread {threading.current_thread().name!r}: "
                                                f"{exc}") from exc

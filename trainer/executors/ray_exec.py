@@ -27,7 +27,7 @@ def _run_task(task: Any) -> str:
 
 def connect(opts: RayOptions, say: Callable[[str], None]) -> bool:
     """Connect to ``opts.address`` or start a local cluster; True when this call started Ray."""
-    import ray  # noqa: PLC0415
+    import ray
 
     if ray.is_initialized():
         return False
@@ -43,7 +43,7 @@ def connect(opts: RayOptions, say: Callable[[str], None]) -> bool:
 def run_ray(study_dir: str | Path, stage: str, configs: Sequence[str] | None, seeds: Sequence[int] | None,
             opts: RayOptions, say: Callable[[str], None], trackers: Sequence[str] = ()) -> bool:
     """Run the stage's runs as Ray tasks and wait for them; True when none failed."""
-    import ray  # noqa: PLC0415
+    import ray
 
     t0 = time.perf_counter()
     jobs, tasks = planned(study_dir, stage, configs, seeds, "ray", say, trackers)

@@ -48,7 +48,7 @@ def executor_parameters(opts: SlurmOptions, job_name: str) -> dict[str, Any]:
 
 def make_executor(study_dir: str | Path, opts: SlurmOptions, job_name: str):
     """A submitit AutoExecutor writing under ``<study>/.submitit/`` (the shared filesystem)."""
-    import submitit  # noqa: PLC0415
+    import submitit
 
     folder = Path(study_dir).resolve() / SUBMITIT_DIR / "%j"
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm" if opts.backend == "slurm" else "local")

@@ -55,7 +55,7 @@ def die_with_parent() -> Callable[[], None] | None:
         return None
 
     def preexec() -> None:
-        import ctypes  # noqa: PLC0415
+        import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
@@ -139,7 +139,7 @@ class RunTask:
                 self._job = job
                 env = {"PREREG_EXECUTOR": self.executor, "PREREG_JOB_ID": job_id}
                 result = run_one(job, None, env=env, preexec_fn=die_with_parent())
-        except BaseException as e:  # noqa: BLE001  (a requeue's SystemExit too: the record says how it ended)
+        except BaseException as e:  # a requeue's SystemExit too: the record says how it ended
             if not self._ended:
                 record_exited(job.folder, getattr(job, "exit_code", None) or -1, f"failed ({type(e).__name__}: {e})")
             raise
@@ -153,7 +153,7 @@ class RunTask:
     def checkpoint(self, *args: Any, **kwargs: Any):
         """Submitit's hook on preemption or time-out: stop the run (it marks itself ``stopped``;
         its last checkpoint is on disk) and return a fresh task for submitit to requeue."""
-        from submitit.helpers import DelayedSubmission  # noqa: PLC0415
+        from submitit.helpers import DelayedSubmission
 
         job = self._job
         proc = getattr(job, "process", None)

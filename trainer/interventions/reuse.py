@@ -28,14 +28,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-
 import numpy as np
 import torch
 
 from trainer.config import TrainerConfig, derive_seed
 from trainer.core.credit import Credit, CreditContext
 from trainer.core.policy import synchronize, token_logprobs
-from trainer.core.update import clipped_loss, policy_loss  # noqa: F401  (clipped_loss: reuse's public name)
+from trainer.core.update import clipped_loss, policy_loss  # clipped_loss: reuse's public name
 from trainer.interventions.monte_carlo import mc_credit, monte_carlo_values
 from trainer.interventions.segments import boundary_values, segment_credit
 

@@ -190,7 +190,7 @@ class Selector:
         if keep == list(range(n)):  # the first batch, all mixed: nothing to re-lay out
             return problems, roll
         parts = []
-        for b, (probs, r) in enumerate(batches):
+        for b, (_, r) in enumerate(batches):
             gs = [g for i, (bb, g, _) in enumerate(groups) if bb == b and i in kept]
             parts.append((r, [g * G + j for g in gs for j in range(G)]))
         out_problems = [batches[groups[i][0]][0][groups[i][1]] for i in keep]

@@ -149,13 +149,13 @@ class GroupAdvantages(NamedTuple):
 # Building blocks
 # ---------------------------------------------------------------------------------------------
 def _uniform(x: np.ndarray, axis: int) -> np.ndarray:
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     return np.max(x, axis=axis, keepdims=True) == np.min(x, axis=axis, keepdims=True)
 
 
 def zscore(x: np.ndarray, *, eps: float = 1e-6, axis: int = 1) -> np.ndarray:
     """(x − mean)/(population SD + ε) along ``axis``, exactly 0 where all values coincide."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     x = np.asarray(x, dtype=np.float64)
     d = x - x.mean(axis=axis, keepdims=True)
     z = d / (x.std(axis=axis, keepdims=True) + eps)
@@ -164,13 +164,13 @@ def zscore(x: np.ndarray, *, eps: float = 1e-6, axis: int = 1) -> np.ndarray:
 
 def grpo_advantage(r: np.ndarray, *, eps: float = 1e-6) -> np.ndarray:
     """The standard GRPO advantage of shaped rewards ``r`` (groups, n): per-group z-score."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     return zscore(np.asarray(r, dtype=np.float64), eps=eps, axis=1)
 
 
 def _split(R: np.ndarray, anchor: int) -> tuple[np.ndarray, np.ndarray]:
     """(R_anchor (G, n), auxiliary channels (G, n, K−1) in channel order)."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     aux = np.delete(R, anchor, axis=2)
     return R[:, :, anchor], aux
 
@@ -181,7 +181,7 @@ def tag_reward(R: np.ndarray, anchor: int = 0, lam: float | Sequence[float] = 1.
     Two binary channels: joint success 1, primary-only 1/(1+λ), auxiliary-only 0, neither 0
     (P2:L71); λ = 0 is training on the anchor alone (P2:L83). Works on (..., K) arrays.
     """
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     R = np.asarray(R, dtype=np.float64)
     K = R.shape[-1]
     if not 0 <= anchor < K:
@@ -199,7 +199,7 @@ def pareto_front(points: np.ndarray) -> np.ndarray:
     Row j dominates row i when it is ≥ in every coordinate and > in at least one; duplicates of
     a front point are all on the front.
     """
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     p = np.asarray(points, dtype=np.float64)
     ge = (p[None, :, :] >= p[:, None, :]).all(axis=2)  # ge[i, j]: j ≥ i everywhere
     gt = (p[None, :, :] > p[:, None, :]).any(axis=2)
@@ -209,7 +209,7 @@ def pareto_front(points: np.ndarray) -> np.ndarray:
 def _pg_ot(R: np.ndarray, eps: float) -> np.ndarray:
     """PG-OT reward-level port (ε→0): −(squared distance to the nearest Pareto-front point)
     in per-group standardized channel space. A zero-SD channel standardizes to 0 (not stated)."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     Z = zscore(R, eps=eps, axis=1)  # (G, n, K), per channel
     out = np.empty(R.shape[:2])
     for g in range(R.shape[0]):
@@ -221,7 +221,7 @@ def _pg_ot(R: np.ndarray, eps: float) -> np.ndarray:
 
 
 def _log_sigmoid(x: np.ndarray) -> np.ndarray:
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     return -np.logaddexp(0.0, -x)
 
 
@@ -237,7 +237,7 @@ def _as_config(rule: str | AggregationConfig, params: Mapping[str, Any] | None) 
 
 
 def _check_R(R: Any, cfg: AggregationConfig) -> np.ndarray:
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     R = np.asarray(R, dtype=np.float64)
     if R.ndim != 3 or R.shape[1] < 1 or R.shape[2] < 1:
         raise ValueError(f"rewards must have shape (groups, n, channels), got {R.shape}")
@@ -280,7 +280,7 @@ def _lsc(R, cfg, **_):
 
 
 def _weighted(R, cfg, **_):
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     return R @ np.asarray(cfg.weights, dtype=np.float64)
 
 
@@ -289,14 +289,14 @@ def _tag(R, cfg, **_):
 
 
 def _lagrangian(R, cfg, *, nu=None, **_):
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     P, A = _split(R, cfg.anchor)
     nu_v = np.full(A.shape[2], cfg.nu0) if nu is None else np.asarray(nu, dtype=np.float64)
     return P + A @ nu_v
 
 
 def _dropout(R, cfg, *, keep=None, **_):
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     P, A = _split(R, cfg.anchor)
     kept = np.ones(A.shape[::2], dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
     # mean of the anchor and the kept auxiliary channels: R_P alone when all are dropped
@@ -323,7 +323,7 @@ def _mo_grpo_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
 
 
 def _dr_grpo_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     if inputs.lengths is None or inputs.l_max is None:
         raise ValueError("rule 'dr_grpo' needs lengths (groups, n) and l_max")
     L = np.asarray(inputs.lengths, dtype=np.float64)
@@ -335,7 +335,7 @@ def _dr_grpo_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
 
 
 def _lagrangian_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     A = _split(R, cfg.anchor)[1]
     state = inputs.state
     st = state if isinstance(state, LagrangeState) else LagrangeState(nu=(cfg.nu0,) * A.shape[2])
@@ -421,7 +421,7 @@ def rule_advantages(
 # ---------------------------------------------------------------------------------------------
 def channel_means(R: Any, names: Sequence[str]) -> dict[str, float]:
     """Mean of every channel over a batch or an evaluation set: ``R`` (..., K)."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     R = np.asarray(R, dtype=np.float64)
     if R.shape[-1] != len(names):
         raise ValueError(f"{len(names)} channel names for {R.shape[-1]} channels")
@@ -433,7 +433,7 @@ def iteration_log(R: Any, names: Sequence[str], result: GroupAdvantages | None =
                   config: AggregationConfig | None = None) -> dict[str, float]:
     """What one iteration logs: every channel's mean, the shaped reward's mean, and the
     Lagrangian ν (used and next) or the KL β when the rule has them."""
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     out = channel_means(R, names)
     if result is not None and result.rewards is not None:
         out["shaped_reward"] = float(np.mean(result.rewards))

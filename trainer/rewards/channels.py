@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-from trainer.rewards.sandbox import ProgramResult, ProgramTest, Sandbox
 from trainer.data.verifiers import DEFAULT_TOL, extract_answer, get_verifier, normalize_answer, parse_number
+from trainer.rewards.sandbox import ProgramResult, ProgramTest, Sandbox
 
 if TYPE_CHECKING:
     import numpy as np
@@ -248,7 +248,7 @@ def score_channels(
     Program channels use ``programs[i]`` when given, else judge each completion's program once
     with ``sandbox`` (bounded concurrency: ``Sandbox.run_programs``).
     """
-    import numpy as np  # noqa: PLC0415  (lock and verify start without numpy)
+    import numpy as np  # lock and verify start without numpy
     if len(completions) != len(problems):
         raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
     comps = [c if isinstance(c, Completion) else Completion(c) for c in completions]

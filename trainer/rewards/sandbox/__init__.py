@@ -51,9 +51,16 @@ tests under limits, timing and scoring them). This package re-exports their publ
 
 from trainer.data.problems import ProgramTest, Size
 from trainer.rewards.sandbox.isolation import Isolation, SandboxUnavailableError, probe_isolation
-from trainer.rewards.sandbox.judge import (VIOLATION_EXIT, ProgramResult, Sandbox, SandboxLimits, TestResult,
-                                           outputs_match, run_program, run_programs)
-
+from trainer.rewards.sandbox.judge import (
+    VIOLATION_EXIT,
+    ProgramResult,
+    Sandbox,
+    SandboxLimits,
+    TestResult,
+    outputs_match,
+    run_program,
+    run_programs,
+)
 
 __all__ = [
     "Size",

@@ -8,10 +8,8 @@ import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Literal
 

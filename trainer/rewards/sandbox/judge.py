@@ -16,12 +16,12 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from trainer.data.problems import ProgramTest, Size
 from trainer.rewards.sandbox.boot import _BOOT
-from trainer.rewards.sandbox.isolation import _SAFE_PATH, Isolation, _interpreter_roots, _popen_ids, probe_isolation
+from trainer.rewards.sandbox.isolation import _SAFE_PATH, _interpreter_roots, _popen_ids, probe_isolation
 
 Status = Literal["ok", "wrong", "error", "timeout", "killed"]
 VIOLATION_EXIT = 86  # exit code of a program the audit hook stopped
