@@ -25,6 +25,7 @@ from prereg_kit.runlog import PROGRESS_COLUMNS, TRACKER_RECORD
 from trainer.core.budget import TRAIN_STAGES, Counters
 from trainer.core.tracking import (
     TRACKERS,
+    MlflowSink,
     Tracking,
     check_trackers,
     tensorboard_dir,
@@ -457,3 +458,38 @@ def test_prereg_run_hands_the_trackers_to_the_runner(tmp_path, monkeypatch):
                                    "--jobs", "2"])
     assert res.exit_code == 0, res.output
     assert seen["trackers"] == ["tensorboard", "mlflow"] and seen["n_jobs"] == 2
+
+
+def _start_mlflow_sink(spec, barrier, out) -> None:
+    barrier.wait()  # every worker asks for the experiment at the same moment, as `--jobs N` workers do
+    out.put(MlflowSink(spec, {}, 0).run_id)
+
+
+def test_workers_starting_together_share_one_mlflow_experiment(tmp_path, clean_env):
+    """Two workers of one study starting their runs at once: MLflow's file store answers a name it
+    has not stored yet to each of them, and without one lock around look-up-or-create each made
+    its own experiment of the same name, so the study's runs were split and one seemed lost."""
+    pytest.importorskip("mlflow", reason="the mlflow extra (mlflow-skinny)")
+    import multiprocessing
+
+    from mlflow.tracking import MlflowClient
+
+    study = make_study(tmp_path)
+    specs = [spec_of(study, "main", ["mlflow"], c, s) for c in ("grpo", "frozen") for s in (0, 1)]
+    ctx = multiprocessing.get_context("fork")  # mlflow already imported: the race window stays narrow
+    barrier, out = ctx.Barrier(len(specs)), ctx.Queue()
+    procs = [ctx.Process(target=_start_mlflow_sink, args=(spec, barrier, out)) for spec in specs]
+    for p in procs:
+        p.start()
+    run_ids = {out.get(timeout=120) for _ in procs}
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0] * len(specs)
+    clean_env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    try:
+        client = MlflowClient((study.resolve() / "mlruns").as_uri())
+        named = [e for e in client.search_experiments() if e.name == "tiny"]
+        assert len(named) == 1
+        assert {r.info.run_id for r in client.search_runs([named[0].experiment_id])} == run_ids
+    finally:
+        clean_env.delenv("MLFLOW_ALLOW_FILE_STORE")

@@ -111,6 +111,21 @@ def _file_store_allowed(uri: str) -> Iterator[None]:
         os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
 
 
+@contextmanager
+def _one_at_a_time(uri: str, study_dir: str | Path) -> Iterator[None]:
+    """For a file store, the study's runs look up or create the experiment one at a time (an OS
+    lock on ``<study>/.mlruns.lock``): the file store has no unique name, so workers starting
+    together each found no experiment and each created one of the same name, splitting the study.
+    A tracking server refuses the second name itself (:meth:`MlflowSink._experiment`)."""
+    if not uri.startswith("file:"):
+        yield
+        return
+    from filelock import FileLock
+
+    with FileLock(Path(study_dir).resolve() / ".mlruns.lock", timeout=120):
+        yield
+
+
 class MlflowSink:
     """MLflow: to ``MLFLOW_TRACKING_URI``, else the file store ``<study>/mlruns``; experiment
     ``MLFLOW_EXPERIMENT_NAME`` or the study id; tags ``prereg.study`` … ``prereg.plan_hash``."""
@@ -124,7 +139,7 @@ class MlflowSink:
         from mlflow.tracking import MlflowClient
 
         uri = mlflow_uri(spec.study_dir)
-        with _file_store_allowed(uri):
+        with _file_store_allowed(uri), _one_at_a_time(uri, spec.study_dir):
             self.client = MlflowClient(tracking_uri=uri)
             experiment = self._experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or spec.study, MlflowException)
         run_id = state.get("run_id") if state.get("tracking_uri") == uri else None
