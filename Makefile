@@ -68,11 +68,12 @@ trl-example: .make-installed
 	$(PREREG) analyze $(TRL_DIR)
 
 # The default suite (budget: 5 minutes on 2 idle cores); `make test-slow` runs the longer training
-# tests (12 minutes). Both run on every core (TEST_WORKERS=0: one process); a module's tests stay
-# in one worker, so that its module-scoped fixtures are built once; the 20 slowest tests are printed.
+# tests (12 minutes). Both run on every core (TEST_WORKERS=0: one process); the tests that share a
+# module's fixtures stay in one worker, so that each is built once (tests/conftest.py), the others go
+# to whichever worker is free; the 20 slowest tests are printed.
 # Budgets, last figures, how to run a part: docs/testing.md.
 TEST_WORKERS ?= auto
-PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile --durations=20
+PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadgroup --durations=20
 test: .make-installed
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
 

@@ -19,6 +19,22 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+_SHARED_SCOPES = {"module", "class", "package"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its loadgroup suffix)
+def pytest_collection_modifyitems(config, items):
+    """With ``--dist loadgroup`` (``make test``): a test that uses a module-, class- or
+    package-scoped fixture runs in the same worker as that module's other such tests, so the
+    fixture (a dry run, a trained study) is built once; every other test goes to whichever worker is
+    free, so that one long module (the registry's dry runs) does not hold a worker alone."""
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        module = getattr(item, "module", None)
+        if module is not None and any(d.scope in _SHARED_SCOPES for ds in defs.values() for d in ds):
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
+
+
 @pytest.fixture
 def study(tmp_path: Path) -> Path:
     """A study folder holding the small plan (not locked)."""
