@@ -67,12 +67,18 @@ trl-example: .make-installed
 	  $(PYTHON) $(TRL_DIR)/train.py $(TRL_DIR) --configuration $$c --seed $$s || exit 1; done; done
 	$(PREREG) analyze $(TRL_DIR)
 
-# The default suite (a few minutes on 2 cores); `make test-slow` runs the longer training tests.
+# The default suite (budget: 5 minutes on 2 idle cores); `make test-slow` runs the longer training
+# tests (12 minutes). Both run on every core (TEST_WORKERS=0: one process); the tests that share a
+# module's fixtures stay in one worker, so that each is built once (tests/conftest.py), the others go
+# to whichever worker is free; the 20 slowest tests are printed.
+# Budgets, last figures, how to run a part: docs/testing.md.
+TEST_WORKERS ?= auto
+PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadgroup --durations=20
 test: .make-installed
-	$(PYTHON) -m pytest -m "not slow"
+	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-slow: .make-installed
-	$(PYTHON) -m pytest -m slow
+	$(PYTHON) -m pytest -m slow $(PYTEST_ARGS)
 
 # The tests that read the clock (certificates, the lock chain, seals, runs, status, imports) with the
 # system clock moved by faketime (Debian package faketime) to the 15th of every month of CLOCK_YEAR:

@@ -28,8 +28,8 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), RAY_AUTH_MODE="disabled")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+def cache(trainer_cache) -> Path:
+    return trainer_cache  # conftest: one warm start per worker, shared with the other modules that train
 
 
 def make_study(root: Path, cache: Path, tokens: int) -> Path:

@@ -64,9 +64,17 @@ def _study(tmp_path: Path, *, seal: bool = True) -> Path:
     return d
 
 
+@pytest.fixture(scope="module")
+def sealed_template(tmp_path_factory) -> Path:
+    """One locked study with its 8 runs written and sealed, built once for the module; never
+    touched: each test gets a copy (``sealed``), since most tamper with theirs."""
+    return _study(tmp_path_factory.mktemp("sealed-template"))
+
+
 @pytest.fixture
-def sealed(tmp_path) -> Path:
-    return _study(tmp_path)
+def sealed(sealed_template, tmp_path) -> Path:
+    """A locked, sealed study of its own (a copy of the module's template, file times kept)."""
+    return Path(shutil.copytree(sealed_template, tmp_path / "study", symlinks=True))
 
 
 def _refusal(study: Path) -> list[str]:

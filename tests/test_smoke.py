@@ -86,11 +86,29 @@ def test_smoke_spec_is_one_iteration_of_the_smoke_stage(tmp_path):
     assert Path(spec.run_dir) == tmp_path / "cpu-grpo" / "grpo"
 
 
+def test_smoke_runs_go_one_per_cpu_by_default_and_each_worker_has_its_own_cache(tmp_path):
+    from trainer.smoke import default_jobs
+
+    assert 1 <= default_jobs() <= 8
+    case = next(cases(ROOT / "registry", ["cpu-grpo"]))
+    assert Path(smoke_spec(case, tmp_path).cache_dir) == tmp_path / ".cache"
+    mine = smoke_spec(case, tmp_path, cache=tmp_path / ".cache" / "worker-1")
+    assert Path(mine.cache_dir) == tmp_path / ".cache" / "worker-1"
+    assert mine.run_dir == smoke_spec(case, tmp_path).run_dir  # only where it caches differs
+
+
 @pytest.mark.slow
-def test_a_substituted_configuration_trains_one_iteration(tmp_path):
+def test_a_substituted_configuration_trains_one_iteration(tmp_path, capsys):
     from trainer.smoke import main
 
-    assert main(["cpu-interventions", "--registry", str(ROOT / "registry"), "--out", str(tmp_path)]) == 0
+    assert main(["cpu-interventions", "--registry", str(ROOT / "registry"), "--out", str(tmp_path), "--jobs", "2"]) == 0
+    names = list(load_plan(ROOT / "registry/cpu-interventions/plan.toml").plan.configurations)
     logs = sorted(p.parent.name for p in tmp_path.glob("cpu-interventions/*/meta.json"))
-    assert logs == sorted(load_plan(ROOT / "registry/cpu-interventions/plan.toml").plan.configurations)
+    assert logs == sorted(names)
+    # worker processes, each with its own cache (the pool hands out cases as workers come free);
+    # the lines in registry order all the same
+    workers = {p.name for p in (tmp_path / ".cache").glob("worker-*")}
+    assert workers and workers <= {"worker-0", "worker-1"}
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
+    assert [ln.split("] ", 1)[1].split(":", 1)[0] for ln in lines] == [f"cpu-interventions/{n}" for n in names]
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -35,8 +35,8 @@ TRACKERS = ["tensorboard", "mlflow"] + (["wandb"] if _have("wandb") else [])
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+def cache(trainer_cache) -> Path:
+    return trainer_cache  # conftest: one warm start per worker, shared with the other modules that train
 
 
 def make_study(tmp_path: Path, cache: Path, monkeypatch, tokens: int = 600) -> Path:

@@ -187,8 +187,8 @@ overrides = {{ aggregation = {{ rule = "tag" }}, anchor = "elected" }}
 
 
 @pytest.fixture(scope="module")
-def mr_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("mrcache")
+def mr_cache(trainer_cache) -> Path:
+    return trainer_cache  # conftest: shared with the other modules that train (its warm start has a key of its own)
 
 
 def mr_study(tmp_path: Path, cache: Path, rule: str = "lagrangian", tokens: int = 300) -> Path:

@@ -44,8 +44,8 @@ overrides = { learning_rate = 0.0 }
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+def cache(trainer_cache) -> Path:
+    return trainer_cache  # conftest: one warm start per worker, shared with the other modules that train
 
 
 def _study(tmp_path: Path, cache: Path | None, recipe: str = "") -> Path:

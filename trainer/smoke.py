@@ -17,6 +17,8 @@ the parts that need hardware or data this machine lacks are replaced by the buil
 Everything else the configuration chose — credit rule, prompt selection, reward channels and
 aggregation, the update — is kept, so a smoke run goes through the code paths the real run would.
 Runs go to ``build/registry-smoke/<study>/<configuration>`` as stage ``smoke`` (never analyzed).
+Configurations run side by side, one per CPU (``--jobs``), each in a worker process with its own
+cache folder; the lines come out in registry order.
 """
 
 from __future__ import annotations
@@ -125,27 +127,34 @@ def not_runnable(case: SmokeCase) -> str:
     return ""
 
 
-def smoke_spec(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> RunSpec:
-    """The run spec of one smoke run: one iteration, evaluations at the start and the end only."""
+def smoke_spec(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT, cache: Path | None = None) -> RunSpec:
+    """The run spec of one smoke run: one iteration, evaluations at the start and the end only.
+    ``cache``: the run's cache folder (default ``out/.cache``; each parallel worker has its own, since
+    the cache's builders are not shared between processes); the tiny PRM is always ``out/.cache/tiny-prm``."""
     cfg = substituted(config_of(case.plan.plan, case.configuration, where="recipe"), limit,
                       prm_path=str((out / ".cache" / "tiny-prm").resolve()))
     run_dir = out / case.study / case.configuration
     return RunSpec(study=case.plan.plan.study.id, configuration=case.configuration, seed=0, stage="smoke",
                    plan_hash=case.plan.content_sha256, study_dir=str(case.study_dir), run_dir=str(run_dir),
-                   cache_dir=str(out / ".cache"), budget_tokens=10**12, eval_interval=10**12, stop_iterations=1,
-                   eval_sets=[SMOKE_EVAL], eval_samples=1, config=cfg)
+                   cache_dir=str(cache or out / ".cache"), budget_tokens=10**12, eval_interval=10**12,
+                   stop_iterations=1, eval_sets=[SMOKE_EVAL], eval_samples=1, config=cfg)
 
 
-def run_case(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> tuple[bool, str]:
+def ensure_prm(spec: RunSpec) -> None:
+    """Build the tiny PRM a spec names, once (before parallel workers start, so none builds it twice)."""
+    if spec.config.credit.prm_model and not Path(spec.config.credit.prm_model, "config.json").exists():
+        tiny_prm(spec.config.credit.prm_model, spec.config.credit.prm_step_token)
+
+
+def run_case(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT, cache: Path | None = None) -> tuple[bool, str]:
     """Train one smoke run from scratch; (ok, one line saying what happened)."""
     import shutil
 
     from trainer.loop import train  # torch only when a run starts
 
-    spec = smoke_spec(case, out, limit)
+    spec = smoke_spec(case, out, limit, cache)
     shutil.rmtree(spec.run_dir, ignore_errors=True)
-    if spec.config.credit.prm_model and not Path(spec.config.credit.prm_model, "config.json").exists():
-        tiny_prm(spec.config.credit.prm_model, spec.config.credit.prm_step_token)
+    ensure_prm(spec)
     t0 = time.perf_counter()
     try:
         c = train(spec)
@@ -155,29 +164,75 @@ def run_case(case: SmokeCase, out: Path, limit: int = SMOKE_LIMIT) -> tuple[bool
     return True, f"{c.iteration} iteration, {c.total_tokens} tokens, {time.perf_counter() - t0:.1f} s"
 
 
+_WORKER: dict[str, Any] = {}  # in a parallel worker: its own cache folder
+
+
+def _start_worker(slots: Any, out: Path, threads: int) -> None:
+    import torch  # noqa: PLC0415
+
+    torch.set_num_threads(threads)
+    _WORKER["cache"] = out / ".cache" / f"worker-{slots.get()}"
+
+
+def _run_in_worker(job: tuple[SmokeCase, Path, int]) -> tuple[bool, str]:
+    case, out, limit = job
+    return run_case(case, out, limit, _WORKER["cache"])
+
+
+def default_jobs() -> int:
+    """Smoke runs at once: one per CPU this process may use (each run uses one thread), at most 8
+    (each worker holds its own torch)."""
+    import os  # noqa: PLC0415
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, 8))
+
+
+def _results(runnable: list[SmokeCase], out: Path, limit: int, jobs: int, threads: int) -> Iterator[tuple[bool, str]]:
+    """Each runnable case's (ok, line), in order: in this process, or in ``jobs`` worker processes
+    (spawned: a forked torch may hang) that take the next case as they finish one."""
+    if jobs <= 1 or len(runnable) <= 1:
+        yield from (run_case(c, out, limit) for c in runnable)
+        return
+    import multiprocessing  # noqa: PLC0415
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    for case in runnable:
+        ensure_prm(smoke_spec(case, out, limit))
+    ctx = multiprocessing.get_context("spawn")
+    slots = ctx.Queue()
+    for k in range(jobs):
+        slots.put(k)
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_start_worker, initargs=(slots, out, threads)) as ex:
+        yield from ex.map(_run_in_worker, [(c, out, limit) for c in runnable])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer.smoke", description=__doc__.split("\n\n")[0])
     ap.add_argument("studies", nargs="*", help="study ids (default: every study in the registry)")
     ap.add_argument("--registry", default=str(default_root()), help="registry folder (default: %(default)s)")
     ap.add_argument("--out", default="build/registry-smoke", help="where the smoke runs go (default: %(default)s)")
     ap.add_argument("--limit", type=int, default=SMOKE_LIMIT, help="completion-token cap (default: %(default)s)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads of each run (default: %(default)s)")
+    ap.add_argument("--jobs", type=int, default=default_jobs(),
+                    help="runs at once, each in a worker process (default: one per CPU, at most 8: %(default)s)")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     todo = list(cases(args.registry, args.studies or None))
+    why = [not_runnable(case) for case in todo]
+    results = _results([c for c, w in zip(todo, why) if not w], out, args.limit, args.jobs, args.threads)
     ran = failed = skipped = 0
     t0 = time.perf_counter()
-    for i, case in enumerate(todo, 1):
-        why = not_runnable(case)
+    for i, (case, w) in enumerate(zip(todo, why), 1):
         head = f"[{i}/{len(todo)}] {case.study}/{case.configuration}"
-        if why:
+        if w:
             skipped += 1
-            print(f"{head}: skipped ({why})", flush=True)
+            print(f"{head}: skipped ({w})", flush=True)
             continue
-        ok, line = run_case(case, out, args.limit)
+        ok, line = next(results)
         ran += 1
         failed += not ok
         print(f"{head}: {'ok' if ok else 'FAILED'} — {line}", flush=True)
