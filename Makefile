@@ -16,7 +16,7 @@ DEMO_REPEAT ?= 10
 ELECT_ARGS ?= --seeds 0 --steps 12 --prompts 32 --samples 4
 PREREG = $(PYTHON) -m prereg_kit
 
-.PHONY: install demo trl-example test test-slow test-clock bench bench-full figures cpu-studies registry-smoke clean
+.PHONY: install demo trl-example check test test-slow test-clock bench bench-full figures cpu-studies registry-smoke clean
 
 # torch only where it is missing (a torch the user has is kept, whatever its build)
 .make-torch:
@@ -66,6 +66,10 @@ trl-example: .make-installed
 	for c in grpo frozen; do for s in 0 1 2; do \
 	  $(PYTHON) $(TRL_DIR)/train.py $(TRL_DIR) --configuration $$c --seed $$s || exit 1; done; done
 	$(PREREG) analyze $(TRL_DIR)
+
+# The linter, with the rules pyproject.toml's [tool.ruff.lint] chooses (CI runs it before the tests).
+check: .make-installed
+	$(PYTHON) -m ruff check .
 
 # The default suite (budget: 5 minutes on 2 idle cores); `make test-slow` runs the longer training
 # tests (12 minutes). Both run on every core (TEST_WORKERS=0: one process); the tests that share a

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from plans import SMALL_PLAN
-from tsa import tsa, tsa_factory  # noqa: F401 (fixtures: a local RFC 3161 TSA for any test file)
+from tsa import tsa, tsa_factory  # noqa: F401 - fixtures: a local TSA (RFC 3161) for any test file
 
 
 def pytest_collection_finish(session):

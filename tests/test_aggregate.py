@@ -10,24 +10,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prereg_kit.readings import ReadingError, accuracy_curve, relative_accuracy_curves
+from trainer.config import ConfigError
 from trainer.rewards.aggregation import (
     RULES,
     AggregationConfig,
     LagrangeState,
     channel_means,
-    rule_advantages,
     grpo_advantage,
     iteration_log,
-    parse_aggregation,
     pareto_front,
+    parse_aggregation,
+    rule_advantages,
     rule_kl_beta,
     shaped_reward,
     tag_reward,
     zscore,
 )
-from trainer.config import ConfigError
-
-from prereg_kit.readings import ReadingError, accuracy_curve, relative_accuracy_curves
 
 # One group of n = 4, channels (R_P, R_A): joint, primary-only, auxiliary-only, neither.
 G4 = np.array([[[1, 1], [1, 0], [0, 1], [0, 0]]], dtype=float)

@@ -14,7 +14,7 @@ import pytest
 
 from prereg_kit.readings import accuracy_curve, check_pairing
 from prereg_kit.readings.curves import _set_hash, _set_hashes
-from prereg_kit.readings.pairing import _modal, _NO_CRN
+from prereg_kit.readings.pairing import _NO_CRN, _modal
 from prereg_kit.readings.points import _runs
 from prereg_kit.runlog import RunLogError, find_runs, load_study
 from prereg_kit.runlog.study import _load

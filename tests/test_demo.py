@@ -84,6 +84,7 @@ def test_the_shipped_warm_start_has_its_recorded_hash():
 def _small_config(tmp_path: Path):
     """A small tiny-model configuration (1 layer, hidden 32, 3 warm-start steps) and its train file."""
     from plans import run_plan
+
     from trainer.config import config_of
     from trainer.core.assets import task_files
 
@@ -308,8 +309,8 @@ def test_dry_run_and_analyze_write_a_line_every_few_seconds_to_a_log(monkeypatch
     (or progress=False) gets nothing of this."""
     import time
 
-    from prereg_kit.progress import progress_lines as _progress_lines
     from prereg_kit.dryrun import _note
+    from prereg_kit.progress import progress_lines as _progress_lines
 
     now = iter(range(0, 1000, 3))  # 3 fake seconds per call of the clock
     monkeypatch.setattr(time, "monotonic", lambda: next(now))

@@ -62,7 +62,7 @@ def test_the_section_runs_and_the_study_reads(tmp_path, monkeypatch):
     # the Python block, as written
     (code,) = _blocks("python")
     ns: dict = {}
-    exec(compile(code, str(DOC), "exec"), ns)  # noqa: S102 - the documentation's own code
+    exec(compile(code, str(DOC), "exec"), ns)  # the documentation's own code
     assert Path(ns["folder"]).resolve() == study / "runs" / "B" / "seed-0"
     runs = load_study(study, strict=True)
     assert set(zip(runs.meta["configuration"], runs.meta["seed"])) == {("A", 0), ("B", 0)}

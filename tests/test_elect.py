@@ -6,22 +6,23 @@ import json
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_trainer_multireward import mr_cache, mr_study  # noqa: E402,F401
-from typer.testing import CliRunner  # noqa: E402
+import torch
+from test_trainer_multireward import mr_study
+from typer.testing import CliRunner
 
-from prereg_kit.audit import audit_runs  # noqa: E402
-from prereg_kit.cli import app  # noqa: E402
-from prereg_kit.errors import PreregError  # noqa: E402
-from prereg_kit.lock import lock_plan, read_chain  # noqa: E402
-from trainer.elect import probe_jobs, sequence_kl  # noqa: E402
-from trainer.core.reward_step import make_rewarder  # noqa: E402
+from prereg_kit.audit import audit_runs
+from prereg_kit.cli import app
+from prereg_kit.errors import PreregError
+from prereg_kit.lock import lock_plan, read_chain
+from trainer.core.reward_step import make_rewarder
+from trainer.elect import probe_jobs, sequence_kl
 
 
-def test_probe_jobs_are_single_channel_calibration_runs(tmp_path, mr_cache):  # noqa: F811
-    study = mr_study(tmp_path, mr_cache, tokens=400)
+def test_probe_jobs_are_single_channel_calibration_runs(tmp_path, trainer_cache):
+    study = mr_study(tmp_path, trainer_cache, tokens=400)
     _, name, cfg, jobs = probe_jobs(study, tokens="B/4")
     assert name == "tag" and [j.configuration for j in jobs] == ["probe-correct", "probe-negative"]
     for j, ch in zip(jobs, ["correct", "negative"]):
@@ -35,10 +36,10 @@ def test_probe_jobs_are_single_channel_calibration_runs(tmp_path, mr_cache):  # 
         probe_jobs(study, configuration="nope")
 
 
-def test_probe_jobs_for_t_steps(tmp_path, mr_cache):  # noqa: F811
+def test_probe_jobs_for_t_steps(tmp_path, trainer_cache):
     from trainer.elect import UNBOUNDED_TOKENS
 
-    study = mr_study(tmp_path, mr_cache, tokens=400)
+    study = mr_study(tmp_path, trainer_cache, tokens=400)
     jobs = probe_jobs(study, steps=3)[3]
     assert all(j.spec.stop_iterations == 3 and j.spec.budget_tokens == UNBOUNDED_TOKENS for j in jobs)
     with pytest.raises(PreregError, match="--steps or --tokens, not both"):
@@ -93,7 +94,7 @@ def test_sequence_kl_is_zero_for_identical_policies():
 
 
 @pytest.mark.slow
-def test_prereg_elect_end_to_end(tmp_path, mr_cache):  # noqa: F811
+def test_prereg_elect_end_to_end(tmp_path, trainer_cache):
     """T-step probes, election.json, reuse; a real main run records the election's hash, and an
     edit of election.json afterwards is a violation of `prereg verify`."""
     from prereg_kit.runlog import election_sha256, read_meta
@@ -101,7 +102,7 @@ def test_prereg_elect_end_to_end(tmp_path, mr_cache):  # noqa: F811
     from trainer.launch import plan_jobs
     from trainer.loop import train
 
-    study = mr_study(tmp_path, mr_cache, tokens=160)
+    study = mr_study(tmp_path, trainer_cache, tokens=160)
     res = CliRunner().invoke(app, ["elect", str(study), "--steps", "2", "--prompts", "3", "--samples", "2"])
     assert res.exit_code == 0, res.output
     rec = json.loads((study / "election.json").read_text())

@@ -4,12 +4,12 @@ Nothing here trains (tests/test_executors_run.py trains through submitit and Ray
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
+from plans import run_plan
 from typer.testing import CliRunner
 
 from prereg_kit.cli import app
@@ -17,8 +17,6 @@ from prereg_kit.errors import PreregError
 from prereg_kit.lock import amend_plan, lock_plan
 from prereg_kit.runlog import read_job_record
 from trainer.executors.options import RayOptions, SlurmOptions, check_gpu_share, check_local_jobs, executor_options
-
-from plans import run_plan
 
 pytest.importorskip("pydantic")
 
@@ -233,8 +231,8 @@ def test_slurm_submits_only_what_is_not_complete_nor_held(tmp_path, monkeypatch)
 # --- the worker's re-check of the lock --------------------------------------------------------------
 
 def _task(d: Path, seed: int = 0, configuration: str = "grpo"):
-    from trainer.executors.task import RunTask
     from prereg_kit.plan import load_plan
+    from trainer.executors.task import RunTask
 
     return RunTask(str(d), "main", configuration, seed, load_plan(d).content_sha256, "slurm")
 

@@ -4,9 +4,7 @@ preempted (submitit) or whose worker is killed (Ray) resumed with nothing lost o
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +16,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from prereg_kit.lock import lock_plan  # noqa: E402
-from prereg_kit.runlog import read_job_record, read_meta, read_run  # noqa: E402
+from test_executors import tiny_plan
 
-from test_executors import tiny_plan  # noqa: E402
+from prereg_kit.lock import lock_plan
+from prereg_kit.runlog import read_job_record, read_meta, read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), RAY_AUTH_MODE="disabled")

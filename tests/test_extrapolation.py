@@ -5,10 +5,9 @@ statistics (scipy) to its verdict, the dry run and report, and hostile plans ref
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import json
 import tomllib
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -19,9 +18,14 @@ from scipy import stats as sps
 from analyses.extrapolation import extrapolated_accuracy
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.plan import parse_reading_point, validate_plan
-from prereg_kit.readings import accuracy_curve, ReadingError
-from prereg_kit.readings.extrapolation import (contrast_efficiency, evaluation_label, nominal_tokens,
-    read_extrapolated, usable)
+from prereg_kit.readings import ReadingError, accuracy_curve
+from prereg_kit.readings.extrapolation import (
+    contrast_efficiency,
+    evaluation_label,
+    nominal_tokens,
+    read_extrapolated,
+    usable,
+)
 from prereg_kit.runlog import load_study
 from prereg_kit.synth import generate_study
 from prereg_kit.verdicts import adjust_and_read, contrast_statistics

@@ -102,10 +102,10 @@ print(repr(traj.tolist()))
     from analyses.tabular import conditional_mean_advantages, run_recursion
 
     with_numba = conditional_mean_advantages((0.8, 0.01, 0.19), rule="grpo", eta=0.2, rho=0.5, n=4)
-    assert eval(lines[0]) == np.asarray(with_numba).tolist()  # noqa: S307 - our own repr of floats
+    assert eval(lines[0]) == np.asarray(with_numba).tolist()  # our own repr of floats
     _, traj = run_recursion((0.8, 0.01, 0.19), rule="grpo", eta=0.2, rho=0.5, n=4, alpha=0.5, steps=40,
                             record_at=[0, 7, 40])
-    assert eval(lines[3]) == traj.tolist() and traj[-1, 2] > 0.19  # noqa: S307 - equal to the last bit
+    assert eval(lines[3]) == traj.tolist() and traj[-1, 2] > 0.19  # equal to the last bit
 
 
 def _blocked(monkeypatch, module):

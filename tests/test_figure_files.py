@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from matplotlib.collections import PathCollection
 from PIL import Image
-import pytest
 
 from prereg_kit import extrapolation_plots, gradient_report, plots
 from prereg_kit.gradient_tests import GradientResults

@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from plans import lock_at, plan_text
 
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import load_study
 from prereg_kit.seal import seal_runs
 from prereg_kit.synth import generate_study
-
-from plans import lock_at, plan_text
 
 LOCKED = datetime(2025, 1, 1, tzinfo=timezone.utc)  # before the synthetic runs start
 

@@ -13,15 +13,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prereg_kit.analyze import analyze_study, UNSPLIT
+from prereg_kit.analyze import UNSPLIT, analyze_study
 from prereg_kit.audit import trainer_violations
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.lock import lock_plan, parse_time
 from prereg_kit.plan import load_plan
 from prereg_kit.readings import accuracy_curve, check_pairing, drift_flags, refuse_unlogged, runs_without
 from prereg_kit.report import write_report
-from prereg_kit.runlog import (ITERATION_COLUMNS, load_study, read_run, RunLogError, RunLogWriter, RunMeta,
-                               run_dir, utc_now, validate_frame)
+from prereg_kit.runlog import (
+    ITERATION_COLUMNS,
+    RunLogError,
+    RunLogWriter,
+    RunMeta,
+    load_study,
+    read_run,
+    run_dir,
+    utc_now,
+    validate_frame,
+)
 from prereg_kit.seal import seal_runs
 from prereg_kit.synth import generate_study
 from prereg_kit.verify import verify_study
@@ -282,8 +291,9 @@ def test_crn_default_leaves_reports_as_they_were(tmp_path):
 
 
 def test_plan_keys_are_typed():
-    from prereg_kit.plan import validate_plan
     import tomllib
+
+    from prereg_kit.plan import validate_plan
     raw = tomllib.loads(with_keys(study="mixed_trainers = true", evaluation="common_random_numbers = false"))
     p = validate_plan(raw, source="plan.toml")
     assert p.study.mixed_trainers is True and p.evaluation.common_random_numbers is False

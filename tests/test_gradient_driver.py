@@ -10,25 +10,25 @@ import threading
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pd = pytest.importorskip("pandas")
+pytest.importorskip("pandas")
 
-from test_trainer_credit import _rollouts, _tiny_policy  # noqa: E402
+import pandas as pd
+import torch
+from plans import run_plan
+from test_trainer_credit import _rollouts, _tiny_policy
 
-from prereg_kit.errors import PreregError  # noqa: E402
-from prereg_kit.runlog import RunLock  # noqa: E402
-from trainer import probe_grad as pg  # noqa: E402
-from trainer.core.credit import token_credit  # noqa: E402
-from trainer.core.policy import token_logprobs  # noqa: E402
-from trainer.core.update import make_optimizer, policy_loss, update_step  # noqa: E402
-from trainer.gradient_test import COLUMNS, _plan, _test_spec, resolve_spec, run_gradient_test  # noqa: E402
-from trainer.plugin import RUNNER  # noqa: E402
-
-from plans import run_plan  # noqa: E402
+from prereg_kit.errors import PreregError
+from prereg_kit.runlog import RunLock
+from trainer import probe_grad as pg
+from trainer.core.credit import token_credit
+from trainer.core.policy import token_logprobs
+from trainer.core.update import make_optimizer, policy_loss, update_step
+from trainer.gradient_test import COLUMNS, _plan, _test_spec, resolve_spec, run_gradient_test
+from trainer.plugin import RUNNER
 
 CONFIGS = """\
 [configurations.outcome]

@@ -12,12 +12,27 @@ import numpy as np
 import pytest
 from scipy import linalg, optimize, stats
 
-from analyses.gradient import (best_sgd_gain, completion_matrix, efficiency, efficiency_moments, perp_cosine,
-                               perp_inner_gram, project_out, project_out_tokens, segment_progress_credit,
-                               theorem3_coefficients)
-from analyses.gradient_stats import (alignment_summary, continuation_fit, percentile_interval, positivity,
-                                     reallocation_bound, relative_efficiency, resample_indices)
-
+from analyses.gradient import (
+    best_sgd_gain,
+    completion_matrix,
+    efficiency,
+    efficiency_moments,
+    perp_cosine,
+    perp_inner_gram,
+    project_out,
+    project_out_tokens,
+    segment_progress_credit,
+    theorem3_coefficients,
+)
+from analyses.gradient_stats import (
+    alignment_summary,
+    continuation_fit,
+    percentile_interval,
+    positivity,
+    reallocation_bound,
+    relative_efficiency,
+    resample_indices,
+)
 
 # ---------------------------------------------------------------- projection (Theorem 3)
 

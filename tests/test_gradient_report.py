@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
+from test_gradient_plan import plan_text
 from typer.testing import CliRunner
 
 from prereg_kit import gradient_command
@@ -23,7 +24,6 @@ from prereg_kit.gradient_tests import _summaries, efficiency_value, gradient_res
 from prereg_kit.lock import lock_plan
 from prereg_kit.plan import load_plan
 from prereg_kit.verify import verify_study
-from test_gradient_plan import plan_text
 
 cli = CliRunner()
 

@@ -21,7 +21,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from importfiles import IMPORT_PLAN, T_LOCK, T_RUN, locked_study, openrlhf_lines, outputs_lines, trl_state, write_verl_run
+from importfiles import (
+    IMPORT_PLAN,
+    T_LOCK,
+    T_RUN,
+    locked_study,
+    openrlhf_lines,
+    outputs_lines,
+    trl_state,
+    write_verl_run,
+)
 from plans import lock_at
 from test_import_core import _prereg
 from test_import_trackers import _mlflow_run, _tb, _wandb

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
-from importfiles import IMPORT_PLAN, N_STEPS, T_RUN, locked_study, write_verl_run, prereg_app
+from importfiles import IMPORT_PLAN, N_STEPS, T_RUN, locked_study, prereg_app, write_verl_run
 from typer.testing import CliRunner
 
 from prereg_kit import cli

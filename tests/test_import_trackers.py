@@ -18,9 +18,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from trackerfiles import (file_store, hf_mlflow, hf_tensorboard, hf_wandb, openrlhf_tensorboard, openrlhf_wandb,
-                          run_file, verl_mlflow, verl_tensorboard, verl_tracking_module, verl_wandb, wandb_batch,
-                          wandb_folder)
+from trackerfiles import (
+    file_store,
+    hf_mlflow,
+    hf_tensorboard,
+    hf_wandb,
+    openrlhf_tensorboard,
+    openrlhf_wandb,
+    run_file,
+    verl_mlflow,
+    verl_tensorboard,
+    verl_tracking_module,
+    verl_wandb,
+    wandb_batch,
+    wandb_folder,
+)
 
 from prereg_kit.integrations import trackers
 from prereg_kit.integrations.mlflow import import_mlflow, read_mlflow

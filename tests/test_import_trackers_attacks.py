@@ -14,8 +14,16 @@ import pytest
 from importfiles import locked_study
 from test_import_core import _prereg
 from test_import_trackers import _wandb
-from trackerfiles import (file_store, hf_wandb, run_file, verl_mlflow, verl_tensorboard, verl_wandb, wandb_batch,
-                          wandb_folder)
+from trackerfiles import (
+    file_store,
+    hf_wandb,
+    run_file,
+    verl_mlflow,
+    verl_tensorboard,
+    verl_wandb,
+    wandb_batch,
+    wandb_folder,
+)
 from typer.testing import CliRunner
 
 STEP = {"perf/total_num_tokens": 25600, "response_length/mean": 300.0, "prompt_length/mean": 100.0,

@@ -12,11 +12,12 @@ import json
 
 import pandas as pd
 import pytest
-from importfiles import (prereg_app, 
+from importfiles import (
     T_RUN,
     checkpoint_state,
     locked_study,
     outputs_lines,
+    prereg_app,
     trl_state,
     write_trl_state,
 )

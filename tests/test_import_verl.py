@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from importfiles import T_RUN, locked_study, verl_config, write_verl_run, prereg_app
+from importfiles import T_RUN, locked_study, prereg_app, verl_config, write_verl_run
 from typer.testing import CliRunner
 from verlwriter import Fit, write_fit
 

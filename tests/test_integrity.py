@@ -15,12 +15,10 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -30,12 +28,19 @@ from typer.testing import CliRunner
 from prereg_kit.analyze import analyze_study
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError, ViolationError
-from prereg_kit.lock import (amend_plan, append_entries, entry_hash, lock_plan, parse_time, read_chain,
-                             serialize, utc_now)
+from prereg_kit.lock import (
+    amend_plan,
+    append_entries,
+    entry_hash,
+    lock_plan,
+    parse_time,
+    read_chain,
+    serialize,
+    utc_now,
+)
 from prereg_kit.plan import load_plan
-from prereg_kit.runlog import (RunBusyError, RunLock, RunLogError, RunLogWriter, RunMeta, read_run, run_busy,
-                               run_dir)
-from prereg_kit.seal import check_seals, seal_runs
+from prereg_kit.runlog import RunBusyError, RunLock, RunLogError, RunLogWriter, RunMeta, read_run, run_busy, run_dir
+from prereg_kit.seal import seal_runs
 from prereg_kit.synth import generate_study
 from prereg_kit.verify import verify_study
 

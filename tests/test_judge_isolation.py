@@ -6,12 +6,11 @@ sandbox itself is tested in test_sandbox.py."""
 from __future__ import annotations
 
 import pytest
+from plans import run_plan
 
 import trainer.core.program_judge as rewards
 from trainer.config import ConfigError, RunSpec, parse_config
 from trainer.rewards.sandbox import Isolation
-
-from plans import run_plan
 
 WEAK = Isolation("/usr/bin/python3", "ns-root", "/usr/bin/unshare", True, True, 61337, True,
                  notes=("bubblewrap 'bwrap' not found on /usr/local/bin:/usr/bin:/bin (Debian/Ubuntu: apt-get "

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prereg_kit.runlog import (RunBusyError, RunLock, RunLogWriter, RunMeta, WRITER_NOTE, read_run, run_busy,
-                               utc_now)
+from prereg_kit.runlog import WRITER_NOTE, RunBusyError, RunLock, RunLogWriter, RunMeta, read_run, run_busy, utc_now
 from prereg_kit.runlog.writerlock import heartbeat_age, lease_seconds, read_note
 
 

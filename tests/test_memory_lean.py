@@ -135,7 +135,7 @@ def test_matrix_by_position_equals_per_row_lookup():
     from prereg_kit.readings.pairing import _matrix
 
     rng = np.random.default_rng(5)
-    for trial in range(60):
+    for _ in range(60):
         idx = [(c, s, e) for c in ("a", "b") for s in range(4) for e in range(6) if rng.random() > 0.15 or e == 0]
         wide = pd.DataFrame(rng.random((len(idx), 3)), index=pd.MultiIndex.from_tuples(idx, names=["configuration", "seed", "eval_index"]),
                             columns=["p1", "p2", "p3"]).sort_index()

@@ -23,11 +23,11 @@ from importlib import resources
 from pathlib import Path
 
 import tomli_w
+import typer.main
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plans import SMALL_PLAN
-import typer.main
-from click.testing import CliRunner
 
 from prereg_kit.canonical import canonical_json, content_hash
 from prereg_kit.cli import app

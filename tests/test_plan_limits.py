@@ -12,17 +12,25 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import typer.main
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from plans import SMALL_PLAN
-import typer.main
-from click.testing import CliRunner
 
 from prereg_kit import cli_base
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError
-from prereg_kit.plan import (MAX_DEPTH, MAX_NAME, MAX_PLAN_BYTES, MAX_SEEDS, check_name, load_plan, parse_toml,
-                             validate_plan)
+from prereg_kit.plan import (
+    MAX_DEPTH,
+    MAX_NAME,
+    MAX_PLAN_BYTES,
+    MAX_SEEDS,
+    check_name,
+    load_plan,
+    parse_toml,
+    validate_plan,
+)
 from prereg_kit.runlog import run_dir
 
 runner = CliRunner()

@@ -7,16 +7,16 @@ from __future__ import annotations
 import dataclasses
 import gc
 import re
-from pathlib import Path
 import weakref
+from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.text import Text
 import numpy as np
 import pandas as pd
 import pytest
-
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
 from plans import plan_text
+
 from prereg_kit import extrapolation_plots, gradient_report, plots
 from prereg_kit.dryrun import dry_run
 from prereg_kit.gradient_tests import GradientResults
@@ -218,7 +218,7 @@ def test_the_figures_example_in_the_docs_runs(reports, tmp_path, monkeypatch):
     block = re.search(r"### Figures\n.*?```python\n(.*?)```", text, flags=re.DOTALL).group(1)
     monkeypatch.chdir(tmp_path)
     ns = {"a": reports[0].analysis}
-    exec(compile(block, "docs/analysis.md", "exec"), ns)  # noqa: S102 - the docs' own example
+    exec(compile(block, "docs/analysis.md", "exec"), ns)  # the docs' own example
     assert (tmp_path / "figure.pdf").read_bytes()[:4] == b"%PDF"
     from figcheck import layout_problems
 

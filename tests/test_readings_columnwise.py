@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from prereg_kit import readings as rd
 from prereg_kit.analyze import UNSPLIT, configuration_summary
 from prereg_kit.readings import accuracy_curve, read_at_tokens
 from prereg_kit.readings.points import _at_budget, _frame, _runs
 from prereg_kit.runlog import load_study
 from prereg_kit.synth import generate_study
-from prereg_kit import readings as rd
 
 
 def old_read_at_tokens(curves, budget):

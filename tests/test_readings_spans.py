@@ -13,8 +13,19 @@ from plans import SMALL_PLAN
 
 from prereg_kit.errors import PlanError
 from prereg_kit.plan import ReadingPoint, parse_reading_point, validate_plan
-from prereg_kit.readings import (ReadingError, accuracy_curve, first_crossing, paired_readings, problem_accuracy,
-    read_span, select_levels, share_to_target, span_positions, target_curves, to_target)
+from prereg_kit.readings import (
+    ReadingError,
+    accuracy_curve,
+    first_crossing,
+    paired_readings,
+    problem_accuracy,
+    read_span,
+    select_levels,
+    share_to_target,
+    span_positions,
+    target_curves,
+    to_target,
+)
 
 B = 1600.0
 TOK16 = np.array([0] + [k * 100 + 3 for k in range(1, 17)], dtype=float)  # every B/16, a little past each

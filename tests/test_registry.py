@@ -15,7 +15,14 @@ from prereg_kit.cli import app
 from prereg_kit.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.plan import load_plan
 from prereg_kit.registry import (
-    ReportedRow, family_holm_ranges, find_study, load_reported, recheck, recheck_row, registry_states, study_dirs,
+    ReportedRow,
+    family_holm_ranges,
+    find_study,
+    load_reported,
+    recheck,
+    recheck_row,
+    registry_states,
+    study_dirs,
 )
 from prereg_kit.verify import verify_study
 
@@ -355,7 +362,7 @@ def test_forest_figures_on_the_registry_plot_every_reported_row_top_down():
         assert not [ln for ln in ax.lines if ln.get_gid() == "seeds"] and data["seeds"].sum() == 0
         heads = dict((h, line) for line, h in FIGURE_BLOCKS[figure])
         expected, k = [], len(blocks) + n - 1
-        for i, (d, r) in enumerate(printed):
+        for d, r in printed:
             head = max((line, h) for h, line in heads.items() if line < r.line)[1]
             if not expected or expected[-1][0] != head:
                 expected.append((head, []))

@@ -19,8 +19,15 @@ from rich.console import Console
 from prereg_kit.analyze import analyze_study
 from prereg_kit.dryrun import dry_run
 from prereg_kit.plan import load_plan
-from prereg_kit.report import (cannot_change, console_table, format_tokens, is_target, printed_test,
-                               column_time_unit, write_report)
+from prereg_kit.report import (
+    cannot_change,
+    column_time_unit,
+    console_table,
+    format_tokens,
+    is_target,
+    printed_test,
+    write_report,
+)
 from prereg_kit.report_html import render_html
 from prereg_kit.report_tex import contrasts_tex, tex_test
 

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from typer.testing import CliRunner  # noqa: E402
+import torch
+from typer.testing import CliRunner
 
-from prereg_kit.cli import app  # noqa: E402
-from prereg_kit.runlog import read_job_record, read_run  # noqa: E402
-from trainer import run_worker  # noqa: E402
-from trainer.launch import plan_jobs, prepare, run_jobs, run_study  # noqa: E402
-
+from prereg_kit.cli import app
+from prereg_kit.runlog import read_job_record, read_run
+from trainer import run_worker
+from trainer.launch import plan_jobs, prepare, run_jobs, run_study
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "plan.toml"
 

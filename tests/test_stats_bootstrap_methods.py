@@ -38,7 +38,10 @@ def _brute(x, confidence):
     n = x.size
     boot = np.array([x[list(i)] for i in itertools.product(range(n), repeat=n)])
     m = boot.mean(axis=1)
-    q = lambda v, p: np.quantile(v, p, method="inverted_cdf")
+
+    def q(v, p):
+        return np.quantile(v, p, method="inverted_cdf")
+
     half = (1 - confidence) / 2
     theta = x.mean()
     tol = 1e-12 * np.abs(x).max()  # permutations of the seeds tie with θ̂ up to float residue

@@ -7,8 +7,7 @@ import pingouin as pg
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from prereg_kit.stats import (power_noninferiority, power_paired_t, power_tost_paired, seeds_needed,
-                              tost_paired)
+from prereg_kit.stats import power_noninferiority, power_paired_t, power_tost_paired, seeds_needed, tost_paired
 
 
 @pytest.mark.parametrize("alternative, sm_alt",

@@ -15,8 +15,16 @@ import pytest
 from typer.testing import CliRunner
 
 from prereg_kit.cli import app
-from prereg_kit.runlog import (RunLock, RunLogWriter, RunMeta, record_exited, record_started, record_submitted,
-                               run_dir, utc_now)
+from prereg_kit.runlog import (
+    RunLock,
+    RunLogWriter,
+    RunMeta,
+    record_exited,
+    record_started,
+    record_submitted,
+    run_dir,
+    utc_now,
+)
 from prereg_kit.status import BLIND_NOTE, StatusCache, study_status
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,12 +14,12 @@ from analyses.tabular import (
     action_laws,
     conditional_mean_advantages,
     expected_logodds_drift,
-    tabular_advantages,
     iterations_to_reach,
     kappa_n,
     run_recursion,
     sampled_step,
     scalar_reward,
+    tabular_advantages,
     type_probabilities,
 )
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from plans import amend_at, lock_at
@@ -159,7 +158,6 @@ def test_forged_token_with_own_key_passes_only_untrusted(tsa):
     re-signing breaks the signature."""
     from asn1crypto import tsp
     from cryptography.hazmat.primitives.asymmetric import ec
-
     from tsa import make_ca
 
     receipt = request_timestamp(DIGEST, tsa.url)
@@ -286,8 +284,8 @@ def test_embedded_ca_certificate_is_checked_where_it_can_be(tsa_factory, month):
         with pytest.raises(TimestampError) as e:
             verify_receipt(bytes(bad), DIGEST)
         assert reason in _one_line(e)
-    from asn1crypto import cms, tsp, x509 as ax509
-
+    from asn1crypto import cms, tsp
+    from asn1crypto import x509 as ax509
     from tsa import make_ca
 
     resp = tsp.TimeStampResp.load(raw)

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.core.credit import CreditContext  # noqa: E402
-from trainer.core.engines import Rollouts  # noqa: E402
-from trainer.core.policy import Policy  # noqa: E402
-from trainer.core.prm import load_prm, split_steps, step_end_tokens  # noqa: E402
-from trainer.core.update import clipped_loss  # noqa: E402
-from trainer.interventions.baselines import process_advantages, state_baseline  # noqa: E402
-from trainer.interventions.credit_rules import compute_credit  # noqa: E402
-from trainer.interventions.state import DenseState  # noqa: E402
+import torch
+
+from trainer.config import ConfigError, TrainerConfig, parse_config
+from trainer.core.credit import CreditContext
+from trainer.core.engines import Rollouts
+from trainer.core.policy import Policy
+from trainer.core.prm import load_prm, split_steps, step_end_tokens
+from trainer.core.update import clipped_loss
+from trainer.interventions.baselines import process_advantages, state_baseline
+from trainer.interventions.credit_rules import compute_credit
+from trainer.interventions.state import DenseState
 
 STEP = "<extra_0>"
 

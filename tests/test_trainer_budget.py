@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.core.budget import TRAIN_STAGES, Counters, Schedule, StageClock
 from trainer.config import TrainerConfig, derive_seed
+from trainer.core.budget import TRAIN_STAGES, Counters, Schedule, StageClock
 from trainer.data.problems import prompt_stream_batch
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plans import run_plan
 
-from trainer.rewards.channels import extract_program, judge_programs
+from trainer.config import ConfigError, RunSpec, parse_config
 from trainer.data.codetask import (
     CODE_LEVEL_CAPACITY,
     code_prompt,
@@ -21,13 +22,11 @@ from trainer.data.codetask import (
     noisy_solution,
     write_code_task,
 )
-from trainer.config import ConfigError, RunSpec, parse_config
 from trainer.data.problems import DataError, Problem, find_near_duplicates, load_problems
-from trainer.rewards.sandbox import ProgramTest, Sandbox, SandboxLimits, probe_isolation
 from trainer.data.synthetic import TaskError
 from trainer.data.verifiers import get_verifier
-
-from plans import run_plan
+from trainer.rewards.channels import extract_program, judge_programs
+from trainer.rewards.sandbox import ProgramTest, Sandbox, SandboxLimits, probe_isolation
 
 SHORT = {"small_timeout_s": 0.5, "mid_timeout_s": 0.5, "large_timeout_s": 2.0, "max_workers": 2}
 LOOP = "```python\nwhile True:\n    pass\n```"

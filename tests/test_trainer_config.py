@@ -6,11 +6,22 @@ import typing
 from pathlib import Path
 
 import pytest
+from plans import SMALL_PLAN
 
 from prereg_kit.plan import load_plan
-from plans import SMALL_PLAN
-from trainer.config import (FLAT_KEYS, SECTIONS, ConfigError, TrainerConfig, config_of, flat_keys, merge_recipe,
-                            parse_config, plan_flat_keys, sectioned, updated)
+from trainer.config import (
+    FLAT_KEYS,
+    SECTIONS,
+    ConfigError,
+    TrainerConfig,
+    config_of,
+    flat_keys,
+    merge_recipe,
+    parse_config,
+    plan_flat_keys,
+    sectioned,
+    updated,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

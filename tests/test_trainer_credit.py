@@ -6,17 +6,24 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer.config import TrainerConfig  # noqa: E402
-from trainer.core.credit import group_advantages, token_credit  # noqa: E402
-from trainer.core.update import policy_loss  # noqa: E402
-from trainer.core.credit import CreditContext  # noqa: E402
-from trainer.interventions.credit_rules import compute_credit  # noqa: E402
-from trainer.core.engines import Rollouts  # noqa: E402
-from trainer.core.policy import Policy, token_logprobs  # noqa: E402
-from trainer.core.update import update_step  # noqa: E402
+import torch
+
+from trainer.config import TrainerConfig
+from trainer.core.credit import (
+    CreditContext,
+    group_advantages,
+    token_credit,
+)
+from trainer.core.engines import Rollouts
+from trainer.core.policy import Policy, token_logprobs
+from trainer.core.update import (
+    policy_loss,
+    update_step,
+)
+from trainer.interventions.credit_rules import compute_credit
 
 
 def test_group_advantage_population_sd_by_hand():

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer.interventions import critic as cr  # noqa: E402
-from trainer.config import TrainerConfig  # noqa: E402
-from trainer.core.credit import group_advantages  # noqa: E402
-from trainer.core.credit import CreditContext  # noqa: E402
-from trainer.interventions.credit_rules import compute_credit  # noqa: E402
-from trainer.interventions.state import DenseState  # noqa: E402
+import torch
+
+from trainer.config import TrainerConfig
+from trainer.core.credit import (
+    CreditContext,
+    group_advantages,
+)
+from trainer.interventions import critic as cr
+from trainer.interventions.credit_rules import compute_credit
+from trainer.interventions.state import DenseState
 
 
 def test_ridge_matches_the_closed_form():

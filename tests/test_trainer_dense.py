@@ -7,18 +7,21 @@ from dataclasses import dataclass
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer.interventions import equal_iteration, length, segments  # noqa: E402
-from trainer.interventions.state import DenseState  # noqa: E402
-from trainer.config import TrainerConfig, derive_seed  # noqa: E402
-from trainer.core.credit import group_advantages  # noqa: E402
-from trainer.core.credit import CreditContext  # noqa: E402
-from trainer.interventions.credit_rules import compute_credit  # noqa: E402
-from trainer.interventions.monte_carlo import MAX_K  # noqa: E402
+import torch
+from plans import run_plan
 
-from plans import run_plan  # noqa: E402
+from trainer.config import TrainerConfig, derive_seed
+from trainer.core.credit import (
+    CreditContext,
+    group_advantages,
+)
+from trainer.interventions import equal_iteration, length, segments
+from trainer.interventions.credit_rules import compute_credit
+from trainer.interventions.monte_carlo import MAX_K
+from trainer.interventions.state import DenseState
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,24 +9,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from trainer.rewards.aggregation import LagrangeState  # noqa: E402
-from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.interventions.credit_rules import compute_credit  # noqa: E402
-from trainer.core.credit import CreditContext  # noqa: E402
-from trainer.core.credit import group_advantages as eq1  # noqa: E402
-from trainer.data.problems import Problem  # noqa: E402
-from trainer.core.evaluate import eval_channel_counts, eval_channels  # noqa: E402
-from trainer.core.reward_step import (  # noqa: E402
+import torch
+from plans import run_plan
+
+from trainer.config import ConfigError, TrainerConfig, parse_config
+from trainer.core.credit import CreditContext
+from trainer.core.credit import group_advantages as eq1
+from trainer.core.evaluate import eval_channel_counts, eval_channels
+from trainer.core.reward_step import (
     make_rewarder,
     state_from_dict,
     state_to_dict,
 )
-from trainer.data.verifiers import get_verifier  # noqa: E402
-
-from plans import run_plan  # noqa: E402
+from trainer.data.problems import Problem
+from trainer.data.verifiers import get_verifier
+from trainer.interventions.credit_rules import compute_credit
+from trainer.rewards.aggregation import LagrangeState
 
 
 def _problems(answers):
@@ -202,8 +203,8 @@ def mr_study(tmp_path: Path, cache: Path, rule: str = "lagrangian", tokens: int 
 @pytest.mark.slow  # trains the tiny model
 def test_tiny_multireward_run_logs_channels(tmp_path, mr_cache):
     from prereg_kit.runlog import read_run
-    from trainer.launch import plan_jobs
     from trainer.config import updated
+    from trainer.launch import plan_jobs
     from trainer.loop import train
 
     study = mr_study(tmp_path, mr_cache)

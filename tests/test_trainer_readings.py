@@ -10,13 +10,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from trainer.config import EvalSetSpec, RunSpec, TrainerConfig  # noqa: E402
-from trainer.core.budget import Counters  # noqa: E402
-from trainer.core.evaluate import EvalSet, evaluate, log_length, scored_now  # noqa: E402
-from trainer.data.problems import Problem  # noqa: E402
-from trainer.loop import group_stats  # noqa: E402
+import torch
+
+from trainer.config import EvalSetSpec, RunSpec, TrainerConfig
+from trainer.core.budget import Counters
+from trainer.core.evaluate import EvalSet, evaluate, log_length, scored_now
+from trainer.data.problems import Problem
+from trainer.loop import group_stats
 
 
 def test_group_shares_split_every_group_once():

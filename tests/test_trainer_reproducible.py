@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from typer.testing import CliRunner  # noqa: E402
+import torch
+from plans import run_plan
+from typer.testing import CliRunner
 
-from prereg_kit.cli import app  # noqa: E402
-from prereg_kit.runlog import read_meta, read_run  # noqa: E402
-from trainer.config import ConfigError, parse_config  # noqa: E402
-from trainer.launch import plan_jobs  # noqa: E402
-from trainer.core.assets import prepare_assets, weight_files, weights_sha256  # noqa: E402
-
-from plans import run_plan  # noqa: E402
+from prereg_kit.cli import app
+from prereg_kit.runlog import read_meta, read_run
+from trainer.config import ConfigError, parse_config
+from trainer.core.assets import prepare_assets, weight_files, weights_sha256
+from trainer.launch import plan_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_GRPO = ROOT / "registry" / "cpu-grpo"
@@ -70,7 +70,7 @@ def _cli(*args):
 # --- the warm start and its hash ---------------------------------------------------------------
 
 def test_warm_start_is_identical_across_thread_counts_and_restores_the_callers_settings(tmp_path, monkeypatch):
-    import trainer.core.assets as ws  # noqa: PLC0415
+    import trainer.core.assets as ws
 
     before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled())
@@ -146,14 +146,14 @@ def test_a_run_records_the_weights_hash_and_a_matching_pin_runs(tmp_path, cache)
     spec, _ = _assets(pinned)
     threads = torch.get_num_threads()
     try:
-        from trainer.loop import train  # noqa: PLC0415
+        from trainer.loop import train
 
         train(spec)
     finally:
         torch.set_num_threads(threads)
     meta = read_meta(spec.run_dir)
     assert meta.status == "complete" and meta.model_extra["model_sha256"] == assets.model_sha256
-    from trainer.loop import optional_packages  # noqa: PLC0415
+    from trainer.loop import optional_packages
 
     assert meta.model_extra["packages"] == optional_packages() and "transformers" in meta.model_extra["packages"]
 

@@ -13,24 +13,26 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_trainer_credit import _rollouts, _tiny_policy  # noqa: E402
-from test_trainer_dense import FakeTok, verifier  # noqa: E402
-from test_trainer_run import _train  # noqa: E402
+import torch
+from plans import run_plan
+from test_trainer_credit import _rollouts, _tiny_policy
+from test_trainer_dense import FakeTok, verifier
+from test_trainer_run import _train
 
-from trainer.interventions import reuse  # noqa: E402
-from trainer.config import ConfigError, TrainerConfig, parse_config  # noqa: E402
-from trainer.core.update import policy_loss  # noqa: E402
-from trainer.core.credit import CreditContext  # noqa: E402
-from trainer.interventions.credit_rules import compute_credit  # noqa: E402
-from trainer.interventions.monte_carlo import MAX_K  # noqa: E402
-from trainer.core.engines import Rollouts  # noqa: E402
-from trainer.core.policy import token_logprobs  # noqa: E402
-from trainer.core.update import make_optimizer  # noqa: E402
-
-from plans import run_plan  # noqa: E402
+from trainer.config import ConfigError, TrainerConfig, parse_config
+from trainer.core.credit import CreditContext
+from trainer.core.engines import Rollouts
+from trainer.core.policy import token_logprobs
+from trainer.core.update import (
+    make_optimizer,
+    policy_loss,
+)
+from trainer.interventions import reuse
+from trainer.interventions.credit_rules import compute_credit
+from trainer.interventions.monte_carlo import MAX_K
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from typer.testing import CliRunner  # noqa: E402
+import torch
+from plans import run_plan
+from typer.testing import CliRunner
 
-from prereg_kit.cli import app  # noqa: E402
-from prereg_kit.lock import lock_plan  # noqa: E402
-from prereg_kit.runlog import read_meta, read_run  # noqa: E402
-from trainer.launch import plan_jobs, stage_run_dir  # noqa: E402
-
-from plans import run_plan  # noqa: E402
+from prereg_kit.cli import app
+from prereg_kit.lock import lock_plan
+from prereg_kit.runlog import read_meta, read_run
+from trainer.launch import plan_jobs, stage_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,18 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from prereg_kit.runlog import read_run  # noqa: E402
-from trainer.interventions import selection as sel  # noqa: E402
-from trainer.config import ConfigError, TrainerConfig, parse_config, updated  # noqa: E402
-from trainer.data.problems import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions  # noqa: E402
-from trainer.launch import plan_jobs  # noqa: E402
-from trainer.core.engines import Rollouts  # noqa: E402
-from trainer.interventions.ridge import Ridge  # noqa: E402
+import torch
+from plans import run_plan
 
-from plans import run_plan  # noqa: E402
+from prereg_kit.runlog import read_run
+from trainer.config import ConfigError, TrainerConfig, parse_config, updated
+from trainer.core.engines import Rollouts
+from trainer.data.problems import Problem, ProblemPool, prompt_stream_batch, prompt_stream_positions
+from trainer.interventions import selection as sel
+from trainer.interventions.ridge import Ridge
+from trainer.launch import plan_jobs
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, TrainerConfig, derive_seed
-from trainer.core.engines import VLLMEngine  # noqa: E402
-from trainer.core.policy import Policy  # noqa: E402
+from trainer.core.engines import VLLMEngine
+from trainer.core.policy import Policy
 
 
 class _Params:

@@ -18,8 +18,9 @@ from types import SimpleNamespace
 import pytest
 
 pytest.importorskip("trl")
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
+import torch
 from transformers import TrainerControl
 from trl import GRPOConfig
 

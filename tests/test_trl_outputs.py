@@ -110,8 +110,8 @@ def test_what_is_not_a_trl_run_is_refused(tmp_path):
 def test_prereg_import_evaluations_from_trl_builds_a_file_both_readers_read(tmp_path):
     """The `trl` source of `prereg import evaluations`: the tables' evaluations, a problem named by
     its prompt where no id was logged (the rule read_outputs uses), the options TRL's alone."""
-    from typer.testing import CliRunner
     from test_import_evaluations_file import _app
+    from typer.testing import CliRunner
 
     from prereg_kit.integrations.tracker_evals import load_evaluations
 

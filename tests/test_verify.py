@@ -25,7 +25,6 @@ from trainer.data.verifiers import (
     has_boxed,
     is_correct,
     is_placeholder_box,
-    last_number,
     normalize_answer,
     parse_number,
     strip_think,
@@ -505,9 +504,8 @@ def test_windowed_last_number_equals_full_scan(pieces: list[str]) -> None:
     from trainer.data.normalize import _TOKEN, _last_token, _token_text_value
 
     text = "".join(pieces) * 3  # long enough for the window to start mid-text
-    full = None
-    for full in _TOKEN.finditer(text):
-        pass
+    matches = list(_TOKEN.finditer(text))
+    full = matches[-1] if matches else None
     fast = _last_token(text)
     assert (None if full is None else _token_text_value(full)) == (
         None if fast is None else _token_text_value(fast))

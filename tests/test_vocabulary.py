@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from plans import SMALL_PLAN
+
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.lock import lock_plan
 from prereg_kit.plan import load_plan, validate_plan
@@ -266,6 +266,7 @@ def test_an_iteration_budget_is_read_at_the_first_evaluation_at_or_after_iterati
 def test_a_real_run_with_an_iteration_budget_stops_at_n_and_evaluates_every_k(tmp_path):
     pytest.importorskip("torch")
     from plans import run_plan
+
     from prereg_kit.runlog import read_run
     from trainer.launch import plan_jobs
     from trainer.loop import train

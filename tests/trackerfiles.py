@@ -111,7 +111,7 @@ def _write_wandb_runs(spec: Path) -> None:
             tracking = verl_tracking_module()
             init = wandb.init
             # where a user sets WANDB_DIR and WANDB_RUN_ID (read once per process, so given here)
-            wandb.init = lambda **kw: init(**kw, dir=run["dir"], id=run["id"], mode="offline")
+            wandb.init = lambda init=init, run=run, **kw: init(**kw, dir=run["dir"], id=run["id"], mode="offline")
             try:
                 t = tracking.Tracking("prereg-tests", run["id"], default_backend="wandb", config=run["config"])
                 for data, step in run["logs"]:

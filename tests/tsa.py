@@ -189,7 +189,7 @@ class LocalTSA:
         tsa = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
+            def do_POST(self):  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 tsa.queries.append(body)
                 if tsa.mode == "http_error" or self.headers.get("Content-Type") != "application/timestamp-query":
@@ -222,7 +222,8 @@ def resign(receipt: bytes, key, cert, *, ess_cert=None, econtent: bytes | None =
     bytes (the message digest attribute is updated to match). An RSA key signs with PKCS#1 v1.5,
     or RSASSA-PSS with ``pss``.
     """
-    from asn1crypto import cms, tsp, x509 as ax509
+    from asn1crypto import cms, tsp
+    from asn1crypto import x509 as ax509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 

@@ -168,7 +168,7 @@ _WORKER: dict[str, Any] = {}  # in a parallel worker: its own cache folder
 
 
 def _start_worker(slots: Any, out: Path, threads: int) -> None:
-    import torch  # noqa: PLC0415
+    import torch
 
     torch.set_num_threads(threads)
     _WORKER["cache"] = out / ".cache" / f"worker-{slots.get()}"
@@ -182,7 +182,7 @@ def _run_in_worker(job: tuple[SmokeCase, Path, int]) -> tuple[bool, str]:
 def default_jobs() -> int:
     """Smoke runs at once: one per CPU this process may use (each run uses one thread), at most 8
     (each worker holds its own torch)."""
-    import os  # noqa: PLC0415
+    import os
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cpus, 8))
@@ -194,8 +194,8 @@ def _results(runnable: list[SmokeCase], out: Path, limit: int, jobs: int, thread
     if jobs <= 1 or len(runnable) <= 1:
         yield from (run_case(c, out, limit) for c in runnable)
         return
-    import multiprocessing  # noqa: PLC0415
-    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     for case in runnable:
         ensure_prm(smoke_spec(case, out, limit))
