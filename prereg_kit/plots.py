@@ -194,10 +194,22 @@ def _axes(ax, figsize):
 def forest(contrasts: pd.DataFrame, per_seed: pd.DataFrame, *, ax=None, title: str | None = None,
            margin: float = 0.02, synthetic: bool = False) -> Figure:
     """One row per contrast: paired-t mean and CI (fractions), dots for the per-seed differences,
-    the ±margin band; the legend outside the panel, to its right."""
+    the margin band; the legend outside the panel, to its right. The band is each contrast's own
+    ``[margin_low, margin_high]`` where the contrasts' margins differ (an asymmetric one, a
+    contrast's own), one band across the panel where they are all the same, ``±margin`` where the
+    frame has no margins."""
     n = len(contrasts)
     ax = _axes(ax, (9.5, 1.2 + 0.55 * max(n, 1)))
-    ax.axvspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
+    bounds = _row_margins(contrasts, margin)
+    if len(set(bounds)) <= 1:
+        lo, hi = bounds[0] if bounds else (-margin, margin)
+        ax.axvspan(lo, hi, color="#d9d9d9", alpha=0.6, lw=0)
+        band = f"±{hi:g} margin" if lo == -hi else f"margin [{lo:g}, {hi:g}]"
+    else:
+        for i, (lo, hi) in enumerate(bounds):
+            y = n - 1 - i
+            ax.fill_betweenx([y - 0.45, y + 0.45], lo, hi, color="#d9d9d9", alpha=0.6, lw=0)
+        band = "the contrast's own margin"
     ax.axvline(0, color="black", lw=0.8)
     rng = np.random.default_rng(0)  # jitter only; fixed for reproducible figures
     seeds = {k: g.to_numpy() for k, g in per_seed.groupby("contrast", sort=False, observed=True)["difference"]}
@@ -227,9 +239,18 @@ def forest(contrasts: pd.DataFrame, per_seed: pd.DataFrame, *, ax=None, title: s
 
     handles = [Line2D([], [], marker="o", lw=1.8, color=c, label=f"{t}: mean, 95% CI") for t, c in TIER_COLOR.items() if t in tiers]
     legend_outside(ax, [*handles, Line2D([], [], marker="o", ls="", ms=3, color="#999999", label="one seed's difference"),
-                        Rectangle((0, 0), 1, 1, color="#d9d9d9", label=f"±{margin:g} margin")])
+                        Rectangle((0, 0), 1, 1, color="#d9d9d9", label=band)])
     ax.grid(axis="x", alpha=0.3)
     return ax.figure
+
+
+def _row_margins(contrasts: pd.DataFrame, margin: float) -> list[tuple[float, float]]:
+    """Each contrast's ``(margin_low, margin_high)`` (``±margin`` where the frame has none or a
+    row's is missing), in row order."""
+    if not {"margin_low", "margin_high"} <= set(contrasts.columns):
+        return [(-margin, margin)] * len(contrasts)
+    return [(-margin, margin) if pd.isna(lo) or pd.isna(hi) else (float(lo), float(hi))
+            for lo, hi in zip(contrasts["margin_low"], contrasts["margin_high"])]
 
 
 def accuracy(curves: pd.DataFrame, *, x: str = "tokens", ax=None, title: str | None = None,

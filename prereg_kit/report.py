@@ -130,7 +130,8 @@ def printed_test(row: pd.Series) -> str:
     else:
         label = f"{adj} NI p" if row["tier"] == "primary" else "NI p"
         parts.append(f"{label} = {format_p(row['p_holm'] if row['tier'] == 'primary' else row['ni_p'])}")
-        parts.append(f"90% lower bound {_signed(row['ni_lower'])} vs −{row['margin_high']:g}")
+        # non-inferiority is against the lower margin (an asymmetric [-0.01, 0.03] reads -0.01)
+        parts.append(f"90% lower bound {_signed(row['ni_lower'])} vs {row['margin_low']:g}".replace("-", "−"))
     return "; ".join(parts)
 
 

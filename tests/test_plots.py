@@ -213,6 +213,36 @@ def test_forest_legend_covers_no_data_point():
     assert _overlaps(fig)
 
 
+
+def _bands(ax) -> list[tuple[float, float, float, float]]:
+    """The grey margin bands of a forest plot as (x0, x1, y0, y1) in data coordinates, bottom up."""
+    out = []
+    for art in [*ax.patches, *ax.collections]:
+        face = np.ravel(art.get_facecolor())
+        if face.size < 3 or not np.allclose(face[:3], [0xd9 / 255] * 3):
+            continue
+        paths = art.get_paths() if hasattr(art, "get_paths") else [art.get_path().transformed(art.get_patch_transform())]
+        for p in paths:
+            v = p.vertices
+            out.append((v[:, 0].min(), v[:, 0].max(), v[:, 1].min(), v[:, 1].max()))
+    return sorted(out, key=lambda b: b[2])
+
+
+def test_forest_draws_each_contrasts_own_margin_where_the_margins_differ():
+    """An asymmetric margin ([-0.01, 0.03]) beside a symmetric one (±0.02): each row's band is its
+    own bounds, not one ±max band across the panel; contrasts that share one margin keep one band."""
+    c, seeds = _contrasts(2)
+    c["margin_low"], c["margin_high"] = [-0.01, -0.02], [0.03, 0.02]
+    ax = plots.forest(c, seeds, margin=0.03).axes[0]
+    bands = _bands(ax)
+    assert [b[:2] for b in bands] == [(-0.02, 0.02), (-0.01, 0.03)]  # bottom row is the second contrast
+    assert bands[0][3] < bands[1][2]  # one band per row, not across the panel
+    assert "the contrast's own margin" in [t.get_text() for t in ax.get_legend().get_texts()]
+    c["margin_low"], c["margin_high"] = -0.02, 0.02
+    ax = plots.forest(c, seeds, margin=0.02).axes[0]
+    assert [b[:2] for b in _bands(ax)] == [(-0.02, 0.02)]
+    assert "±0.02 margin" in [t.get_text() for t in ax.get_legend().get_texts()]
+
 def test_the_figures_example_in_the_docs_runs(reports, tmp_path, monkeypatch):
     text = (ROOT / "docs" / "analysis.md").read_text()
     block = re.search(r"### Figures\n.*?```python\n(.*?)```", text, flags=re.DOTALL).group(1)

@@ -235,3 +235,18 @@ def test_report_html_renders_in_a_headless_browser_with_every_figure(reports, tm
     figures, controls = seen["imgs"][:-2], dict((i, w) for i, w, _ in seen["imgs"][-2:])
     assert len(figures) == n_img and all(w > 0 and done for _, w, done in figures), figures
     assert controls == {"bad": 0, "far": 0}
+
+
+def test_non_inferiority_is_printed_against_the_lower_margin_of_an_asymmetric_margin():
+    """A plan's ``margin = [-0.01, 0.03]``: the 90% lower bound is set against −0.01 (the bound the
+    verdict uses), not against the upper margin mirrored (−0.03), which beside "not shown
+    non-inferior" read as a contradiction."""
+    from prereg_kit import stats
+
+    row = _row(kind="non-inferiority", tier="secondary", mean=0.004, ci_low=-0.02, ci_high=0.028, ni_p=0.09,
+               ni_lower=-0.015, margin_low=-0.01, margin_high=0.03)
+    assert printed_test(pd.Series(row)).endswith("90% lower bound −0.015 vs −0.01")
+    verdict = stats.verdict("non-inferiority", p=row["ni_p"], ci_low=row["ni_lower"], margin=-row["margin_low"], alpha=0.05)
+    assert verdict.reading != "non-inferior" and row["ni_lower"] < row["margin_low"]  # the text and the verdict agree
+    symmetric = _row(kind="non-inferiority", tier="secondary", ni_p=0.01, ni_lower=-0.015, margin_low=-0.02, margin_high=0.02)
+    assert printed_test(pd.Series(symmetric)).endswith("90% lower bound −0.015 vs −0.02")
