@@ -28,7 +28,7 @@ from analyses.gradient import project_out
 
 from . import __version__
 from .plan import GradientTest, Plan
-from .plan.gradient import CONTINUATION_RULES, credit_of, resolved_spec, rollout_of, with_variants
+from .plan.gradient import CONTINUATION_RULES, RECIPE_DEFAULTS, credit_of, resolved_spec, rollout_of, with_variants
 
 DIM = 64  # dimensions of the made-up parameter space
 WHOLE_COMPLETION_RULES = ("outcome", "rloo", "prm_reward", "prm_baseline")  # credit constant within a completion
@@ -52,8 +52,8 @@ def synthetic_batches(plan: Plan, t: GradientTest, *, seed: int = 0) -> pd.DataF
         credit, roll = credit_of(plan.resolved_config(c)), rollout_of(plan.resolved_config(c))
         r = _stream(seed, t.id, c)
         mc = credit["rule"] in CONTINUATION_RULES
-        k = int(credit.get("mc_k", 4)) if mc else 0
-        cuts = len(credit.get("mc_cuts") or []) or int(credit.get("mc_segments", 6)) - 1
+        k = int(credit.get("mc_k", RECIPE_DEFAULTS["credit.mc_k"])) if mc else 0
+        cuts = len(credit.get("mc_cuts") or []) or int(credit.get("mc_segments", RECIPE_DEFAULTS["credit.mc_segments"])) - 1
         limit = int(credit.get("mc_continuation_limit") or roll["completion_limit"])
         params[c] = (credit["rule"], k, r.uniform(0.3, 1.2), np.sqrt(1 + 2 / k) if mc else r.uniform(0.8, 1.6),
                      n_comp * roll["completion_limit"] // 2, n_comp * k * cuts * limit // 2 if mc else 0)

@@ -286,3 +286,24 @@ def test_short_run_of_every_configuration_writes_a_valid_run_log(tmp_path):
     mc = {"monte_carlo", "equal_iteration", "shuffled"}
     assert all(shares[k] > 0 for k in mc), shares
     assert all(shares[k] == 0 for k in set(CONFIGS) - mc), shares
+
+
+def test_the_cores_copy_of_the_trainers_rule_sets_and_defaults_is_the_trainers():
+    """The core names no trainer, so the gradient plan check and the synthetic gradient rows keep
+    their own copy of which credit rules draw continuations and of the recipe defaults where a plan
+    is silent; here they are held to the trainer's (a copy without ``shuffled`` once gave its
+    synthetic rows mc_k = 0 where the real gradient test records k)."""
+    from prereg_kit.plan.gradient import CONTINUATION_RULES as CORE_RULES
+    from prereg_kit.plan.gradient import RECIPE_DEFAULTS
+    from trainer.interventions.credit_rules import CONTINUATION_RULES, CREDIT_RULES
+
+    assert set(CORE_RULES) == CONTINUATION_RULES <= set(CREDIT_RULES)
+    cfg = TrainerConfig()
+    for key, value in RECIPE_DEFAULTS.items():
+        section, name = key.split(".")
+        assert getattr(getattr(cfg, section), name) == value, key
+    # the rules that run on these fakes: continuations drawn exactly by the rules the set names
+    for rule in ("outcome", "rloo", "monte_carlo", "equal_iteration", "shuffled", "vineppo"):
+        roll, mask, rewards, engine = _group()
+        out = compute_credit(rule, CreditContext.of(rewards, mask, group_size=2, eps=1e-6, **_ctx(_cfg(), roll, engine)))
+        assert (out.continuation_tokens > 0) == (rule in CONTINUATION_RULES), rule

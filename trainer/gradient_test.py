@@ -56,7 +56,7 @@ from trainer.core.policy import load_policy, set_determinism
 from trainer.core.reward_step import verify_rewards
 from trainer.data.problems import load_problems, prompt_stream_batch, task_pool
 from trainer.data.verifiers import get_verifier
-from trainer.interventions.credit_rules import compute_credit
+from trainer.interventions.credit_rules import CONTINUATION_RULES, compute_credit
 from trainer.interventions.length import with_length_reward
 from trainer.interventions.state import DenseState
 
@@ -294,7 +294,7 @@ def _run(study: Path, folder: Path, spec: dict, cfgs: dict[str, TrainerConfig], 
                 nums = pg.inner_products(K, Qh, hh, h, u, d, Q, in_v)
                 held.drop(u), held.drop(d)
                 del u, d
-                mc = cfg.credit.rule in ("monte_carlo", "vineppo", "continuation_reuse", "equal_iteration", "shuffled")
+                mc = cfg.credit.rule in CONTINUATION_RULES
                 rows.append({"test": spec["id"], "batch": j - spec["warmup"], "configuration": n,
                              "credit_rule": cfg.credit.rule, "mc_k": cfg.credit.mc_k if mc else 0, **nums,
                              "rollout_tokens": roll.tokens, "continuation_tokens": int(credit.continuation_tokens),

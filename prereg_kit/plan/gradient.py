@@ -27,8 +27,12 @@ class _Model(BaseModel):
 
 
 # Credit rules that spend continuation tokens (their update has a Monte-Carlo k), and rules that
-# keep state across batches (a critic's buffer): the latter get warm-up batches by default.
-CONTINUATION_RULES = ("monte_carlo", "equal_iteration", "vineppo", "continuation_reuse")
+# keep state across batches (a critic's buffer): the latter get warm-up batches by default. The
+# core names no trainer: these, and the built-in trainer's defaults where a recipe is silent, are
+# the trainer's (trainer.interventions.credit_rules, trainer.config), held equal by a test.
+CONTINUATION_RULES = ("monte_carlo", "equal_iteration", "shuffled", "vineppo", "continuation_reuse")
+RECIPE_DEFAULTS = {"rollout.prompts_per_iteration": 8, "rollout.group_size": 8, "rollout.completion_limit": 380,
+                   "credit.rule": "outcome", "credit.mc_k": 4, "credit.mc_segments": 6}
 STATEFUL_RULES = ("critic_td", "critic_baseline")
 DEFAULT_WARMUP = 4
 METRICS = ("per_update", "per_token", "alignment")
@@ -167,16 +171,15 @@ def credit_of(config: dict[str, Any]) -> dict[str, Any]:
     for k in ("mc_k", "mc_segments", "mc_cuts", "mc_continuation_limit"):
         if k in config and k not in table:
             table[k] = config[k]
-    table.setdefault("rule", "outcome")
+    table.setdefault("rule", RECIPE_DEFAULTS["credit.rule"])
     return table
 
 
 def rollout_of(config: dict[str, Any]) -> dict[str, Any]:
     """The rollout settings of a resolved recipe (the trainer's defaults where the plan is silent)."""
     flat = _flat_settings(config)
-    return {"prompts_per_iteration": flat.get("rollout.prompts_per_iteration", 8),
-            "group_size": flat.get("rollout.group_size", 8),
-            "completion_limit": flat.get("rollout.completion_limit", 380)}
+    return {k: flat.get(f"rollout.{k}", RECIPE_DEFAULTS[f"rollout.{k}"])
+            for k in ("prompts_per_iteration", "group_size", "completion_limit")}
 
 
 def resolved_spec(t: GradientTest, plan: Any) -> dict[str, Any]:
@@ -238,7 +241,7 @@ def gradient_problems(plan: Any) -> list[tuple[tuple, str]]:
             elif n in recipes and credit_of(recipes[n])["rule"] not in CONTINUATION_RULES:
                 errs.append((where + ("fit",), f"{n!r} has credit rule {credit_of(recipes[n])['rule']!r}: the a + b/k "
                              f"fit needs Monte-Carlo configurations ({', '.join(CONTINUATION_RULES)})"))
-        ks = [credit_of(recipes[n]).get("mc_k", 4) for n in t.fit if n in recipes]
+        ks = [credit_of(recipes[n]).get("mc_k", RECIPE_DEFAULTS["credit.mc_k"]) for n in t.fit if n in recipes]
         if t.fit and len(set(ks)) < 2:
             errs.append((where + ("fit",), f"the a + b/k fit needs at least two different k (have k = {sorted(set(ks))})"))
         for ci, c in enumerate(t.conditions):
@@ -266,5 +269,5 @@ def _shared_batches(t: GradientTest, recipes: dict[str, dict], where: tuple) -> 
     return []
 
 
-__all__ = ["Condition", "CONTINUATION_RULES", "credit_of", "GradientTest", "gradient_problems", "METRICS", "Reference",
+__all__ = ["Condition", "CONTINUATION_RULES", "credit_of", "RECIPE_DEFAULTS", "GradientTest", "gradient_problems", "METRICS", "Reference",
            "resolved_spec", "rollout_of", "STATEFUL_RULES", "with_variants"]

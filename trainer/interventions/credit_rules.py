@@ -33,6 +33,11 @@ CREDIT_RULES: dict[str, Callable[[CreditContext], Credit]] = {
     "prm_baseline": prm_baseline_credit,  # R − V_PRM(last finished step), state-only baseline (App. E)
 }
 
+#: The rules whose credit draws continuations from cut points (their update has a Monte-Carlo k,
+#: ``credit.mc_k``): what the gradient test records as ``mc_k`` and the core's synthetic gradient
+#: rows assume (``prereg_kit.plan.gradient.CONTINUATION_RULES``, held equal by a test).
+CONTINUATION_RULES = frozenset({"monte_carlo", "equal_iteration", "shuffled", "vineppo", "continuation_reuse"})
+
 
 def compute_credit(rule: str, ctx: CreditContext) -> Credit:
     """The iteration's credit under the named rule."""
