@@ -47,6 +47,13 @@ def test_one_look_is_the_fixed_sample_t_and_look_one_is_exact(design):
     assert b.mc_se == pytest.approx(math.sqrt((ALPHA - b.alpha_spent[0]) * 0.95 / N_PATHS))
 
 
+def test_the_boundaries_are_a_fixed_function_of_the_design(design):
+    """The default sample's boundaries, stored: a change means numpy's stream or the sampler
+    changed (the new boundaries would be as good, within their Monte-Carlo error, but an analysis
+    would no longer reproduce a recorded look's)."""
+    assert sequential_t_boundaries(design).t == pytest.approx((208.68203014288673, 3.2518677711486816), rel=1e-6)
+
+
 def test_later_looks_spend_exactly_their_share_of_the_sample(design):
     """On the sample the boundaries come from, each look after the first is crossed first by
     exactly round(spent·N) paths; look 1 (exact) within its binomial error."""

@@ -7,8 +7,8 @@ with Brownian-motion correlation. A paired t on n units is not: comparing its p 
 ``2·(1 − Φ(z_k))`` of a z boundary (the "significance level approach", Jennison & Turnbull 2000,
 §11.2) gets each look's marginal level right but not the looks' joint law, since each look
 estimates σ afresh from few units. With 2 to 4 seeds per look the family-wise error exceeds α
-(measured over 400,000 null studies per design: Pocock at 2 and 4 seeds 0.0545, O'Brien–Fleming at
-2 and 4 seeds 0.0520; ``benchmarks/sequential_t_error.py``).
+(up to 0.057 at α = .05 over 400,000 null studies per design; ``benchmarks/sequential_t_error.py``,
+docs/statistics.md).
 
 The law used here. With paired normal differences under H0 the statistics
 ``T_k = √n_k·x̄_k / s_k`` at the looks' unit counts ``n_1 < … < n_K`` are scale invariant, so
@@ -32,9 +32,10 @@ two-dimensional state (sum, sum of squares) exists (Jennison & Turnbull 1991, "E
 for sequential t, χ² and F tests", Biometrika 78:133–141); the simulation is chosen here because
 its error is known in closed form, the same for every design, and needs no grid tuning for
 increments of a single unit (whose sum-of-squares kernel is degenerate). The sample is a
-deterministic function of the design, ``n_paths`` and ``seed`` (numpy's PCG64 stream, fixed
-chunks), so an analysis reproduces its boundaries; a design's sample takes about 0.1 s per look
-and is kept for the next call (``functools.lru_cache``), as are the boundaries of each α.
+deterministic function of the design, ``n_paths`` and ``seed`` (numpy's PCG64 stream drawn in
+float64 in fixed chunks, kept as float32), so an analysis reproduces its boundaries; a design's
+sample takes about 0.2 s per look and is kept for the next call (``functools.lru_cache``), as are
+the boundaries of each α.
 """
 
 from __future__ import annotations
@@ -102,19 +103,19 @@ def _sample(units: tuple[int, ...], n_paths: int, seed: int) -> np.ndarray:
     """``|T_k|`` of ``n_paths`` null paths (rows) at the looks (columns), read-only float32."""
     rng = np.random.default_rng(seed)
     out = np.empty((n_paths, len(units)), dtype=np.float32, order="F")  # a look's column is contiguous
-    f32 = np.float32
     for a in range(0, n_paths, CHUNK):
         m = min(n_paths, a + CHUNK) - a
-        s = ss = np.zeros(m, dtype=f32)
+        s = ss = np.zeros(m)
         prev = 0
         for k, n in enumerate(units):
             block = n - prev
-            b = rng.standard_normal(m, dtype=f32) * f32(math.sqrt(block))  # the block's sum
-            w = f32(2.0) * rng.standard_gamma((block - 1) / 2.0, m, dtype=f32) if block > 1 else f32(0.0)  # χ²_{m−1}
-            ss = ss + w + f32(prev * block / n) * (s / f32(prev) - b / f32(block)) ** 2 if prev else w
+            b = rng.standard_normal(m) * math.sqrt(block)  # the block's sum
+            # χ²_{m−1} in float64: float32 draws put a visible atom at 0 for m = 2 (a uniform's 2⁻²⁴ grid)
+            w = 2.0 * rng.standard_gamma((block - 1) / 2.0, m) if block > 1 else 0.0
+            ss = ss + w + (prev * block / n) * (s / prev - b / block) ** 2 if prev else w
             s = s + b
             prev = n
-            out[a:a + m, k] = np.abs(s) / np.sqrt(ss * f32(n / (n - 1)))
+            out[a:a + m, k] = np.abs(s) / np.sqrt(ss * (n / (n - 1)))
     out.flags.writeable = False
     return out
 
