@@ -272,10 +272,11 @@ class SequentialLook:
 
 
 def rule_changes(chain: Chain | None, plan: Plan, look: int) -> list[str]:
-    """One line per contrast of a recorded look (up to ``look``) whose recorded nominal p differs
-    from the one the current rule gives it (a look recorded by an earlier version, e.g. with z
-    boundaries for a paired t): both thresholds at the contrast's Bonferroni share, and whether its
-    recorded p falls on the same side of both, i.e. whether that look's decision stands."""
+    """One line per contrast of a recorded look (up to ``look``) whose recorded boundary differs
+    from the one the current rule gives it, in nominal p or in scale (a look recorded by an earlier
+    version, e.g. with z boundaries for a paired t): both boundaries at the contrast's Bonferroni
+    share, and whether its recorded p falls on the same side of both thresholds, i.e. whether that
+    look's decision stands."""
     info, spending, rho = _design(plan)
     share = {m: f.alpha / len(f.members) for f in plan.families for m in f.members}
     out = []
@@ -289,7 +290,7 @@ def rule_changes(chain: Chain | None, plan: Plan, look: int) -> list[str]:
                 continue
             units = look_units(plan, cid)
             new = look_threshold(share[cid], info, k, spending, rho, units=units)
-            if abs(new - old) <= 1e-9 + 1e-6 * old:
+            if abs(new - old) <= 1e-9 + 1e-6 * old and c.get("scale", "z") == ("z" if units is None else "t"):
                 continue
             was = (f"t({c['df']}) {c['boundary']:.3f}" if c.get("scale") == "t" and c.get("boundary") is not None
                    else f"z {c.get('boundary_z', z_of_p(old)):.3f}")
@@ -297,7 +298,8 @@ def rule_changes(chain: Chain | None, plan: Plan, look: int) -> list[str]:
                    if units is not None else f"z {z_of_p(new):.3f}")
             same = (p <= old) == (p <= new)
             out.append(f"look {k}, contrast {cid}: recorded (lock entry {e.get('index')}) against boundary {was} "
-                       f"(nominal p {old:.4g}); the current rule's boundary is {now} (nominal p {new:.4g}); its p "
+                       f"(nominal p {old:.4g}); the current rule's boundary is {now} (nominal p {new:.4g}"
+                       + (", the same" if abs(new - old) <= 1e-9 + 1e-6 * old else "") + "); its p "
                        f"{p:.3g} is {'at or below' if p <= new else 'above'} the current threshold: "
                        + ("the recorded decision stands" if same else "the decision would differ under the current rule"))
     return out

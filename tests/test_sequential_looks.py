@@ -162,14 +162,17 @@ def test_the_looks_read_a_paired_t_on_its_units_at_its_degrees_of_freedom(tmp_pa
 
 
 def test_a_look_recorded_with_z_boundaries_is_reread_with_the_t_ones():
-    """registry/cpu-grpo-sequential recorded its final look (p = .0012 at 4 seeds) against the z
-    boundary's nominal p .0490; the t boundary's is lower (about .047): a note says the decision
-    stands. Look 1's nominal p (.00305, all α it spends) is the same on both scales: no note."""
+    """registry/cpu-grpo-sequential recorded look 1 (p = .074 at 2 seeds) against z 2.963 and its
+    final look (p = .0012 at 4 seeds) against the z boundary's nominal p .0490. Look 1's t boundary
+    (208.7 on 1 df) has the same nominal p (.00305, all the α it spends); the final look's is lower
+    (about .047): a note for each says the decision stands."""
     study = Path(__file__).resolve().parents[1] / "registry" / "cpu-grpo-sequential"
     plan = load_plan(study / "plan.toml").plan
-    notes = rule_changes(read_chain(study / "plan.toml"), plan, 2)
-    assert len(notes) == 1 and notes[0].startswith("look 2, contrast C1: recorded (lock entry 11) against boundary z 1.969")
-    assert "t(3) 3.2" in notes[0] and notes[0].endswith("the recorded decision stands")
+    first, final = rule_changes(read_chain(study / "plan.toml"), plan, 2)
+    assert first.startswith("look 1, contrast C1: recorded (lock entry 6) against boundary z 2.963")
+    assert "t(1) 208.68" in first and "0.003051, the same)" in first and first.endswith("the recorded decision stands")
+    assert final.startswith("look 2, contrast C1: recorded (lock entry 11) against boundary z 1.969")
+    assert "t(3) 3.2" in final and final.endswith("the recorded decision stands")
 
 
 # ------------------------------------------------------------------------------ the lock chain
