@@ -61,6 +61,7 @@ BENCHMARKS: list[Bench] = [
     Bench("bench_loading.py", ["--quick"], "load_study vs pandas per file and one pyarrow.dataset; analyze's growth with runs", 45),
     Bench("bench_run_overhead.py", ["--quick"], "a fresh process per run vs a worker's later runs", 60),
     Bench("gradient_memory.py", ["--quick"], "a gradient test's held memory and time per batch vs model size, R and subspace", 30),
+    Bench("sequential_t_error.py", ["--quick"], "the family-wise error of paired-t looks as a multiple of α: the z rule vs the t boundaries", 4),
 ]
 
 #: Scripts of benchmarks/ that ``make bench`` does not run, and why.

@@ -278,6 +278,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     seq = None
     if v.look:  # Holm on the look's repeated p-values, then stop or continue
         contrasts, seq = read_look(pd.DataFrame(rows), plan, v.look, plan_path, exploratory=exploratory)
+        notes.extend(seq.notes)
     else:
         contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
     v0 = plan.evaluation.verifier if plan.evaluation.verifier != "math_verify" else "default"

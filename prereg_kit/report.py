@@ -253,7 +253,7 @@ def _records(df: pd.DataFrame) -> list[dict]:
 
 def sequential_section(a: Analysis) -> list[str]:
     """The "Sequential looks" section: every look recorded so far and the one read now (look, seeds,
-    boundary z, spent α, statistic, decision)."""
+    boundary on its scale, nominal p, spent α, statistic, decision)."""
     sq = a.sequential
     if sq is None:
         return []
@@ -262,16 +262,20 @@ def sequential_section(a: Analysis) -> list[str]:
            f"Look {sq.look} of {sq.of} ({seq.spending} α spending over looks at {', '.join(map(str, seq.looks))} seeds; "
            f"futility: {'conditional power below ' + format(seq.futility.below, 'g') if seq.futility.kind != 'none' else 'none'}, "
            f"non-binding). Study decision: **{sq.decision}**. A look stops a contrast for efficacy when Holm at the "
-           "family's α rejects on the repeated p-values (docs/statistics.md, \"Sequential looks\"); boundary z and "
-           "spent α are the contrast's at its Bonferroni share of the family's α.", "",
-           "| look | seeds | contrast | boundary z | nominal p | spent α | statistic z (p) | repeated p | conditional power | decision | recorded |",
+           "family's α rejects on the repeated p-values (docs/statistics.md, \"Sequential looks\"); boundary, nominal p "
+           "and spent α are the contrast's at its Bonferroni share of the family's α. A paired t's boundary is on the t "
+           "scale at the look's degrees of freedom, t(df), exact for the looks' joint law; z marks a z boundary.", "",
+           "| look | seeds | contrast | boundary | nominal p | spent α | statistic (p) | repeated p | conditional power | decision | recorded |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     def f(x, fmt):
         return "—" if x is None or (isinstance(x, float) and x != x) else format(x, fmt)
+
+    def scale(r):
+        return f"t({int(r.df)})" if r.scale == "t" else "z"
     for r in sq.table.itertuples():
-        out.append(f"| {r.look} of {r.of} | {r.seeds} | {r.contrast} | {f(r.boundary_z, '.3f')} | {f(r.nominal_p, '.4f')} | "
-                   f"{f(r.spent_alpha, '.4f')} | {f(r.z, '.2f')} ({f(r.p, '.3g')}) | {f(r.repeated_p, '.3g')} | "
-                   f"{f(r.conditional_power, '.2f')} | {r.decision} | {r.recorded or 'this analysis'} |")
+        out.append(f"| {r.look} of {r.of} | {r.seeds} | {r.contrast} | {scale(r)} {f(r.boundary, '.3f')} | "
+                   f"{f(r.nominal_p, '.4f')} | {f(r.spent_alpha, '.4f')} | {scale(r)} {f(r.statistic, '.2f')} ({f(r.p, '.3g')}) | "
+                   f"{f(r.repeated_p, '.3g')} | {f(r.conditional_power, '.2f')} | {r.decision} | {r.recorded or 'this analysis'} |")
     return out + [""]
 
 

@@ -6,7 +6,9 @@ The rule (docs/statistics.md, "Sequential looks"; :mod:`prereg_kit.stats.group_s
 look k the looked-at contrasts are read on the first ``looks[k]`` seeds of the plan's seed list;
 each contrast's two-sided paired-t p is turned into its repeated p-value (the smallest total α
 whose look-k boundary, under the plan's spending function, the p crosses) and Holm at the family's
-α runs on these. A contrast Holm rejects stops for efficacy; at an interim look one whose
+α runs on these. The boundaries are on the t scale at each look's degrees of freedom
+(:func:`look_units`; :mod:`prereg_kit.stats.sequential_t`); a contrast whose test is not the t
+(Wilcoxon, sign-flip, a bootstrap) compares its test's p with the z boundaries. A contrast Holm rejects stops for efficacy; at an interim look one whose
 conditional power under the current trend (at the final boundary of its Bonferroni share α/m) is
 below the futility bound stops for futility (non-binding); the others continue. The study stops
 when no looked-at contrast continues. A contrast rejected at an earlier recorded look stays
@@ -36,10 +38,12 @@ from .stats.group_sequential import (
     sequential_holm,
     z_of_p,
 )
+from .stats.sequential_t import sequential_t_boundaries
+from .stats.tdist import t_isf
 from .verdicts import adjust_and_read
 
-LOOK_COLUMNS = ["look", "of", "seeds", "contrast", "boundary_z", "nominal_p", "spent_alpha", "z", "p", "repeated_p",
-                "conditional_power", "decision", "recorded"]
+LOOK_COLUMNS = ["look", "of", "seeds", "contrast", "scale", "df", "boundary", "boundary_z", "nominal_p", "spent_alpha",
+                "statistic", "z", "p", "repeated_p", "conditional_power", "decision", "recorded"]
 
 
 def _sig(x: Any) -> float | None:
@@ -116,6 +120,17 @@ def _design(plan: Plan) -> tuple[tuple[float, ...], str, float]:
     return tuple(float(n) for n in seq.looks), seq.spending, float(seq.rho or 2.0)
 
 
+def look_units(plan: Plan, cid: str) -> tuple[int, ...] | None:
+    """The units contrast ``cid``'s paired t has at each look: the look's seeds, times the pairs of
+    a pooled contrast (one unit per (pair, seed)). None when the contrast's test is not the t: its
+    p is then compared with the z boundaries."""
+    c = next((c for c in plan.contrasts if c.id == cid), None)
+    if c is None or c.test != "t":
+        return None
+    per_seed = len(c.arm_pairs()) if c.design == "pooled" else 1
+    return tuple(n * per_seed for n in plan.sequential.looks)
+
+
 def prepare_look(rows: pd.DataFrame, plan: Plan, look: int, chain: Chain | None = None) -> pd.DataFrame:
     """Before Holm: each looked-at contrast's ``tested_p`` becomes its repeated p at ``look`` (the
     look's own p kept as ``look_p``); one rejected at an earlier recorded look keeps the smaller."""
@@ -127,7 +142,7 @@ def prepare_look(rows: pd.DataFrame, plan: Plan, look: int, chain: Chain | None 
     for i, r in rows.iterrows():
         if r["contrast"] not in ids or "tested_p" not in rows or pd.isna(r.get("tested_p")):
             continue
-        rp = repeated_p(float(r["tested_p"]), info, look, spending=spending, rho=rho)
+        rp = repeated_p(float(r["tested_p"]), info, look, spending=spending, rho=rho, units=look_units(plan, r["contrast"]))
         if r["contrast"] in earlier:
             rp = min(rp, earlier[r["contrast"]])
         rows.at[i, "look_p"] = r["tested_p"]
@@ -158,13 +173,14 @@ def decide_look(contrasts: pd.DataFrame, plan: Plan, look: int) -> tuple[pd.Data
     for fam in plan.families:
         members = [m for m in fam.members if m in ids]
         m = len(fam.members)
-        c_final = final_boundary(fam.alpha / m, info, spending, rho)
         for cid in members:
             hit = out.index[out["contrast"] == cid]
             if not len(hit):
                 continue
             i = hit[0]
             r = out.loc[i]
+            units = look_units(plan, cid)
+            c_final = final_boundary(fam.alpha / m, info, spending, rho, units=units)
             p = float(r["look_p"]) if pd.notna(r.get("look_p")) else math.nan
             rejected = pd.notna(r["p_holm"]) and r["p_holm"] <= fam.alpha
             z = z_of_p(p) if math.isfinite(p) else math.nan
@@ -182,10 +198,17 @@ def decide_look(contrasts: pd.DataFrame, plan: Plan, look: int) -> tuple[pd.Data
                                                f"above the family's α {fam.alpha:g}; conditional power {cp:.2f}")
             decisions.append(decision)
             a = fam.alpha / m  # the contrast's Bonferroni share: its boundary before Holm passes shares on
-            nominal = look_threshold(a, info, look, spending, rho)
+            nominal = look_threshold(a, info, look, spending, rho, units=units)
             cum = float(stats.sequential.spending_function(np.array([info[look - 1] / info[-1]]), a, spending, rho)[0])
-            table.append({"look": look, "of": K, "seeds": _seeds(seeds), "contrast": cid, "boundary_z": z_of_p(nominal),
-                          "nominal_p": nominal, "spent_alpha": a if look == K else cum, "z": z, "p": p,
+            if units is None:
+                scale, df, boundary, statistic = "z", math.nan, z_of_p(nominal), z
+            else:
+                df = units[look - 1] - 1
+                scale, boundary = "t", sequential_t_boundaries(units, a, spending, rho=rho).t[look - 1]
+                statistic = t_isf(p / 2.0, df) if math.isfinite(p) else math.nan
+            table.append({"look": look, "of": K, "seeds": _seeds(seeds), "contrast": cid, "scale": scale, "df": df,
+                          "boundary": boundary, "boundary_z": z_of_p(nominal), "nominal_p": nominal,
+                          "spent_alpha": a if look == K else cum, "statistic": statistic, "z": z, "p": p,
                           "repeated_p": float(r["tested_p"]), "conditional_power": cp, "decision": decision,
                           "recorded": ""})
     if look == K:
@@ -205,7 +228,8 @@ def look_fields(plan: Plan, look: int, table: pd.DataFrame, decision: str, chain
     return {"look": look, "looks": list(plan.sequential.looks), "spending": plan.sequential.spending + (f" (rho = {plan.sequential.rho:g})" if plan.sequential.rho else ""),
             "seeds": look_seeds(plan, look), "configurations": list(plan.configurations), "decision": decision,
             "plan_entry": last["index"], "plan_hash": last["content_sha256"],
-            "contrasts": [{"contrast": r.contrast, "p": _sig(r.p), "repeated_p": _sig(r.repeated_p),
+            "contrasts": [{"contrast": r.contrast, "p": _sig(r.p), "repeated_p": _sig(r.repeated_p), "scale": r.scale,
+                           **({"df": int(r.df), "boundary": _sig(r.boundary)} if r.scale == "t" else {}),
                            "boundary_z": _sig(r.boundary_z), "nominal_p": _sig(r.nominal_p), "spent_alpha": _sig(r.spent_alpha),
                            "conditional_power": _sig(r.conditional_power), "decision": r.decision}
                           for r in table.itertuples()]}
@@ -219,9 +243,15 @@ def recorded_looks(chain: Chain | None, look: int) -> pd.DataFrame:
             continue
         for c in e.get("contrasts", []):
             p = c.get("p")
+            z = z_of_p(p) if p is not None else math.nan
+            t_scale = c.get("scale") == "t"  # a look recorded before the t boundaries has z ones
+            df = c.get("df") if t_scale else math.nan
+            statistic = (t_isf(p / 2.0, df) if p is not None else math.nan) if t_scale else z
             rows.append({"look": e["look"], "of": len(e.get("looks", [])), "seeds": _seeds(e.get("seeds", [])),
-                         "contrast": c.get("contrast"), "boundary_z": c.get("boundary_z"), "nominal_p": c.get("nominal_p"),
-                         "spent_alpha": c.get("spent_alpha"), "z": z_of_p(p) if p is not None else math.nan, "p": p,
+                         "contrast": c.get("contrast"), "scale": "t" if t_scale else "z", "df": df,
+                         "boundary": c.get("boundary") if t_scale else c.get("boundary_z"),
+                         "boundary_z": c.get("boundary_z"), "nominal_p": c.get("nominal_p"),
+                         "spent_alpha": c.get("spent_alpha"), "statistic": statistic, "z": z, "p": p,
                          "repeated_p": c.get("repeated_p"), "conditional_power": c.get("conditional_power"),
                          "decision": c.get("decision"), "recorded": f"entry {e['index']} ({e['time']})"})
     return pd.DataFrame(rows, columns=LOOK_COLUMNS)
@@ -230,13 +260,49 @@ def recorded_looks(chain: Chain | None, look: int) -> pd.DataFrame:
 @dataclasses.dataclass
 class SequentialLook:
     """The look an analysis read: its number, the study's decision, the sequential table (the
-    looks recorded before it, then this one) and the fields of its lock-chain entry."""
+    looks recorded before it, then this one), the fields of its lock-chain entry and notes on
+    recorded looks whose boundary the current rule puts elsewhere (:func:`rule_changes`)."""
 
     look: int
     of: int
     decision: str
     table: pd.DataFrame
     fields: dict[str, Any]
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def rule_changes(chain: Chain | None, plan: Plan, look: int) -> list[str]:
+    """One line per contrast of a recorded look (up to ``look``) whose recorded boundary differs
+    from the one the current rule gives it, in nominal p or in scale (a look recorded by an earlier
+    version, e.g. with z boundaries for a paired t): both boundaries at the contrast's Bonferroni
+    share, and whether its recorded p falls on the same side of both thresholds, i.e. whether that
+    look's decision stands."""
+    info, spending, rho = _design(plan)
+    share = {m: f.alpha / len(f.members) for f in plan.families for m in f.members}
+    out = []
+    for e in look_entries(chain) if chain is not None else []:
+        k = e.get("look", 0)
+        if not 1 <= k <= min(look, len(info)):
+            continue
+        for c in e.get("contrasts", []):
+            cid, p, old = c.get("contrast"), c.get("p"), c.get("nominal_p")
+            if cid not in share or p is None or old is None:
+                continue
+            units = look_units(plan, cid)
+            new = look_threshold(share[cid], info, k, spending, rho, units=units)
+            if abs(new - old) <= 1e-9 + 1e-6 * old and c.get("scale", "z") == ("z" if units is None else "t"):
+                continue
+            was = (f"t({c['df']}) {c['boundary']:.3f}" if c.get("scale") == "t" and c.get("boundary") is not None
+                   else f"z {c.get('boundary_z', z_of_p(old)):.3f}")
+            now = (f"t({units[k - 1] - 1}) {sequential_t_boundaries(units, share[cid], spending, rho=rho).t[k - 1]:.3f}"
+                   if units is not None else f"z {z_of_p(new):.3f}")
+            same = (p <= old) == (p <= new)
+            out.append(f"look {k}, contrast {cid}: recorded (lock entry {e.get('index')}) against boundary {was} "
+                       f"(nominal p {old:.4g}); the current rule's boundary is {now} (nominal p {new:.4g}"
+                       + (", the same" if abs(new - old) <= 1e-9 + 1e-6 * old else "") + "); its p "
+                       f"{p:.3g} is {'at or below' if p <= new else 'above'} the current threshold: "
+                       + ("the recorded decision stands" if same else "the decision would differ under the current rule"))
+    return out
 
 
 def restrict_to_look(pf: Any, runs: Any, look: int | None, notes: list[str]) -> tuple[Any, Any, int]:
@@ -267,35 +333,37 @@ def read_look(rows: pd.DataFrame, plan: Plan, look: int, plan_path: Any, *, expl
     contrasts, table, decision = decide_look(contrasts, plan, look)
     fields = look_fields(plan, look, table, decision, chain) if chain is not None else {}
     both = pd.concat([recorded_looks(chain, look), table], ignore_index=True) if chain is not None else table
-    return contrasts, SequentialLook(look, len(plan.sequential.looks), decision, both, fields)
+    return contrasts, SequentialLook(look, len(plan.sequential.looks), decision, both, fields,
+                                     rule_changes(chain, plan, look))
 
 
 # ------------------------------------------------------------------------------ simulated looks
 
 
 def looks_of_differences(d: dict[str, np.ndarray], plan: Plan) -> list[str]:
-    """The decisions of every look of one study, from each looked-at contrast's per-seed
+    """The decisions of every look of one study, from each looked-at contrast's per-unit
     differences ``d`` (in the plan's seed order, the full study): the paired-t p on the first
-    ``looks[k]`` seeds, then the module's rule (futility as the plan says). Returns, per look, the
-    study's decision; the looks after a stop are not taken. For ``prereg dry-run --repeat`` and
-    the error simulations."""
+    ``looks[k]`` seeds' units (:func:`look_units`), then the module's rule with the t boundaries
+    (futility as the plan says). Returns, per look, the study's decision; the looks after a stop
+    are not taken. For ``prereg dry-run --repeat`` and the error simulations."""
     seq = plan.sequential
     info, spending, rho = _design(plan)
     K = len(info)
     out: list[str] = []
     rejected: dict[str, bool] = {}
+    # the statistic here is always the paired t, whatever test the analysis names
+    units = {m: look_units(plan, m) or tuple(seq.looks) for m in d}
     for k in range(1, K + 1):
-        n = seq.looks[k - 1]
         decisions = []
         for fam in plan.families:
             members = [m for m in fam.members if m in d]
             if not members:
                 continue
-            p = [stats.paired_t(d[m][:n]).p for m in members]
+            p = [stats.paired_t(d[m][:units[m][k - 1]]).p for m in members]
             rej = sequential_holm(p, fam.alpha, info, k, spending=spending, rho=rho,
-                                  already=[rejected.get(m, False) for m in members])
-            c_final = final_boundary(fam.alpha / len(fam.members), info, spending, rho)
+                                  already=[rejected.get(m, False) for m in members], units=[units[m] for m in members])
             for m, pv, r in zip(members, p, rej):
+                c_final = final_boundary(fam.alpha / len(fam.members), info, spending, rho, units=units[m])
                 rejected[m] = bool(r)
                 if k == K:
                     decisions.append("reject" if r else "accept")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from prereg_kit.errors import PlanError, ViolationError
 from prereg_kit.lock import append_entries, entry_hash, read_chain, serialize
 from prereg_kit.look_chain import look_chain_problems, record_look, stopped_run_findings
 from prereg_kit.plan import load_plan
-from prereg_kit.sequential_looks import looks_of_differences, looks_power
+from prereg_kit.sequential_looks import look_units, looks_of_differences, looks_power, rule_changes
 from prereg_kit.stats.group_sequential import conditional_power, look_threshold, repeated_p, sequential_holm
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
@@ -146,6 +147,32 @@ def test_power_at_the_final_look_and_futility(tmp_path):
     assert power["rejected_by_look"].iloc[-1] > 0.6
     _, null_runs = _fwer(plan, 400, seed=4)
     assert looks_power(null_runs, plan)["stop_futility"].iloc[0] > 0.05  # futility stops some null studies early
+
+
+def test_the_looks_read_a_paired_t_on_its_units_at_its_degrees_of_freedom(tmp_path):
+    """A paired contrast's looks have its seeds as units, a pooled one seeds × pairs; a contrast
+    whose test is not the t has none (its p meets the z boundary)."""
+    plan = _plan(tmp_path)
+    assert look_units(plan, "C1") == (3, 6)
+    c1 = plan.contrasts[0]
+    pooled = c1.model_copy(update={"design": "pooled", "pairs": [["B", "A"], ["B", "A"]]})
+    wilcoxon = c1.model_copy(update={"test": "wilcoxon"})
+    assert look_units(plan.model_copy(update={"contrasts": [pooled]}), "C1") == (6, 12)
+    assert look_units(plan.model_copy(update={"contrasts": [wilcoxon]}), "C1") is None
+
+
+def test_a_look_recorded_with_z_boundaries_is_reread_with_the_t_ones():
+    """registry/cpu-grpo-sequential recorded look 1 (p = .074 at 2 seeds) against z 2.963 and its
+    final look (p = .0012 at 4 seeds) against the z boundary's nominal p .0490. Look 1's t boundary
+    (208.7 on 1 df) has the same nominal p (.00305, all the α it spends); the final look's is lower
+    (about .047): a note for each says the decision stands."""
+    study = Path(__file__).resolve().parents[1] / "registry" / "cpu-grpo-sequential"
+    plan = load_plan(study / "plan.toml").plan
+    first, final = rule_changes(read_chain(study / "plan.toml"), plan, 2)
+    assert first.startswith("look 1, contrast C1: recorded (lock entry 6) against boundary z 2.963")
+    assert "t(1) 208.68" in first and "0.003051, the same)" in first and first.endswith("the recorded decision stands")
+    assert final.startswith("look 2, contrast C1: recorded (lock entry 11) against boundary z 1.969")
+    assert "t(3) 3.2" in final and final.endswith("the recorded decision stands")
 
 
 # ------------------------------------------------------------------------------ the lock chain
@@ -289,7 +316,7 @@ def test_analyze_look_by_look_and_dry_run_power(tmp_path):
     run = CliRunner().invoke(app, ["analyze", study, "--resamples", "50"])
     assert run.exit_code == 0, run.stderr
     report = (tmp_path / "dr" / "report" / "report.md").read_text()
-    assert "## Sequential looks" in report and "| 1 of 2 | 0, 1, 2 | C1 |" in report and "| 2 of 2 |" in report
+    assert "## Sequential looks" in report and "| 1 of 2 | 0, 1, 2 | C1 | t(2) " in report and "| 2 of 2 |" in report
     kinds = [e["kind"] for e in read_chain(tmp_path / "dr" / "plan.toml").entries]
     assert kinds.count("look") == 2
 

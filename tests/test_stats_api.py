@@ -75,6 +75,7 @@ def _results() -> dict[str, object]:
             "EffectSizePaired": st.effect_size_paired(d), "EffectSizeArms": st.effect_size_paired_arms(d + 0.5, np.full(5, 0.5) + c[:5]),
             "MinimalEffect": st.minimal_effect_test(d, -0.02, 0.02), "PowerSolution": st.solve_power_paired(effect=0.01, sd=0.01, power=0.8),
             "SequentialBoundaries": st.sequential_boundaries(2), "SignFlip": st.sign_flip_test(d),
+            "SequentialTBoundaries": st.sequential_t_boundaries((2, 4), n_paths=4096),
             "SignFlipInterval": st.sign_flip_ci(d), "TostSummary": st.tost_summary(5, 0.006, 0.005, margin=0.02),
             "WilcoxonPaired": st.wilcoxon_paired(d), "WilcoxonTost": st.wilcoxon_tost(d, -0.02, 0.02),
             "Aggregate": st.iqm(np.outer(np.linspace(0.2, 0.8, 6), np.ones(3)) + np.arange(3) * 0.01, n_resamples=50),

@@ -76,8 +76,12 @@ def test_family_wise_error_under_the_null_by_simulation():
 
 def test_paired_t_looks_on_seeds_keep_the_error_near_alpha():
     # 20,000 seeded studies of 24 null seeds, looks at 6, 12, 24 seeds, each look's paired-t p
-    # against the boundary's nominal p: the t-test's looks follow the z theory closely.
-    r = sequential_boundaries(3, information=(6, 12, 24))
+    # against the nominal p of the t boundary at its df (sequential_t_boundaries). The z boundary's
+    # nominal p spends a little too much here (0.0508 over 400,000 studies, docs/statistics.md),
+    # an excess 20,000 studies cannot resolve: this checks the t boundaries' level, not that excess.
+    from prereg_kit.stats import sequential_t_boundaries
+
+    r = sequential_t_boundaries((6, 12, 24))
     d = np.random.default_rng(7).normal(size=(20_000, 24))
     stop = np.zeros(20_000, dtype=bool)
     for n, nominal in zip((6, 12, 24), r.nominal_p):

@@ -29,6 +29,7 @@ from .passk import pass_at_k
 from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
 from .power_solve import PowerSolution, solve_power_paired
 from .sequential import SequentialBoundaries, classical_boundaries, crossing_probabilities, sequential_boundaries
+from .sequential_t import SequentialTBoundaries, sequential_t_boundaries, t_crossing_probabilities
 from .signflip import SignFlip, SignFlipInterval, sign_flip_ci, sign_flip_test
 from .summary import ReportedCheck, SummaryCheck, from_summary
 from .summary_stats import TostSummary, tost_summary
@@ -79,9 +80,12 @@ __all__ = [
     "seed_bootstrap",
     "seeds_needed",
     "SequentialBoundaries",
+    "SequentialTBoundaries",
     "classical_boundaries",
     "crossing_probabilities",
     "sequential_boundaries",
+    "sequential_t_boundaries",
+    "t_crossing_probabilities",
     "sign_flip_ci",
     "sign_flip_test",
     "SignFlip",
