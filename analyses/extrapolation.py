@@ -1,4 +1,4 @@
-"""The extrapolation heuristic (dense-rewards paper L742-750, L3026-3042; extract §3.14): a reward
+"""The extrapolation heuristic (dense-rewards paper §3.3, §C.3.2 "A heuristic extrapolation"): a reward
 with per-token efficiency e is supposed to reach, after t tokens, the accuracy that outcome-only
 GRPO reaches after e·t tokens, "read off outcome-only GRPO's curve on the same seed". The paper
 calls it "a heuristic, not a derived prediction".

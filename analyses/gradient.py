@@ -1,6 +1,6 @@
 """Gradient tests at one fixed policy: the projection of Theorem 3, alignment outside V and
-gradient efficiency (dense-rewards paper §2.4, Appendix A "Alignment"/"Efficiency", Section I,
-Theorem 3 L7164-7187; extract §3.14).
+gradient efficiency (dense-rewards paper §2.4, Appendix A "Alignment"/"Efficiency", App. I,
+Theorem 3).
 
 Notation (paper Table 27): a batch of G completions with token scores s_{g,h} = ∇ log π(a_{g,h});
 q_g = Σ_h s_{g,h} the completion score sum; Q the G × P matrix whose rows are the q_g (Q = B S);
@@ -17,10 +17,10 @@ real model on a device reduces them to a few numbers per batch before anything r
 
 **Efficiency.** (E⟨u, ĥ⟩)² / E‖u‖² for update directions u_b and reference gradients ĥ_b on
 batches b; for a smoothness constant L it equals 2L times the best expected one-step SGD gain
-max_η [η E⟨u, ĥ⟩ − (L/2) η² E‖u‖²] (Appendix A, L1950-1956; :func:`best_sgd_gain`).
+max_η [η E⟨u, ĥ⟩ − (L/2) η² E‖u‖²] (Appendix A "Efficiency"; :func:`best_sgd_gain`).
 
 **Reference credit.** :func:`segment_progress_credit` is the Monte-Carlo progress credit of the
-reference gradient ĥ (H.3, L6270-6273). Summaries over batches and their bootstrap intervals are in
+reference gradient ĥ (§H.3). Summaries over batches and their bootstrap intervals are in
 :mod:`analyses.gradient_stats`.
 
 numpy only, no project imports: the core (``prereg_kit``), the trainer and the figures all use it.
@@ -110,7 +110,7 @@ def completion_matrix(lengths) -> np.ndarray:
 
 
 def theorem3_coefficients(K, B, omega) -> tuple[np.ndarray, float]:
-    """Theorem 3 (L7164-7187) from the token Gram matrix K = S Sᵀ (T × T) alone: the minimum-norm c
+    """Theorem 3 (dense-rewards paper App. I) from the token Gram matrix K = S Sᵀ (T × T) alone: the minimum-norm c
     of (B K Bᵀ) c = B K ω, and the fraction of ‖Sᵀω‖² that lies in V, cᵀ(B K Bᵀ)c / ωᵀKω (NaN when
     Sᵀω = 0). The projection is Sᵀ Bᵀ c; orthogonality (fraction 0) holds exactly when B K ω = 0.
     The least-squares argument of the proof does not use the theorem's premise Bω = 0, so any ω
@@ -140,8 +140,8 @@ def project_out_tokens(S, omega, B) -> tuple[np.ndarray, float]:
 
 
 def segment_progress_credit(values_at_cuts, cuts, length: int, reward: float, prior: float = 0.5) -> np.ndarray:
-    """The reference gradient's Monte-Carlo progress credit of one completion (paper H.3,
-    L6270-6273; extract §3.14): interior cuts 0 < c_1 < … < c_m < length split the completion into
+    """The reference gradient's Monte-Carlo progress credit of one completion (dense-rewards
+    paper §H.3): interior cuts 0 < c_1 < … < c_m < length split the completion into
     m + 1 segments; every token of segment s gets p̂_s − p̂_{s−1}, with p̂_0 = ``prior``, p̂_s the
     estimated success rate after the prefix ending at c_s (``values_at_cuts``) and p̂_{m+1} = R, the
     completion's reward. Returns the ``length`` token credits w_t; ĥ = mean over completions of

@@ -1,7 +1,7 @@
 """Summaries of a gradient test over its fixed batches: positivity, per-update and per-token
 efficiency relative to a baseline, alignment outside V and the a + b/k fit of the update's second
-moment, each with a percentile bootstrap over batches (dense-rewards paper §2.4 L427-450,
-Appendix A L1932-1957, C.3.1 L2559-2593; extract §3.14).
+moment, each with a percentile bootstrap over batches (dense-rewards paper §2.4,
+App. A "Alignment" and "Efficiency", §C.3.1, §C.3.2).
 
 Every function takes the per-batch numbers a gradient test writes (⟨u_b, ĥ_b⟩, ‖u_b‖², the
 ⟨P⊥d, P⊥ĥ⟩ family, tokens) and nothing else. The bootstrap resamples batch indices with
@@ -23,7 +23,7 @@ import numpy as np
 
 class Positivity(NamedTuple):
     """mean_b ⟨u_b, ĥ_b⟩, its standard error sd/√B (ddof 1) and z = mean/SE; the paper's check
-    is z ≥ 3 (L2563-2565: "at least three standard errors above zero")."""
+    is z ≥ 3 (§C.3.1: "at least three standard errors above zero")."""
     mean: float
     se: float
     z: float
@@ -31,7 +31,7 @@ class Positivity(NamedTuple):
 
 @dataclass(frozen=True)
 class Efficiency:
-    """A configuration against its baseline on the same batches (Table 6 caption; L448-450).
+    """A configuration against its baseline on the same batches (Table 6 caption; §2.4).
 
     ``per_update`` = efficiency / baseline efficiency; ``per_token`` = (efficiency / mean tokens per
     update) / (baseline efficiency / baseline's mean tokens per update); ``dropped``: resamples
@@ -70,7 +70,7 @@ class Alignment:
 
 @dataclass(frozen=True)
 class ContinuationFit:
-    """E‖u_k‖² = a + b/k over the Monte-Carlo configurations (C.3.1 L2589-2593): ``share`` =
+    """E‖u_k‖² = a + b/k over the Monte-Carlo configurations (§C.3.2, S25): ``share`` =
     (b/k)/(a + b/k) at ``at_k``, the part of the second moment due to continuation sampling, and
     ``bound`` = 1/(1 − share), the most any reallocation of those continuations can raise the
     per-update efficiency (3.8% at k = 4 → 1.04)."""
@@ -130,7 +130,7 @@ def _ratio(num, den):
 
 
 def positivity(dot_uh) -> Positivity:
-    """mean_b ⟨u_b, ĥ_b⟩ / (sd/√B) (ddof 1; L2563-2565, z ≥ 3 is the paper's check); SE and z are
+    """mean_b ⟨u_b, ĥ_b⟩ / (sd/√B) (ddof 1; §C.3.1, z ≥ 3 is the paper's check); SE and z are
     NaN with one batch, z is NaN when SE is 0 and the mean is 0 (±inf when only SE is 0)."""
     d = _vector("dot_uh", dot_uh)
     mean = float(d.mean())
@@ -148,8 +148,8 @@ def _efficiency(dot_mean, uu_mean):
 def relative_efficiency(dot_uh, uu, tokens, base_dot_uh, base_uu, base_tokens, *, n_resamples: int,
                         seed: int, confidence: float = 0.95) -> Efficiency:
     """Per-update and per-token gradient efficiency of a configuration relative to its baseline on
-    the same batches (efficiency (mean ⟨u,ĥ⟩)² / mean ‖u‖², Appendix A L1950-1956; "per generated
-    token ... divides by the tokens each update consumes", L448-450), with paired percentile
+    the same batches (efficiency (mean ⟨u,ĥ⟩)² / mean ‖u‖², App. A "Efficiency"; "per generated
+    token ... divides by the tokens each update consumes", §2.4), with paired percentile
     bootstrap intervals over batches, and the configuration's positivity."""
     _check_bootstrap(n_resamples, confidence)
     dot_uh = _vector("dot_uh", dot_uh)
@@ -215,7 +215,7 @@ def alignment_summary(perp_dh, perp_dd, perp_hh, *, n_resamples: int, seed: int,
 
 def reallocation_bound(share):
     """1/(1 − share): with a fraction ``share`` of E‖u‖² due to continuation sampling, removing it
-    entirely raises the efficiency (E⟨u,ĥ⟩)²/E‖u‖² by at most this factor (C.3.1 L2589-2593);
+    entirely raises the efficiency (E⟨u,ĥ⟩)²/E‖u‖² by at most this factor (§C.3.2, S25);
     NaN when share ≥ 1 (a negative share, b < 0, gives a bound below 1: no reallocation helps)."""
     s = np.asarray(share, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -234,7 +234,7 @@ def continuation_fit(ks, uu_by_k, *, n_resamples: int, seed: int, confidence: fl
                      at_k: float = 4) -> ContinuationFit:
     """E‖u_k‖² = a + b/k by least squares over the Monte-Carlo configurations (k = their
     continuations per cut; ``uu_by_k`` is batches × configurations, the same batches), the share
-    (b/k)/(a + b/k) at ``at_k`` and the reallocation bound 1/(1 − share) (C.3.1 L2589-2593), with
+    (b/k)/(a + b/k) at ``at_k`` and the reallocation bound 1/(1 − share) (§C.3.2, S25), with
     percentile bootstrap intervals over batches (a resample with a + b/k ≤ 0 is dropped)."""
     _check_bootstrap(n_resamples, confidence)
     ks = np.asarray(ks, dtype=np.float64)

@@ -1,6 +1,6 @@
 """Reverse versus forward KL on Gaussian mixtures: the multi-reward paper's Appendix B illustration.
 
-Paper 2 (Appendix B, "Gaussian illustration"; Figure 8) compares, for a base policy pi_0 and a probe
+The paper (Appendix B, "Gaussian illustration"; Figure 8) compares, for a base policy pi_0 and a probe
 pi_T, the forward divergence KL_fwd = D_KL(pi_0 || pi_T), evaluated under the base policy, with the
 reverse divergence KL_rev = D_KL(pi_T || pi_0), evaluated under the probe (the anchor-election
 statistic of §5.1 up to the per-token normalization).
@@ -83,7 +83,7 @@ def mixture_kl(p, q, *, method: str = "exact", n: int = 2048, seed: int = 0) -> 
 
 def gaussian_mode_kl(eps: float, separation: float, drift: float = 0.0, *, method: str = "exact",
                      n: int = 2048, seed: int = 0) -> tuple[float, float]:
-    """(KL_fwd, KL_rev) for base N(0,1) and probe (1-eps) N(drift,1) + eps N(separation,1) (P2 App. B).
+    """(KL_fwd, KL_rev) for base N(0,1) and probe (1-eps) N(drift,1) + eps N(separation,1) (App. B).
 
     KL_fwd = D_KL(pi_0 || pi_T) (forgetting monitor; Lemma B.1(i): <= -log(1-eps) when drift = 0),
     KL_rev = D_KL(pi_T || pi_0) (invention monitor, ~ eps (log eps + separation^2/2 - 1) when well
@@ -101,7 +101,7 @@ def gaussian_mode_kl(eps: float, separation: float, drift: float = 0.0, *, metho
 
 def mode_dropping_kl(separation: float = 6.0, weight: float = 0.5, *, method: str = "exact",
                      n: int = 2048, seed: int = 0) -> tuple[float, float]:
-    """(KL_fwd, KL_rev) when the probe drops a base mode (P2 App. B "mode dropping"; construction ours).
+    """(KL_fwd, KL_rev) when the probe drops a base mode (App. B "mode dropping"; construction ours).
 
     Base pi_0 = (1-weight) N(0,1) + weight N(separation,1); probe pi_T = N(separation,1) keeps one mode.
     KL_rev ~ -log(weight) (small); KL_fwd ~ (1-weight) separation^2/2 + ... (large): the ratio reverses.

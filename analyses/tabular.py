@@ -1,6 +1,7 @@
-"""The three-action tabular model of the multi-reward paper (paper 2, §3.3 and Appendix A).
+"""The three-action tabular model of the multi-reward paper (§3.3 and Appendix A; sections below are
+that paper's).
 
-Model (P2 §3.3, Appendix A.1 Step 0). Two binary channels, primary R_P and auxiliary R_A, and a
+Model (§3.3, Appendix A.1 Step 0). Two binary channels, primary R_P and auxiliary R_A, and a
 softmax policy over three actions, pi_j = exp(theta_j) / sum_k exp(theta_k). Each response has one of
 four outcome types ``(R_P, R_A)``, indexed here as
 
@@ -15,18 +16,18 @@ with the action laws (rows of :func:`action_laws`)
 Rules (``rule``), each a centered advantage of one response in a group of n:
 
 * ``"grpo"``: the GRPO z-score with the population SD of the additive reward f = (R_P+R_A)/2
-  (levels b=0, m=1/2, h=1); all advantages 0 when the group is uniform (P2 A.2 "by convention").
+  (levels b=0, m=1/2, h=1); all advantages 0 when the group is uniform (App. A.2 "by convention").
   With the others' sum S' and sum of squares Q', d=(n-1)r-S', V=(n-1)Q'-S'^2, it equals
-  phi(r) = sqrt(n-1) d / sqrt(d^2 + nV) (P2 A.1 Step 1).
-* ``"dr_grpo"``: A = r - rbar on the additive reward (P2 A.1 "Other estimators").
-* ``"mo_grpo"``: sum over the two channels of the per-channel population-SD z-scores (P2 §3.1,
-  Eq. of MO-GRPO); a channel that is uniform in the group contributes 0 (the paper does not say;
+  phi(r) = sqrt(n-1) d / sqrt(d^2 + nV) (App. A.1 Step 1).
+* ``"dr_grpo"``: A = r - rbar on the additive reward (App. A.1 "Other estimators").
+* ``"mo_grpo"``: sum over the two channels of the per-channel population-SD z-scores (§3.1–3.2,
+  MO-GRPO's advantage); a channel that is uniform in the group contributes 0 (the paper does not say;
   this mirrors GRPO's convention).
-* ``"pg"``: the exact policy gradient, A_j = rbar_j - rbar_pi on the additive reward (P2 A.3).
-* ``"tag"``: GRPO's z-score on R_TAG = R_P (c + (1-c) R_A), c = 1/(1+lam) (P2 §5.2 / A.2; the
+* ``"pg"``: the exact policy gradient, A_j = rbar_j - rbar_pi on the additive reward (App. A.3).
+* ``"tag"``: GRPO's z-score on R_TAG = R_P (c + (1-c) R_A), c = 1/(1+lam) (§5.2 / A.2; the
   realized levels are 0, c, 1 for neither/auxiliary-only, primary-only, joint).
 
-Conditional means (P2 A.1 Step 0). m_j is the expectation of the advantage of a response whose action
+Conditional means (App. A.1 Step 0). m_j is the expectation of the advantage of a response whose action
 is a_j, over its own outcome (law of a_j) and the other n-1 responses drawn i.i.d. from pi. The
 others' outcome types are multinomial(n-1, q) with q = pi @ action_laws, so
 
@@ -37,7 +38,7 @@ tabulated once per (rule, n, lam) (:func:`advantage_table`); an evaluation is th
 4 x C(n+2, 3) fixed values with the monomials q^c. Exact PG fits the same form with one "other"
 response: A(t, t') = r_t - r_{t'} averages to r_t - rbar_pi.
 
-Recursion (P2 A.3): theta_{t+1,j} = theta_{t,j} + alpha pi_j m_j(pi_t), the conditional mean of one
+Recursion (App. A.3): theta_{t+1,j} = theta_{t,j} + alpha pi_j m_j(pi_t), the conditional mean of one
 on-policy step Delta theta_j = (alpha/n) sum_{i: a_i = j} A_i. :func:`run_recursion` and
 :func:`iterations_to_reach` run it in a numba kernel (about 0.3 s per 10^6 iterations at
 n = 8 on 2 slow cores; see docs/multi-reward-analyses.md). :func:`sampled_step` is the sampled tabular GRPO update
@@ -148,7 +149,7 @@ def _check_rule(rule: str) -> None:
 
 
 def action_laws(eta: float, rho: float) -> np.ndarray:
-    """P_{a_j}(t): the (3, 4) matrix of outcome-type probabilities per action (P2 §3.3, A.1 Step 0)."""
+    """P_{a_j}(t): the (3, 4) matrix of outcome-type probabilities per action (§3.3, A.1 Step 0)."""
     if not (0.0 <= eta <= 1.0 and 0.0 <= rho <= 1.0):
         raise ValueError("eta and rho must lie in [0, 1]")
     return np.array(
@@ -163,7 +164,7 @@ def action_laws(eta: float, rho: float) -> np.ndarray:
 def scalar_reward(rule: str, r_p, r_a, lam: float = 1.0):
     """The scalar reward a rule standardizes: additive (R_P+R_A)/2, or R_TAG = R_P (c + (1-c) R_A).
 
-    R_TAG with c = 1/(1+lam) is the paper's TAG reward with the primary channel as anchor (P2 §5.2,
+    R_TAG with c = 1/(1+lam) is the paper's TAG reward with the primary channel as anchor (§5.2,
     reconstructed from A.2: realized levels 0, c, 1). MO-GRPO has no scalar reward (it raises).
     """
     _check_rule(rule)
@@ -189,7 +190,7 @@ def _zscore(r: np.ndarray) -> np.ndarray:
 
 
 def tabular_advantages(rule: str, r_p, r_a, lam: float = 1.0) -> np.ndarray:
-    """Advantages of every response of a group (last axis) under a group rule (P2 §3.1-3.2, A.1-A.2),
+    """Advantages of every response of a group (last axis) under a group rule (§3.1-3.2, A.1-A.2),
     in the tabular model's form: exact, without the trainer's ε, ``dr_grpo`` without lengths (the
     trainer's rules on sampled rewards are ``trainer.rewards.aggregation.rule_advantages``).
 
@@ -260,13 +261,13 @@ def type_probabilities(pi, eta: float, rho: float) -> np.ndarray:
     """q_t: the law of one response's outcome type under pi (the others' multinomial cell probabilities).
 
     q = (pi_0 + (1-eta)(1-rho) pi_2, (1-eta) pi_1, (1-eta) rho pi_2, eta (pi_1 + pi_2)); merging the
-    equal-level cells gives the paper's P(b), P(m), P(h) (extract §4.2).
+    equal-level cells gives the level probabilities P(b), P(m), P(h) of the others' rewards (App. A.3).
     """
     return _as_pi(pi) @ action_laws(eta, rho)
 
 
 def conditional_mean_advantages(pi, *, rule: str, eta: float, rho: float, n: int, lam: float = 1.0):
-    """(m_0, m_1, m_2): the conditional mean advantage of a response with action a_j (P2 A.1 Step 0).
+    """(m_0, m_1, m_2): the conditional mean advantage of a response with action a_j (App. A.1 Step 0).
 
     m_j = E[A | a = a_j], over the response's own outcome (law of a_j) and the other n-1 responses
     drawn i.i.d. from pi, computed by exact enumeration of the others' outcome-type counts. Then
@@ -285,7 +286,7 @@ def conditional_mean_advantages(pi, *, rule: str, eta: float, rho: float, n: int
 
 def expected_logodds_drift(pi, i: int, j: int, *, rule: str, eta: float, rho: float, n: int,
                            alpha: float, lam: float = 1.0) -> float:
-    """E[Delta log(pi_i/pi_j) | theta_t] = alpha (pi_i m_i - pi_j m_j) (P2 A.1 Step 3; log-odds are
+    """E[Delta log(pi_i/pi_j) | theta_t] = alpha (pi_i m_i - pi_j m_j) (App. A.1 Step 3; log-odds are
     logit differences)."""
     m = conditional_mean_advantages(pi, rule=rule, eta=eta, rho=rho, n=n, lam=lam)
     p = _as_pi(pi)
@@ -293,7 +294,8 @@ def expected_logodds_drift(pi, i: int, j: int, *, rule: str, eta: float, rho: fl
 
 
 def kappa_n(s: float, n: int) -> float:
-    """kappa_n(s) of the two-level identity (11) (P2 A.1-A.2, reconstructed in extract §4.4).
+    """kappa_n(s) of the two-level identity (11) (App. A.1-A.2; our reconstruction from the drift it
+    gives in App. A.2, checked numerically).
 
     For two-level groups with success probability mu_j per action and s = sum_j pi_j mu_j,
     m_j = kappa_n(s) (mu_j - s), kappa_n(s) = E[sqrt((n-1-K)/(1+K))] + E[sqrt(K/(n-K))],
@@ -382,7 +384,7 @@ def _prepare(pi0, rule, eta, rho, n, lam):
 
 def iterations_to_reach(pi0, *, rule: str, eta: float, rho: float, n: int, alpha: float,
                         action: int, threshold: float, lam: float = 1.0, max_iter: int = 10**8):
-    """The first iteration t of the exact recursion with pi_t(action) >= threshold (P2 A.1, A.2, A.3).
+    """The first iteration t of the exact recursion with pi_t(action) >= threshold (App. A.1, A.2, A.3).
 
     Recursion theta_{t+1,j} = theta_{t,j} + alpha pi_j m_j(pi_t) from theta_0 = log pi0; t = 0 if pi0
     already qualifies. Returns None if not reached within ``max_iter`` iterations.
@@ -401,7 +403,7 @@ def run_recursion(pi0, *, rule: str, eta: float, rho: float, n: int, alpha: floa
     """Trajectory of the exact recursion: (record_at, pi) with pi[r] = pi_t at t = record_at[r].
 
     ``record_at`` defaults to every iteration 0..steps; pass e.g. a log-spaced integer grid for long
-    runs. The recursion is P2 A.3's theta_{t+1,j} = theta_{t,j} + alpha pi_j m_j(pi_t).
+    runs. The recursion is App. A.3's theta_{t+1,j} = theta_{t,j} + alpha pi_j m_j(pi_t).
     """
     ts = np.arange(steps + 1, dtype=np.int64) if record_at is None else np.unique(np.asarray(record_at, dtype=np.int64))
     if ts.size and (ts[0] < 0 or ts[-1] > steps):
@@ -421,7 +423,7 @@ def sampled_step(pi, *, rule: str, eta: float, rho: float, n: int, alpha: float,
     """Delta theta of ``groups`` independent sampled on-policy steps from the same pi, shape (groups, 3).
 
     Each group: n actions i.i.d. from pi, outcome types from the action laws, advantages by the
-    group rule, Delta theta_j = (alpha/n) sum_{i: a_i = j} A_i (P2 A.1 Step 0). Its expectation is
+    group rule, Delta theta_j = (alpha/n) sum_{i: a_i = j} A_i (App. A.1 Step 0). Its expectation is
     alpha pi_j m_j, the recursion's step. Exact PG is not a sampled estimator (raises).
     """
     if rule not in GROUP_RULES:

@@ -1,6 +1,6 @@
 """GPU path check: the paper's iteration on a Qwen2.5-1.5B-shaped model, HF and vLLM engines.
 
-Paper 1 §2.3 "Implementation" and C.1 (extract §3.1-3.4): 8 prompts × 8 samples × up to 380
+Dense-rewards paper §2.3 and §C.1 "Implementation": 8 prompts × 8 samples × up to 380
 completion tokens per iteration, eq. (1) advantages of a 0/1 reward, one Adam step on the
 −Σ c log π loss with float32 master weights under bf16 autocast, then the weights synced into
 the generation engine. The paper reports 12.25M generated tokens in 0.43 h on one H200 for
@@ -53,7 +53,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's code, whatever is installed
 
-PAPER_TOKENS, PAPER_HOURS = 12_250_000, 0.43  # outcome-only GRPO on one H200 (paper 1, §2.3)
+PAPER_TOKENS, PAPER_HOURS = 12_250_000, 0.43  # outcome-only GRPO on one H200 (dense-rewards paper, §3.2)
 PAPER_TOKENS_PER_S = PAPER_TOKENS / (PAPER_HOURS * 3600)  # ≈ 7,913
 STAGES = ("selection", "generation", "credit", "update", "weight_sync")
 CROSS_INDEX = 1_000_000  # the cross-engine call's prompts and seeds: apart from every iteration's

@@ -1,4 +1,4 @@
-"""Paper 1 Figure 3's form from the CPU studies' run logs: treatment − control against training time.
+"""The dense-rewards paper's Figure 3 form from the CPU studies' run logs: treatment − control against training time.
 
 Every primary contrast of ``registry/cpu-grpo`` and ``registry/cpu-interventions``: per seed both
 runs interpolated linearly in training time on one grid, the mean difference and a 95% t band.

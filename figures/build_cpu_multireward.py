@@ -3,8 +3,8 @@
 Three panels: held-out accuracy (the primary channel) and the negative-answer rate (the shortcut
 channel) against generated tokens, per configuration (seed mean, min–max band); and the anchor
 election's probes: per-token reverse and forward KL of each single-channel probe from the base
-policy (multi-reward paper §4.4-4.5), the elected channel marked. Additive aggregation drifting onto
-the shortcut shows as accuracy falling while the negative rate rises (paper §4.3, Figure 3's story
+policy (multi-reward paper §5.1, §6.4), the elected channel marked. Additive aggregation drifting onto
+the shortcut shows as accuracy falling while the negative rate rises (the paper's §4 and Figure 3, told
 on a tiny model).
 """
 

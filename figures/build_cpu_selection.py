@@ -1,4 +1,4 @@
-"""Paper 1 Figure 4's prompt-selection panels from the CPU intervention study's run logs.
+"""The dense-rewards paper's Figure 4 prompt-selection panels from the CPU intervention study's run logs.
 
 Per seed, the gain of a selection configuration over outcome-only GRPO at B (held-out accuracy,
 fraction) against (a) its change in the share of mixed-outcome groups (mean over iterations to B,

@@ -1,12 +1,11 @@
 """Figures 7-8 of the dense-rewards paper (forest plots of every matched-compute comparison),
 rebuilt from the registry's reported summaries: printed mean and 95% paired-t interval per row,
-grouped under the paper's bold block headers (L2702, L2735; L2821, L2857, L2872, L2881, L2905),
-over a grey band at ±0.02 (L2811), on the paper's shared x-axis with ticks −0.15 … 0.05 (L2801,
-L2920). Writes ``figure7_forest.png`` and ``figure8_forest.png``.
+grouped under the figures' bold block headers, over a grey band at ±0.02 (as in the captions), on
+the paper's shared x-axis with ticks −0.15 … 0.05. Writes ``figure7_forest.png`` and ``figure8_forest.png``.
 
-The paper's figures draw each seed as a grey dot (L2810-2811; "Figures 7 and 8 show the same
-contrasts with their per-seed values", L2501), but its text prints no per-seed values for any
-plotted row (the per-seed lists at L3269-3271 and L3298-3300 are random choice − filter and target
+The paper's figures draw each seed as a grey dot (Figure 7's caption; "Figures 7 and 8 show the same
+contrasts with their per-seed values", §C.2), but its text prints no per-seed values for any
+plotted row (the per-seed lists of S12 in §C.4.1 are random choice − filter and target
 0.7 − target 1/2, which the figures do not plot), so the registry carries none and :func:`build`
 draws no seed dots. :func:`draw` draws them for any row given per-seed values.
 """
@@ -31,10 +30,10 @@ TITLES = {7: "Figure 7 — every matched-compute comparison, part 1",
           8: "Figure 8 — every matched-compute comparison, part 2"}
 BAND = 0.02
 XTICKS = (-0.15, -0.10, -0.05, 0.0, 0.05)
-"""The x-axis ticks printed under both figures (L2801, L2920)."""
+"""The x-axis ticks printed under both figures."""
 XLIM = (-0.165, 0.055)
 """Fixed x-limits: the printed ticks plus the margin that keeps the widest printed interval
-(S1's −0.160, L2705) and the highest (+0.042, L2786) inside; the paper prints no limits."""
+(S1's −0.160, Figure 7) and the highest (+0.042, Figure 7) inside; the paper prints no limits."""
 SEED_COLOR = "0.6"
 
 
@@ -48,13 +47,13 @@ def draw(blocks: Sequence[tuple[str, Sequence[PrintedRow]]], figure: int,
 
     ``blocks`` is :func:`figures.paper_tables.figure_blocks`: the paper's block headers with their
     rows, top to bottom in the paper's order. Each header takes a bold y-tick row of its own
-    (L2702-2735, L2821-2905); each comparison gets the printed mean (configuration − comparator at
+    (:data:`figures.paper_tables.FIGURE_BLOCKS`); each comparison gets the printed mean (configuration − comparator at
     matched compute, held-out accuracy as a fraction) as a dot and its 95% paired-t interval as a bar,
-    blue when the interval lies above 0, red below, grey across it (L2810-2811); the printed test
+    blue when the interval lies above 0, red below, grey across it (Figure 7's caption); the printed test
     at the right, with TOST at ±0.02 as in Table 3's test column (:func:`printed_test`,
-    L2610-2611), also for the studies that preregistered ±0.01; a grey band at ±0.02; fixed x-limits :data:`XLIM` and the paper's ticks
-    :data:`XTICKS` (L2801, L2920). ``seeds`` maps (study, row id) to per-seed differences, drawn as
-    grey dots (gid ``"seeds"``) on the row (L2810); rows without them get none.
+    Table 3's caption), also for the studies that preregistered ±0.01; a grey band at ±0.02; fixed x-limits :data:`XLIM` and the paper's ticks
+    :data:`XTICKS`. ``seeds`` maps (study, row id) to per-seed differences, drawn as
+    grey dots (gid ``"seeds"``) on the row (Figure 7's caption); rows without them get none.
 
     ``data`` has one row per comparison: study, row id, block, tick label, y position, mean,
     ci_low, ci_high, colour, printed test and number of seed dots.

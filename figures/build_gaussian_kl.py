@@ -1,4 +1,4 @@
-"""Paper 2 Figure 8: reverse versus forward KL for a Gaussian probe that invents a mode.
+"""The multi-reward paper's Figure 8: reverse versus forward KL for a Gaussian probe that invents a mode.
 
 Base N(0,1), probe (1-eps) N(delta,1) + eps N(Delta,1). Panels: (a) KL_fwd and KL_rev against the
 separation Delta at eps = 5%, exact (quadrature) and Monte-Carlo (N = 2048, 20 seeds, mean +- SD),

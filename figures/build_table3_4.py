@@ -5,10 +5,10 @@ Reads every ``registry/*/reported.toml`` row that carries ``table = "3"`` or ``"
 lost in the PDF conversion (all of Table 4, the last two blocks of Table 3) are rebuilt from
 Figures 7-8 and Table 15 and marked †.
 
-The test column gives TOST at ±0.02 for every row, as Table 3's caption says (L2610-2611; Table 4
-is "As in Table 3", L2668): the studies on Qwen2.5-1.5B preregistered ±0.01 (S28, S31-S33,
-L2345-2346), and their ±0.01 values go to the text below each table. Where the paper prints the
-±0.02 value (S31's T2, L4137) the column uses it; otherwise it is computed from the row's printed
+The test column gives TOST at ±0.02 for every row, as Table 3's caption says (Table 4's
+is "As in Table 3"): the studies on Qwen2.5-1.5B preregistered ±0.01 (S28, S31-S33,
+§C.1 "Statistics"), and their ±0.01 values go to the text below each table. Where the paper prints the
+±0.02 value (S31's T2, §C.5.6) the column uses it; otherwise it is computed from the row's printed
 mean, interval and n (:func:`prereg_kit.stats.summary.from_summary`) and marked ‡
 (:func:`figures.paper_tables.printed_test`, which Figures 7-8 use too).
 """
@@ -39,7 +39,7 @@ def _interval(r) -> str:
 
 def table_test(pr: PrintedRow, root: Path, rows: list[PrintedRow] | None = None) -> tuple[str, str]:
     """The row's test column at ±0.02, and its ±0.01 value for the text ("" if none)
-    (:func:`figures.paper_tables.printed_test`, L2610-2611)."""
+    (:func:`figures.paper_tables.printed_test`, Table 3's caption)."""
     return printed_test(pr, root, rows)
 
 
@@ -54,7 +54,7 @@ def build(out_dir: Path, root: Path | None = None) -> Path:
           "† marks rows lost in the PDF conversion and rebuilt from Figures 7-8 and Table 15 (their block is assigned "
           "from the table captions). Tests are as printed: \"Holm\" = preregistered primary, Holm-adjusted within its study; "
           "\"TOST\" is the equivalence p at ±0.02 for every row, also in the studies on Qwen2.5-1.5B that preregistered "
-          "±0.01 (S28, S31-S33), whose ±0.01 values are given below each table (caption, L2610-2611). ‡: the ±0.02 p "
+          "±0.01 (S28, S31-S33), whose ±0.01 values are given below each table (Table 3's caption). ‡: the ±0.02 p "
           "is not printed in the text; computed from the printed mean, 95% interval and n.", ""]
     every = printed_rows(base)
     for table in ("3", "4"):

@@ -1,4 +1,4 @@
-"""Paper 2 Figure 3: the exact conditional-mean recursion of the three-action tabular model, per rule.
+"""The multi-reward paper's Figure 3: the exact conditional-mean recursion of the three-action tabular model, per rule.
 
 Panels 1-5: pi_t(a_j | x) under GRPO, Dr.GRPO, MO-GRPO, exact PG (all on the additive reward) and
 TAG (lam = 1), from the primary-leading start (0.8, 0.01, 0.19) at eta = 0.3, rho = 0.5, n = 8,

@@ -57,7 +57,7 @@ def printed_rows(root: str | Path) -> list[PrintedRow]:
 
 
 TABLE_MARGIN = 0.02
-"""The equivalence margin of Tables 3-4's test column and Figures 7-8's band (L2610-2611, L2811)."""
+"""The equivalence margin of Tables 3-4's test column and Figures 7-8's band (their captions)."""
 _TOST_01 = re.compile(r"TOST\s*\(±0\.01\)\s*p\s*=\s*([^;,]+)")
 
 
@@ -89,8 +89,8 @@ def printed_test(pr: PrintedRow, root: str | Path | None = None,
     """The row's test text with TOST at ±0.02, and its ±0.01 value ("" if none).
 
     Table 3's test column gives the equivalence p at ±0.02 for every row, also for the studies on
-    Qwen2.5-1.5B that preregistered ±0.01 (caption, L2610-2611; Table 4 is "as in Table 3", L2668;
-    Figures 7-8 plot the same contrasts over the same ±0.02 band, L2811-2813). A row of a ±0.01 study whose printed test gives "TOST(±0.01) p=…" gets
+    Qwen2.5-1.5B that preregistered ±0.01 (Table 3's caption; Table 4 is "as in Table 3";
+    Figures 7-8 plot the same contrasts over the same ±0.02 band, Figure 7's caption). A row of a ±0.01 study whose printed test gives "TOST(±0.01) p=…" gets
     the TOST p at ±0.02 in its place: as printed in the same study for the same contrast at
     ``margin = 0.02``, or computed from the printed mean, interval and n
     (:func:`prereg_kit.stats.summary.from_summary`) and marked ‡. ``root`` defaults to the
@@ -126,8 +126,8 @@ FIGURE_BLOCKS = {
         (2881, "Learning rate 2e-6, or decaying from 2e-6 to 0, instead of 1e-6"),
         (2905, "Strict verifier instead of default as training reward")],
 }
-"""The bold block headers of Figures 7 (L2702, L2735) and 8 (L2821, L2857, L2872, L2881, L2905),
-each with the source line it is printed on; a row belongs to the last header printed above it."""
+"""The bold block headers of Figures 7 and 8, each with the ``line`` it is printed on (the
+position key of the registry's reported rows); a row belongs to the last header printed above it."""
 
 
 def figure_blocks(root: str | Path, figure: int) -> list[tuple[str, list[PrintedRow]]]:

@@ -1,6 +1,6 @@
 """``prereg analyze``: a locked plan and a folder of run logs → every contrast, read as planned.
 
-Paper 1 §2.3, C.1, D, F (extract §3.3–3.5, 3.12, 3.17). Steps:
+Dense-rewards paper §2.3, §C.1 (budget, evaluation, verifiers, statistics), App. D, App. F. Steps:
 
 1. verify the lock chain, the plan, the seals of the runs and the run-timing audit
    (``prereg_kit.verify``); refuse on violations unless ``exploratory`` (then every result is
@@ -26,7 +26,7 @@ A contrast's unit follows its ``design``: a seed's paired difference, a seed's d
 differences, a (pair, seed) difference pooled over pairs, or two unpaired groups (Welch;
 ``prereg_kit.readings.designs``, ``prereg_kit.contrast_designs``); ``seeds`` restricts it to a subset.
 
-Multi-reward metrics (paper 2 §4.7): ``relative_accuracy`` (accuracy over the ``[evaluation]
+Multi-reward metrics (multi-reward paper §6.1, App. C.1): ``relative_accuracy`` (accuracy over the ``[evaluation]
 reference`` configuration's, same seed, at the same k·B) and ``collapse`` (pass@4 below the run's
 own evaluation 0) are read per seed like accuracy at token reading points; they have no
 per-problem values, so their contrasts take no crossed bootstrap. The configuration table adds
@@ -199,7 +199,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             curves = curves_for(*read_as)[0]
             rp = c.reading_point
             point = rp.at_budget(B)
-            if c.minus_eval_set:  # the second difference on its own test set (S21's Welch form, L3881-3882)
+            if c.minus_eval_set:  # the second difference on its own test set (S21's Welch form, §C.5.2)
                 second = curves_for(c.minus_eval_set, verifier, metric, tuple(c.levels))[0]
                 curves = pd.concat([curves[curves["configuration"].isin([c.treatment, c.control])],
                                     second[second["configuration"].isin([c.minus_treatment, c.minus_control])]],
@@ -225,7 +225,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 rows.append({**row, "seeds": _seed_list(seeds), **trow})
                 per_seed.append(ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)])
                 continue
-            if rp.kind == "extrapolated":  # observed − the control's curve read at e·t (L742-750)
+            if rp.kind == "extrapolated":  # observed − the control's curve read at e·t (dense-rewards paper §3.3)
                 xrow, ps, extrapolations[c.id] = extrapolation_contrast(study_dir, plan, c, curves, n_resamples=nres, notes=notes)
                 rows.append({**row, **xrow})
                 per_seed.append(ps)
@@ -357,7 +357,7 @@ def configuration_summary(curves: pd.DataFrame, iterations: pd.DataFrame, budget
     ``relative_accuracy`` (curves from :func:`readings.relative_accuracy_curves`) adds
     ``relative_accuracy_at_B``, the mean over seeds of the per-seed ratio to the reference;
     ``collapse`` (curves with ``metric="collapse"``) adds ``n_collapsed`` and ``collapse_rate``,
-    the share of seeds whose pass@4 at B is below their evaluation 0 (multi-reward paper §4.7)."""
+    the share of seeds whose pass@4 at B is below their evaluation 0 (multi-reward paper §6.1, App. C.4)."""
     at_b = rd.read_at_tokens(curves, budget)
     at_b = at_b[at_b["reached"]]
     derived = {}

@@ -1,6 +1,6 @@
 """Run-timing audit: did every main-stage run start after the plan was fixed?
 
-Paper 1 §2.3 / C.1 ("Preregistration"), extract §3.18: the paper checks that each plan's last
+Dense-rewards paper §2.3 and §C.1 "Preregistration": the paper checks that each plan's last
 change preceded the study's first main training run; calibration, pilot and smoke stages may
 start before a plan is final. Rules, applied to each run's ``meta.json`` (main runs under ``runs/``, other stages under
 ``stages/<stage>/``):
@@ -12,7 +12,7 @@ start before a plan is final. Rules, applied to each run's ``meta.json`` (main r
   that applies to it: every key except those under ``configurations.<other configuration>``.
   (S2's amendments "added rules for parts of the study before those parts ran": adding or
   changing another configuration does not touch a finished run.)
-- a main run with ``anchor = "elected"`` (multi-reward paper §4.5: the anchor is elected by
+- a main run with ``anchor = "elected"`` (multi-reward paper §5.1: the anchor is elected by
   probes before joint training) recorded the sha256 of the ``election.json`` it read; it is a
   violation when the study's ``election.json`` is now missing or hashes differently (the election
   was edited or rerun after the run read it). A run that recorded no hash (an older trainer) is a
@@ -22,9 +22,9 @@ start before a plan is final. Rules, applied to each run's ``meta.json`` (main r
   trainers differ in more than the intervention (their generation, timing and evaluation code),
   so pooling them must be preregistered. When the plan's ``[study] trainer`` names one trainer
   other than ``builtin`` or ``external``, every main run must carry that name.
-- a contrast read at matched training time (``time``: T*, paper 1 Appendix D; ``control_time``:
-  the control's time to B, S35 L5153-5156; ``time_to_target``: seconds to the control's accuracy,
-  L4678-4680) compares seconds, and seconds on two kinds of device measure the devices as well as
+- a contrast read at matched training time (``time``: T*, dense-rewards paper App. D; ``control_time``:
+  the control's time to B, S35, App. F; ``time_to_target``: seconds to the control's accuracy,
+  §C.6.8) compares seconds, and seconds on two kinds of device measure the devices as well as
   the configurations. The main runs its configurations and seeds name must share one device type
   (:func:`device_type`) unless the locked plan says ``[study] mixed_devices = true``; one
   violation per such contrast names each device type with its runs. Contrasts read at tokens,

@@ -1,16 +1,16 @@
 """The calibration stage's rules: the token budget B and the completion limit (dense-rewards paper
-§2.3 "Implementation" L2272-2298, C.5 L3930-3932 and L3986-3988; extract §3.3).
+§C.1 "Implementation"; the Llama calibrations of S24 and S27, §C.5.3 and §C.5.4).
 
-* **Budget rule** (L2294-2298): "48 times the mean number of tokens per iteration that the k = 4
+* **Budget rule** (§C.1 "Implementation"): "48 times the mean number of tokens per iteration that the k = 4
   Monte-Carlo reward generates over iterations 0–2 of one calibration run, rounded up to a
   multiple of 250,000", applied "for each model and task before the studies". Tokens are every
   kind B counts (rollouts, continuations, discarded groups). :func:`calibrated_budget`.
-* **Truncation rule** ("the S1 rules", L2275-2276, L3930-3932): the share of the base model's
+* **Truncation rule** ("the S1 rules", §C.1 "Implementation", §C.5.3): the share of the base model's
   samples cut off at 380 tokens decides whether the limit becomes 768 (Llama-3.2-3B: 33% → 768;
-  Llama-3.2-1B: 37.5% → 768). The paper does not state the threshold (extract §6, item 3); the
+  Llama-3.2-1B: 37.5% → 768). The paper does not state the threshold; the
   default here, :data:`TRUNCATION_SHARE` = 0.25, is our choice: every threshold in (0, 0.33]
   reproduces both calibrations the paper reports. The rule applies to a 380-token limit only.
-  (Qwen2.5-1.5B, calibrated before the rule existed, stayed at 380 with 73% cut off, L1902-1905.)
+  (Qwen2.5-1.5B, calibrated before the rule existed, stayed at 380 with 73% cut off, App. A "Recipe".)
   :func:`truncation_limit`.
 
 :func:`apply_calibration` reads the complete runs of ``<study>/stages/calibration/`` (the trainer

@@ -1,7 +1,7 @@
 """Manipulation checks (``[[checks]]``): did each intervention do what it was built to do?
 
 The dense-rewards paper asks, beside each contrast, whether the manipulation took place — for a
-prompt filter, that it moved its prompts' predicted success toward its target (extract §3). A
+prompt filter, that it moved its prompts' predicted success toward its target (S30's check, §C.5.5). A
 check reads a per-iteration column of the run logs (a schema column or one the trainer adds),
 averages it per run over the iterations trained up to its reading point (k·B generated tokens),
 and tests per seed, one-sided over seeds, the quantity its ``expect`` names

@@ -2,7 +2,7 @@
 
 Paired, difference-of-differences and pooled contrasts reduce to one per-unit difference and
 go through :func:`prereg_kit.verdicts.contrast_statistics`; a Welch contrast (two unpaired groups,
-dense-rewards paper S21's primary, L3881-3882) is read here with Welch's t, Welch TOST and the
+dense-rewards paper S21's primary, §C.5.2) is read here with Welch's t, Welch TOST and the
 Welch non-inferiority test (``prereg_kit.stats.welch``).
 """
 

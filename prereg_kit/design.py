@@ -1,8 +1,8 @@
 """The plan's design, enforced on the run folders: exactly the configurations, seeds, stages and
 evaluation problems the plan names.
 
-The dense-rewards paper fixes each study's seeds and evaluation sets before its runs (paper 1
-§2.3, C.1; extract §3.18) and names seeds added after a result as optional stopping (S11). A run
+The dense-rewards paper fixes each study's seeds and evaluation sets before its runs (§2.3,
+§C.1 "Preregistration") and names seeds added after a result as optional stopping (S11). A run
 log that the plan did not ask for, or a planned run that is absent, changes what a contrast means,
 so neither is ever used or dropped silently:
 
@@ -17,7 +17,7 @@ so neither is ever used or dropped silently:
   exactly the plan's evaluation sets, each with the plan's ``n_problems`` and the same problem ids
   as every other evaluation of that set.
 
-The anchor election's probe runs (multi-reward paper §4.5; ``prereg elect``) are calibration-stage
+The anchor election's probe runs (multi-reward paper §5.1; ``prereg elect``) are calibration-stage
 runs that ``election.json`` names (``probes[].run_dir``, e.g.
 ``stages/calibration/probe-correct/seed-0``): they are expected where the election says they are.
 Hidden files (a leading ``.``, e.g. an editor's or the OS's) are ignored.

@@ -1,6 +1,6 @@
 """One ``at = "extrapolated"`` contrast of ``prereg analyze``: e resolved, each seed's mean of
 observed − extrapolated accuracy over the usable evaluations (:mod:`prereg_kit.readings.extrapolation`,
-dense-rewards paper L742-750), and the statistics every paired contrast gets
+dense-rewards paper §3.3), and the statistics every paired contrast gets
 (:func:`prereg_kit.verdicts.contrast_statistics`), with the heuristic's own columns: ``efficiency``,
 ``efficiency_source``, ``usable_evaluations``, ``last_usable``, ``predicted_lead``, ``observed_lead``.
 """

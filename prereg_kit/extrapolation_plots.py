@@ -1,4 +1,4 @@
-"""The report's part for ``at = "extrapolated"`` contrasts (dense-rewards paper L742-750): one figure
+"""The report's part for ``at = "extrapolated"`` contrasts (dense-rewards paper §3.3): one figure
 per contrast — the mean over seeds of the treatment's observed curve, the control's curve read at
 e·t (the extrapolation) and the control's own curve, against the treatment's tokens t, with the
 usable evaluations (e·t ≤ B) shaded — and the note the contrast table carries."""

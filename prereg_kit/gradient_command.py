@@ -1,7 +1,7 @@
 """``prereg gradient-test``: run a locked plan's gradient tests through the trainer and seal them.
 
 A gradient test is a measurement at one fixed policy (dense-rewards paper §2.4, Appendix A,
-Section I; extract §3.14), preregistered in ``[[gradient_tests]]`` like any contrast: it runs
+Appendix I), preregistered in ``[[gradient_tests]]`` like any contrast: it runs
 only from a locked, unchanged plan (:func:`prereg_kit.jobs.require_locked`), once per test. The
 trainer behind the ``prereg_kit.runners`` entry point measures it
 (``runner.gradient_test(study_dir, test_id, *, log) -> str``, writing

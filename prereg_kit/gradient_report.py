@@ -1,7 +1,7 @@
 """The report's "Gradient tests" section: the paper's Table 6 layout, the a + b/k fit, the
 conditions, ``gradient_tests.csv`` and a figure of per-token efficiency.
 
-Table 6 (dense-rewards paper §2.4, L738-750; extract §3.14) prints, per configuration, the
+Table 6 (dense-rewards paper §2.4, §3.3) prints, per configuration, the
 efficiency per update and per token relative to the baseline with 95% intervals, the alignment
 outside V, and the positivity of E⟨u, ĥ⟩ as a z-score; here a last column gives the verdict of
 each preregistered condition on that configuration. Results from ``prereg dry-run`` are marked

@@ -3,7 +3,7 @@
 For each ``[[gradient_tests]]`` entry whose result is sealed (``prereg_kit.gradient_seal``), the
 per-batch inner products in ``gradient/<id>/batches.parquet`` are summarized again here — never
 taken from the trainer — with the plan's ``[statistics]`` resamples, seed and confidence
-(dense-rewards paper §2.4 L427-450, Appendix A L1932-1957, Table 6; extract §3.14):
+(dense-rewards paper §2.4, App. A "Alignment" and "Efficiency", Table 6):
 
 - **alignment**: the mean over batches of cos(P⊥d_b, P⊥ĥ_b) = ⟨P⊥d,P⊥ĥ⟩ / √(‖P⊥d‖²‖P⊥ĥ‖²), NaN for
   a configuration whose update lies in V (outcome-only);
@@ -12,8 +12,8 @@ taken from the trainer — with the plan's ``[statistics]`` resamples, seed and 
 - **positivity**: z = mean_b⟨u_b,ĥ_b⟩ / (sd/√B), passed at z ≥ 3;
 - 95% percentile intervals from a bootstrap over batches (the same resampled batches for a
   configuration and its baseline);
-- the **a + b/k fit** of E‖u_k‖² over the Monte-Carlo configurations in ``fit`` (C.3.1
-  L2559-2600): the share (b/k)/(a + b/k) of the second moment due to continuation sampling at k,
+- the **a + b/k fit** of E‖u_k‖² over the Monte-Carlo configurations in ``fit`` (§C.3.2,
+  S25): the share (b/k)/(a + b/k) of the second moment due to continuation sampling at k,
   and the bound 1/(1 − share) on the per-update gain of any reallocation (3.8% → 1.04 in the paper);
 - each condition: the value it reads, its bound, "met" or "not met".
 

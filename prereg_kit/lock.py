@@ -1,6 +1,6 @@
 """Locking a plan and recording dated amendments in a hash chain (``plan.lock``).
 
-Paper 1 §2.3 and C.1 ("Preregistration"), extract §3.18: each study fixed its plan before its
+Dense-rewards paper §2.3 and §C.1 "Preregistration": each study fixed its plan before its
 runs, later edits were dated amendments, and the timing was audited. ``plan.lock`` holds entries
 ``[lock, amendment, amendment, ...]``; each entry records
 

@@ -8,12 +8,12 @@ that axes (a notebook's own subplot) and returns ``ax.figure`` without laying ou
 closing it. ``synthetic=True`` (a ``prereg dry-run``) marks the title and watermarks every panel.
 
 - :func:`forest` — every contrast: mean with its 95% CI, per-seed differences as dots, a
-  ±margin band (paper 1, Figures 7–8);
+  ±margin band (dense-rewards paper, Figures 7–8);
 - :func:`accuracy` — accuracy against generated tokens or training time (one panel) per
   configuration, mean over seeds with a min–max band;
 - :func:`difference` — treatment − control against matched generated tokens, training time or
-  updates, per-seed curves interpolated onto one grid, mean and 95% t band (paper 1, Figure 3's
-  form); given the table's readings (:class:`TableMark`), each contrast's reading point and its
+  updates, per-seed curves interpolated onto one grid, mean and 95% t band (dense-rewards
+  paper, Figure 3's form); given the table's readings (:class:`TableMark`), each contrast's reading point and its
   Δ [95% CI] as the table reads it are marked on the curve.
 
 Every band, line and marker has a legend entry; legends sit outside the panel (to its right, or

@@ -1,13 +1,13 @@
-"""The learning-rate stability probe (dense-rewards paper §2.3 "Implementation" L2272-2275,
-C.1 "Recipe" L1900-1901; extract §3.2): "a preregistered stability probe, on a development set
+"""The learning-rate stability probe (dense-rewards paper §C.1 "Implementation",
+App. A "Recipe"): "a preregistered stability probe, on a development set
 disjoint from the training pools and test sets, selected 10⁻⁶; a rate of 3×10⁻⁶ failed the probe",
 after the equal-iteration recipe's 10⁻⁵ "degraded or collapsed every configuration".
 
-The paper names the probe's two failure modes but not its numbers (extract §6). The criterion here
+The paper names the probe's two failure modes but not its numbers. The criterion here
 is built from the paper's own definitions:
 
 * **collapsed** — final accuracy at least 0.15 below the run's peak: the paper's collapse event
-  (Appendix G, L6170-6173; extract §3.13);
+  (§H.2 "Deficits and collapse events");
 * **degraded** — final accuracy below the accuracy before training (evaluation 0).
 
 A learning rate fails the probe when any of its runs is collapsed or degraded (every seed must be
@@ -28,7 +28,7 @@ from .errors import PreregError
 from .plan import load_plan
 from .runlog import read_run, run_dir
 
-COLLAPSE_DROP = 0.15  # paper's collapse event (L6171)
+COLLAPSE_DROP = 0.15  # paper's collapse event (§H.2 "Deficits and collapse events")
 _TOL = 1e-12  # accuracies are fractions of counts: a drop of exactly 0.15 counts despite float error
 
 

@@ -4,7 +4,7 @@
 A study run with prereg-kit then sits in the registry like the papers' studies: its printed
 numbers are kept as text with the rounding of a paper table (4 decimals for means and intervals,
 the report's p format), and ``prereg recheck`` re-derives every printed p-value from mean,
-interval and n exactly as it does for the papers (paper 1 App. C.1 tests; ``stats.from_summary``).
+interval and n exactly as it does for the papers (dense-rewards paper §C.1 "Statistics"; ``stats.from_summary``).
 A contrast whose per-seed differences are all equal (``zero_sd``: identical runs) has no t
 statistic; its row keeps the mean and the zero-width interval as ``ci_kind = "none"``.
 

@@ -1,7 +1,7 @@
 """The study report: ``report.md``, ``report.html``, ``results.json``, ``contrasts.csv``,
 ``contrasts.tex``, ``per_seed.csv`` and figures.
 
-The contrast table follows the layout of paper 1's Tables 3–4: method, configuration pair, n,
+The contrast table follows the layout of the dense-rewards paper's Tables 3–4: method, configuration pair, n,
 Δ [95% CI], and the test (Holm p for primary contrasts, p for secondary ones, † for exploratory
 ones, TOST p beside them). The columns of ``contrasts.csv`` are documented in
 ``docs/analysis.md``.
@@ -366,7 +366,7 @@ def left_out_lines(df: pd.DataFrame) -> list[str]:
 
 def crn_sentence(plan) -> list[str]:
     """One sentence when the plan preregistered evaluations without common random numbers
-    (another trainer's evaluator): what the pairing did and did not hold fixed (paper 1 §3.4)."""
+    (another trainer's evaluator): what the pairing did and did not hold fixed (dense-rewards paper §C.1)."""
     if plan.evaluation.common_random_numbers:
         return []
     return ["Pairing: the plan preregistered `[evaluation] common_random_numbers = false`, so the runs of a seed "
@@ -376,7 +376,7 @@ def crn_sentence(plan) -> list[str]:
 
 def dynamics_table(dyn: pd.DataFrame) -> list[str]:
     """Training dynamics to B per configuration (mean over runs of each run's mean over its
-    iterations): reward, mixed / all-wrong / all-correct groups (paper L4025-4028), length and
+    iterations): reward, mixed / all-wrong / all-correct groups (dense-rewards paper §C.5.4, S27), length and
     truncation; a share the run logs do not carry reads n/a."""
     if dyn is None or not len(dyn):
         return []

@@ -1,4 +1,4 @@
-"""``contrasts.tex``: every contrast as a booktabs LaTeX table in the layout of paper 1's Tables 3–4.
+"""``contrasts.tex``: every contrast as a booktabs LaTeX table in the layout of the dense-rewards paper's Tables 3–4.
 
 Rows are grouped in blocks by tier (primary, secondary, exploratory; a ``\\multicolumn`` header row
 each); the columns are the contrast, its comparison, where it is read, n, the mean difference, its

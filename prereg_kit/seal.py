@@ -1,6 +1,6 @@
 """Sealing completed runs into the plan's lock chain, and checking the seals.
 
-The dense-rewards paper's preregistration audit (paper 1 §2.3, C.1; extract §3.18) asks that a
+The dense-rewards paper's preregistration audit (§2.3, §C.1 "Preregistration") asks that a
 study's results come from the runs it locked in advance. A run log on disk is only evidence while
 nobody edited it, so when a main-stage run completes, its files are **sealed**: an entry of kind
 ``seal`` is appended to ``plan.lock`` (under the chain's OS lock, :func:`prereg_kit.lock.append_entries`)

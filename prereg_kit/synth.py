@@ -13,11 +13,11 @@ token fraction ``f = tokens / B``)::
   ``shape(f) = (1 - exp(-rate f)) / (1 - exp(-rate))`` (``shape(1) = 1``). So each configuration's
   ``effect`` (a fraction) is the difference in expected accuracy at B, and it grows over training.
 
-Evaluation draws use common random numbers within a seed (paper §1.0/§3.4): sample ``k`` of
+Evaluation draws use common random numbers within a seed (dense-rewards paper §C.1, "Pools and evaluation"): sample ``k`` of
 problem ``j`` at evaluation ``e`` is correct when ``U[s,e,j,k] < p``, with the same uniforms for
 every configuration of seed ``s``; the evaluation sampling seed logged is the same too. An answer
 is boxed when ``V[s,e,j,k] < boxed rate``; strict-correct = correct and boxed, so strict <= default.
-Drift lowers a configuration's boxed rate linearly in ``f`` by ``drift[c]`` at B (§3.12).
+Drift lowers a configuration's boxed rate linearly in ``f`` by ``drift[c]`` at B (§C.1 "Verifiers").
 
 Iterations: tokens per iteration ``1 / updates_per_token`` (one update per iteration) with
 lognormal jitter, split into rollout/continuation/discarded shares; seconds = tokens x
@@ -214,7 +214,7 @@ def generate_study(
     ``configurations``: name -> effect at B (fraction added to expected accuracy, growing over
     training). ``eval_sets`` are scored at every evaluation (every ``eval_every`` tokens, default
     B/16, so 17 evaluations to B); ``budget_sets`` only at the initial evaluation and the first
-    at or after B, like the further test sets of S33/S34 (§3.4). ``time_per_token``,
+    at or after B, like the further test sets of S33/S34 (§C.1). ``time_per_token``,
     ``updates_per_token`` (default 64/B: 64 iterations of one update to B), ``continuation_share``,
     ``discard_share`` and ``extend_to`` (multiple of B each run trains to) may be given per
     configuration. ``drift``: configuration -> drop of the boxed rate reached at B (for

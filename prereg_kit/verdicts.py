@@ -1,6 +1,6 @@
 """One contrast's statistics from its per-unit differences, Holm within each family, the verdict
-each contrast earns and the reading of each hypothesis (dense-rewards paper §2.3 "Statistics",
-C.1; extract §1: paired t, TOST at the margin, non-inferiority, seed and crossed bootstraps, Holm
+each contrast earns and the reading of each hypothesis (dense-rewards paper §2.3 "Preregistration and
+statistics", §C.1 "Statistics": paired t, TOST at the margin, non-inferiority, seed and crossed bootstraps, Holm
 within each preregistered family)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The runs a study's analysis reads: verified, loaded, held to the plan's design, admitted.
 
-Paper 1 §2.3, C.1 (extract §3.3–3.5): before any reading, the lock chain, the plan, the runs'
+Dense-rewards paper §2.3, §C.1, App. D: before any reading, the lock chain, the plan, the runs'
 seals and the run-timing audit are verified (``prereg_kit.verify``); the run logs are loaded
 (main stage) and the plan's design is enforced (``prereg_kit.design``): an unreadable run log, a
 planned run that is missing (unless the plan allows missing seeds) or an evaluation on other

@@ -76,7 +76,7 @@ def test_and_is_min():
 
 
 def test_lsc_equals_additive_sample_by_sample_on_binary_groups():
-    # every 2-channel binary group of n = 4 (256 of them): LSC is affine in R_A + R_P (P2:L105)
+    # every 2-channel binary group of n = 4 (256 of them): LSC is affine in R_A + R_P (multi-reward paper App. C "Baseline ports")
     outcomes = [(0, 0), (0, 1), (1, 0), (1, 1)]
     R = np.array(list(itertools.product(outcomes, repeat=4)), dtype=float)
     a_add, a_lsc = adv("additive", R), adv("lsc", R)
@@ -94,7 +94,7 @@ def test_tag_four_outcomes_and_lambda_zero():
     res = rule_advantages(G4, rule="tag", params={"lam": 1.0})
     assert np.allclose(res.rewards, [[1, 0.5, 0, 0]])
     assert np.allclose(res.advantages, [z([1, 0.5, 0, 0])], atol=1e-5)
-    assert res.advantages[0, 2] < 0  # auxiliary-only never gets a positive advantage (P2:L73)
+    assert res.advantages[0, 2] < 0  # auxiliary-only never gets a positive advantage (multi-reward paper App. A.2)
 
 
 def test_tag_multichannel_and_anchor_index():
@@ -193,7 +193,7 @@ def test_additive_kl_beta_interface():
 
 
 def test_weight_immaterial_in_two_level_groups():
-    # "under the z-score a weight is immaterial in two-level groups" (P2:L105)
+    # "under the z-score a weight is immaterial in two-level groups" (multi-reward paper App. C "Baseline ports")
     R = np.array([[[1, 1], [1, 1], [0, 0], [0, 0]]], float)
     assert np.allclose(adv("weighted", R, params={"weights": [0.9, 0.1]}), adv("additive", R), atol=1e-5)
 
@@ -263,7 +263,7 @@ def test_pass_at_4_from_8_and_collapse():
 
 
 def test_relative_accuracy():
-    # accuracy 0.455 against the R_P-only reference's 0.5: 0.91× (P2:L103)
+    # accuracy 0.455 against the R_P-only reference's 0.5: 0.91× (multi-reward paper App. C.1)
     ev = _evals([("ref", 1, [4] * 200), ("arm", 1, [4] * 182 + [0] * 18)])
     curves = accuracy_curve(ev, eval_set="held")
     rel = relative_accuracy_curves(curves, "ref", budget=100).kept.set_index("configuration")["accuracy"]

@@ -1,5 +1,5 @@
 """The calibration stage's budget and truncation rules and the learning-rate stability probe
-(paper 1 §2.3 L2272-2298, C.5 L3930-3932, L3986-3988; collapse event L6171): exact values at
+(dense-rewards paper §C.1 "Implementation", §C.5.3, §C.5.4; collapse event §H.2): exact values at
 and around every boundary, and the plan written through a dated amendment."""
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def test_budget_rule_boundaries_and_refusals():
 
 # ---- the truncation rule -----------------------------------------------------------------------
 def test_truncation_rule_reproduces_the_llama_calibrations_and_its_boundary():
-    assert truncation_limit([0.33]) == 768  # Llama-3.2-3B (L3930-3932)
-    assert truncation_limit([0.375]) == 768  # Llama-3.2-1B (L3986-3988)
+    assert truncation_limit([0.33]) == 768  # Llama-3.2-3B (S24, §C.5.3)
+    assert truncation_limit([0.375]) == 768  # Llama-3.2-1B (S27, §C.5.4)
     assert truncation_limit([0.25]) == 768 and truncation_limit([0.2, 0.3]) == 768  # at the threshold: raised
     assert truncation_limit([0.2499999]) == 380 and truncation_limit([0.0]) == 380
     assert truncation_limit([0.9], 768) == 768 and truncation_limit([0.9], 512) == 512  # a 380 limit only

@@ -1,4 +1,4 @@
-"""The extrapolation heuristic (dense-rewards paper L742-750): the control's curve read at e·t
+"""The extrapolation heuristic (dense-rewards paper §3.3): the control's curve read at e·t
 against hand-computed interpolation, the usable-evaluations rule (11B/16 at e = 1.36, 13B/16 at
 e = 1.15), readings of synthetic run logs with a known answer, the contrast through the paired
 statistics (scipy) to its verdict, the dry run and report, and hostile plans refused."""
@@ -289,7 +289,7 @@ def test_the_dry_run_reads_a_numeric_e_and_a_synthetic_test_reference(tmp_path):
     report = tmp_path / "dr" / "report"
     md = (report / "report.md").read_text()
     assert "observed − extrapolated, e = 1.36, 5 evaluations to 5B/8; predicted lead" in md
-    assert "a heuristic, not a derived prediction (dense-rewards paper L742-750)" in md
+    assert "a heuristic, not a derived prediction (dense-rewards paper §3.3)" in md
     assert (report / "extrapolated-F1.png").stat().st_size > 0 and (report / "extrapolated-F2.png").stat().st_size > 0
     js = {r["contrast"]: r for r in json.loads((report / "results.json").read_text())["contrasts"]}
     assert js["F1"]["usable_evaluations"] == 5 and js["F1"]["efficiency"] == 1.36

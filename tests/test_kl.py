@@ -1,4 +1,4 @@
-"""Reverse versus forward KL on Gaussian mixtures (paper 2, Appendix B; Figure 8)."""
+"""Reverse versus forward KL on Gaussian mixtures (multi-reward paper, Appendix B; Figure 8)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_exact_matches_fine_grid():
 
 
 def test_paper_values_invented_mode_eps_5pct_delta_6():
-    # P2 App. B: "At eps=5%, Delta=6: KL_fwd=0.0505, KL_rev=0.704 (14x)". Exact: 0.050575, 0.70303;
+    # Multi-reward paper App. B: "At eps=5%, Delta=6: KL_fwd=0.0505, KL_rev=0.704 (14x)". Exact: 0.050575, 0.70303;
     # the printed values agree to 0.15% (they look like Monte-Carlo; see docs/multi-reward-analyses.md).
     fwd, rev = gaussian_mode_kl(0.05, 6.0)
     assert abs(fwd - 0.0505) < 1e-4 and abs(rev - 0.704) < 1.5e-3
@@ -107,7 +107,7 @@ def test_figure_builder_interface():
 
 
 def test_figure_shows_forward_and_reverse_kl_against_separation_drift_and_cases():
-    """Figure 8 of paper 2 on small grids: four panels, their axes, their series, and every plotted
+    """Figure 8 of the multi-reward paper on small grids: four panels, their axes, their series, and every plotted
     number equal to the KL computed here (exact, Monte-Carlo mean and SD over seeds, approximations)."""
     from figures.build_gaussian_kl import EPS, draw
 

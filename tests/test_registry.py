@@ -292,9 +292,9 @@ def test_builders_run_on_small_inputs_and_reproduce(small_registry, tmp_path):
 
 
 def test_forest_figures_plot_the_reported_means_and_intervals(small_registry):
-    """Figures 7-8 of paper 1: one axis, the paper's block header, then a mean dot and a 95%
+    """Figures 7-8 of the dense-rewards paper: one axis, the paper's block header, then a mean dot and a 95%
     interval bar per reported row at its printed values, coloured by the interval's side of 0, with
-    the row's label, the ±0.02 band, the paper's fixed x-axis (L2801, L2920) and grey seed dots
+    the row's label, the ±0.02 band, the paper's fixed x-axis and grey seed dots
     for rows given per-seed values (one dot per value)."""
     from figures.build_forest_reported import XLIM, XTICKS, draw
     from figures.paper_tables import figure_blocks
@@ -340,8 +340,8 @@ def _printed(text: str) -> float:
 
 def test_forest_figures_on_the_registry_plot_every_reported_row_top_down():
     """On the registry itself: every row reported for Figure 7 (8) is drawn, in source-line order
-    from the top, at the numbers its reported.toml prints, under the paper's block headers (Figure 7:
-    L2702, L2735; Figure 8: L2821, L2857, L2872, L2881, L2905), with no seed dots: no plotted row has
+    from the top, at the numbers its reported.toml prints, under the paper's block headers (FIGURE_BLOCKS), with
+    no seed dots: no plotted row has
     per-seed values in the paper's text or the registry."""
     from figures.build_forest_reported import XLIM, XTICKS, draw
     from figures.paper_tables import FIGURE_BLOCKS, figure_blocks
@@ -388,10 +388,10 @@ def test_forest_figures_on_the_registry_plot_every_reported_row_top_down():
 
 
 def test_table3_test_column_is_tost_at_002_with_001_values_in_the_text(tmp_path):
-    """Table 3's test column gives TOST at ±0.02 also for the ±0.01 studies (caption, L2610-2611):
-    S33's two primary rows (TOST at ±0.01 p=.14, L3492) and S32's V2 (±0.01 p=.015, L4574) get the
+    """Table 3's test column gives TOST at ±0.02 also for the ±0.01 studies (its caption):
+    S33's two primary rows (TOST at ±0.01 p=.14, §C.4.6) and S32's V2 (±0.01 p=.015, §C.6.6) get the
     ±0.02 p from the printed summary (‡), their ±0.01 values go to the text; S31's T2 (Table 4) uses
-    the printed ±0.02 value (p<10^-4, L4137)."""
+    the printed ±0.02 value (p<10^-4, §C.5.6)."""
     import csv
 
     from figures import build_table3_4
@@ -415,7 +415,7 @@ def test_table3_test_column_is_tost_at_002_with_001_values_in_the_text(tmp_path)
 
 
 def test_forest_figures_right_hand_test_is_tost_at_002_as_in_table3(tmp_path):
-    """Figures 7-8's right-hand test text is Table 3's test column (TOST at ±0.02, L2610-2611),
+    """Figures 7-8's right-hand test text is Table 3's test column (TOST at ±0.02, its caption),
     never the ±0.01 value of the studies that preregistered it; a row quoting "TOST(±0.01)" in a
     ±0.02 study, or in a folder without a plan, keeps its printed text."""
     from figures.build_forest_reported import draw

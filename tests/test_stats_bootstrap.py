@@ -50,7 +50,7 @@ def test_n3_interval_is_observed_min_and_max():
 
 
 def test_paper_exhaustive_n5_row():
-    # Paper L5955: −0.035, +0.050, +0.070, +0.080, +0.115 → +0.056 [+0.007, +0.094].
+    # Dense-rewards paper §G.5 "Disagreement versus ungated reward": −0.035, +0.050, +0.070, +0.080, +0.115 → +0.056 [+0.007, +0.094].
     r = seed_bootstrap([-0.035, 0.050, 0.070, 0.080, 0.115])
     assert r.exhaustive
     assert (round(r.ci_low, 3), round(r.ci_high, 3)) == (0.007, 0.094)

@@ -13,7 +13,7 @@ from prereg_kit.stats import seed_bootstrap
 
 
 def test_percentile_default_is_unchanged():
-    d = np.array([-0.035, 0.050, 0.070, 0.080, 0.115])  # the paper's n = 5 row (L5955)
+    d = np.array([-0.035, 0.050, 0.070, 0.080, 0.115])  # the dense-rewards paper's n = 5 row (§G.5)
     r = seed_bootstrap(d)
     assert r.method == "percentile" and (r.ci_low, r.ci_high) == pytest.approx((0.007, 0.094), abs=1e-12)
     x = np.random.default_rng(1).normal(0.01, 0.02, 12)

@@ -50,7 +50,7 @@ def test_confidence_level_and_differences_only():
 
 
 def test_paper_h2_printed_example():
-    # Paper H.2/L5955: differences −0.035, +0.050, +0.070, +0.080, +0.115 → +0.056, d_z = 1.00, t_4 = 2.23, p = 0.089.
+    # Dense-rewards paper §G.5 (methods: §H.2): differences −0.035, +0.050, +0.070, +0.080, +0.115 → +0.056, d_z = 1.00, t_4 = 2.23, p = 0.089.
     r = paired_t([-0.035, 0.050, 0.070, 0.080, 0.115])
     assert round(r.mean, 3) == 0.056
     assert round(r.dz, 2) == 1.00

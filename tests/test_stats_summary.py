@@ -38,7 +38,7 @@ def test_parse_printed_numbers_and_p_values():
             parse_p(bad)
 
 
-# Table 3 of the paper (extract §2.1), printed rows: (label, n, mean, CI, kwargs, reported).
+# Table 3 of the dense-rewards paper, printed rows: (label, n, mean, CI, kwargs, reported).
 TABLE3 = [
     # S1, Monte-Carlo k=4: Holm p = 5×10^-5; its family is not listed, and the value fits a family of 3.
     ("MC k=4", 5, "-0.143", "-0.160", "-0.127", dict(family_size=3), {"holm_p": "5x10^-5"}),

@@ -1,4 +1,4 @@
-"""The three-action tabular model (paper 2 §3.3, Appendix A): exact conditional means and recursion."""
+"""The three-action tabular model (multi-reward paper §3.3, Appendix A): exact conditional means and recursion."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_multinomial_enumeration_matches_brute_force(rule):
 
 
 def test_zscore_matches_phi_formula_and_uniform_groups_are_zero():
-    # phi(r) = sqrt(n-1) d / sqrt(d^2 + nV) for the own (first) response (P2 A.1 Step 1).
+    # phi(r) = sqrt(n-1) d / sqrt(d^2 + nV) for the own (first) response (multi-reward paper App. A.1, Step 1).
     rng = np.random.default_rng(1)
     for _ in range(50):
         rp, ra = rng.integers(0, 2, size=(2, 8)).astype(float)
@@ -84,9 +84,9 @@ def test_centering_bounds_and_dominance(pi, eta, rho, n, lam):
                  "dr_grpo": (n - 1) / n, "pg": 1.0}[rule]
         assert np.all(np.abs(m) <= bound + tol)
         if rule == "tag":
-            assert m[2] >= m[1] - tol and m[1] >= m[0] - tol  # P2 A.2 coupling
+            assert m[2] >= m[1] - tol and m[1] >= m[0] - tol  # App. A.2 coupling
         elif rule != "mo_grpo":
-            assert m[1] >= m[2] - tol and m[2] >= m[0] - tol  # P2 A.1 Step 2
+            assert m[1] >= m[2] - tol and m[2] >= m[0] - tol  # App. A.1 Step 2
 
 
 def test_dr_grpo_is_n_minus_1_over_n_times_exact_pg():
@@ -105,7 +105,7 @@ def test_reward_identities_eq4_and_tag():
         tag = laws @ scalar_reward("tag", rp, ra, lam)
         assert math.isclose(add[1] - add[2], (1 - eta) * (1 - rho) * 0.5, abs_tol=1e-14)  # Eq. (4), m-b=1/2
         assert math.isclose(tag[2] - tag[1], (1 - eta) * rho / (1 + lam), abs_tol=1e-14)  # A.2
-    q = type_probabilities(PAPER_INIT, 0.1, 0.9)  # extract §4.2: P(h), P(m), P(b)
+    q = type_probabilities(PAPER_INIT, 0.1, 0.9)  # P(h), P(m), P(b) of the others' levels (App. A.3)
     assert math.isclose(q[3], 0.1 * 0.2) and math.isclose(q[1] + q[2], 0.9 * 0.01 + 0.9 * 0.9 * 0.19)
 
 
@@ -126,7 +126,7 @@ def test_two_level_identity_kappa_at_eta_zero(n):
     g = conditional_mean_advantages(pi, rule="grpo", eta=0.0, rho=rho, n=n)
     mu, s = np.array([0, 1, rho]), pi[1] + rho * pi[2]
     assert np.allclose(g, kappa_n(s, n) * (mu - s), atol=1e-13)
-    for lam in (0.0, 1.0, 3.0):  # TAG drift at eta = 0, independent of lambda (P2 A.2)
+    for lam in (0.0, 1.0, 3.0):  # TAG drift at eta = 0, independent of lambda (App. A.2)
         s = rho * pi[2]
         for j in (0, 1):
             d = expected_logodds_drift(pi, 2, j, rule="tag", eta=0.0, rho=rho, n=n, alpha=alpha, lam=lam)
@@ -134,7 +134,7 @@ def test_two_level_identity_kappa_at_eta_zero(n):
 
 
 def test_paper_log_odds_example_minus_0_27_alpha():
-    # P2 A.1 Step 3: E[Delta log(pi1/pi2)] = -0.27 alpha at (0.8, 0.01, 0.19), rho=0.9, eta=0.1, n=8.
+    # Multi-reward paper App. A.1 Step 3: E[Delta log(pi1/pi2)] = -0.27 alpha at (0.8, 0.01, 0.19), rho=0.9, eta=0.1, n=8.
     d = expected_logodds_drift(PAPER_INIT, 1, 2, rule="grpo", eta=0.1, rho=0.9, n=8, alpha=1.0)
     assert round(d, 2) == -0.27
     m = conditional_mean_advantages(PAPER_INIT, rule="grpo", eta=0.1, rho=0.9, n=8)
@@ -153,7 +153,7 @@ def test_recursion_kernel_matches_numpy_step():
 
 
 def test_slow_takeover_grpo_1_0e6_iterations():
-    # P2 A.1 boundary cases: "needs 1.0x10^6 iterations to reach pi(a1) >= 0.99".
+    # App. A.1 boundary cases: "needs 1.0x10^6 iterations to reach pi(a1) >= 0.99".
     # Its speed is measured by benchmarks/bench_guards.py, not asserted here.
     kw = dict(rule="grpo", eta=0.8, rho=0.5, n=8, alpha=0.1, action=1, threshold=0.99)
     t = iterations_to_reach(PAPER_INIT, **kw)
@@ -161,7 +161,7 @@ def test_slow_takeover_grpo_1_0e6_iterations():
 
 
 def test_slow_selection_tag_1_2e6_iterations():
-    # P2 A.2 boundary cases: "needs 1.2x10^6 iterations to reach pi(a2) >= 0.99".
+    # App. A.2 boundary cases: "needs 1.2x10^6 iterations to reach pi(a2) >= 0.99".
     t = iterations_to_reach((0.3, 0.5, 0.2), rule="tag", eta=0.95, rho=0.1, n=8, alpha=0.1, lam=0.5,
                             action=2, threshold=0.99)
     assert abs(t - 1.2e6) <= 0.05e6, t  # ours: 1,222,749
@@ -235,7 +235,7 @@ def test_figure_builder_interface():
 
 
 def test_figure_plots_the_exact_recursion_per_rule_and_the_slow_cases():
-    """Figure 3 of paper 2 on short horizons: six panels, their axes, their series, and the plotted
+    """Figure 3 of the multi-reward paper on short horizons: six panels, their axes, their series, and the plotted
     probabilities equal to the recursion (and sampled GRPO) computed here at a few iterations."""
     from analyses.tabular import sampled_trajectory
     from figures.build_tabular_trajectories import PANELS, SETTING, SLOW_CASES, draw

@@ -1,5 +1,5 @@
 """REINFORCE-LOO, the frozen PRM as reward or state-only baseline, and the asymmetric ratio clip,
-against hand computations (paper 1 App. E L5094-5113; paper 2 extract §4.6)."""
+against hand computations (dense-rewards paper App. E; multi-reward paper App. C.4)."""
 
 from __future__ import annotations
 

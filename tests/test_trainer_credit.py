@@ -1,4 +1,4 @@
-"""Advantages, credit and the loss against hand computations (paper 1 eq. 1-2, §2.3)."""
+"""Advantages, credit and the loss against hand computations (dense-rewards paper eq. (1)-(2), §C.1 "Implementation")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The learned critic (paper 1 §3.7; trainer/interventions/critic.py): the ridge fit, the TD and baseline
+"""The learned critic (dense-rewards paper §C.1 "Learned critic"; trainer/interventions/critic.py): the ridge fit, the TD and baseline
 credit against hand computations, and that no iteration is scored by a critic fit on it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dense rewards against hand computations on hand-built groups (paper 1 §3.6, §3.9, App. G;
+"""Dense rewards against hand computations on hand-built groups (dense-rewards paper §C.1 "Monte-Carlo reward" and "Length reward", App. G;
 trainer/interventions/monte_carlo.py), continuation accounting, and a short real run of every credit configuration."""
 
 from __future__ import annotations

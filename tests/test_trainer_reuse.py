@@ -1,4 +1,4 @@
-"""The reuse variants (paper 1 App. E, Table 16; extract §3.10; trainer/interventions/reuse.py) against hand
+"""The reuse variants (dense-rewards paper App. E, Table 16; trainer/interventions/reuse.py) against hand
 computations, the clipped multi-step update, short real runs, and a kill-resume of the learned
 critic's state (trainer/interventions/critic.py; the DenseState checkpoint)."""
 

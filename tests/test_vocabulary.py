@@ -128,7 +128,7 @@ def test_task_pool_reads_a_local_training_split_and_keeps_the_levels(tmp_path):
     pool = task_pool("math", f, [4, 5])
     assert sorted({p.level for p in pool}) == [4, 5] and len(pool) == 8
     evals = [p for p in task_pool("math", f, [1, 2, 3, 4, 5]) if p.level == 4][:1]
-    assert len(pool.without_near_duplicates(evals)) == 7  # an evaluation problem leaves the pool (L2311-2316)
+    assert len(pool.without_near_duplicates(evals)) == 7  # an evaluation problem leaves the pool (dense-rewards paper §C.1 "Pools and evaluation")
     g = tmp_path / "gsm8k.jsonl"
     g.write_text(json.dumps({"question": "How many?", "answer": "Two and two.\n#### 4"}) + "\n")
     assert [p.answer for p in task_pool("gsm8k", g, [4, 5])] == ["4"]  # GSM8K has no levels

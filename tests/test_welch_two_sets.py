@@ -1,5 +1,5 @@
 """A Welch contrast of two differences read on two test sets (S21's primary: "the two sides use
-different runs, pools, and test sets", L3881-3882): the second difference is read on
+different runs, pools, and test sets", dense-rewards paper §C.5.2): the second difference is read on
 ``minus_eval_set``; its numbers are Welch's t on the two sets' per-seed differences (scipy)."""
 
 from __future__ import annotations

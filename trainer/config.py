@@ -1,8 +1,8 @@
 """Trainer settings: the recipe a plan's ``[recipe]`` table (plus a configuration's overrides)
 resolves to, and the run spec a launcher hands to one run process.
 
-Defaults are the dense-rewards paper's matched-compute recipe (§2.3 "Implementation", C.1;
-extract §1.0, §3.1-3.2): 8 prompts × G = 8 completions, temperature 1, top-p 1, 380 tokens,
+Defaults are the dense-rewards paper's matched-compute recipe (§2.3 "Models and recipe",
+§C.1 "Implementation"): 8 prompts × G = 8 completions, temperature 1, top-p 1, 380 tokens,
 Adam (0.9, 0.999, 1e-8) without weight decay, clip 1, constant lr 1e-6, no KL, no ratio clipping.
 The settings come in sections (``task``, ``model``, ``rollout``, ``update``, ``credit``,
 ``selection``, ``rewards``, ``evaluation``, ``engine``), one pydantic model each

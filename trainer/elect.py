@@ -1,4 +1,4 @@
-"""Anchor election (multi-reward paper §4.4-4.5, extract §4.5): ``prereg elect STUDY_DIR``.
+"""Anchor election (multi-reward paper §5.1, §6.4, App. B): ``prereg elect STUDY_DIR``.
 
 For each channel of the configuration that names ``anchor = "elected"``, a **probe** run trains
 on that channel alone (rule ``primary``) from the base policy, for a small token budget, as a
@@ -14,7 +14,7 @@ elected. ``<study>/election.json`` records the probes, their KLs and token count
 and the time; a run with ``anchor = "elected"`` reads it when it starts.
 
 Probe length: ``--steps T`` stops each probe after T iterations, as the paper's probes (T = 300
-GRPO steps, P2:L39); ``--tokens`` (default B/2) stops it at a token budget instead. Exactly one of
+GRPO steps, §6.4); ``--tokens`` (default B/2) stops it at a token budget instead. Exactly one of
 the two applies; ``election.json`` records which (``probe_stop``), T or the budget, and the
 iterations and tokens each probe took. Difference from the paper: the probes use the plan's recipe
 (prompts per iteration and G) rather than the paper's rollout batch 32 × n = 8.

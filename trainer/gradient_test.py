@@ -1,6 +1,6 @@
 """``prereg gradient-test``'s trainer side: one gradient test of a plan at one fixed policy
-(dense-rewards paper §2.4 and Table 6, Appendix A "Efficiency", Section I, H.3 probe L6255-6275;
-extract §3.14). Writes ``STUDY/gradient/<id>/batches.parquet`` (one row per scored batch ×
+(dense-rewards paper §2.4 and Table 6, Appendix A "Efficiency", App. I, §H.3 "Gradient
+probes"). Writes ``STUDY/gradient/<id>/batches.parquet`` (one row per scored batch ×
 configuration) and ``meta.json`` (docs/gradient-tests.md).
 
 Per batch b (``warmup`` unscored batches first, on which the stateful rules — ``critic_td``,

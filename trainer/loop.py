@@ -1,4 +1,4 @@
-"""One GRPO run at matched compute: the loop of paper 1 §2.3 (extract §3.1-3.4), one screen per
+"""One GRPO run at matched compute: the loop of the dense-rewards paper §2.3 and §C.1, one screen per
 iteration — select prompts → generate → reward → credit → update → account → evaluate / log /
 checkpoint. ``setup`` builds (or resumes) everything the loop needs.
 """
@@ -192,7 +192,7 @@ def group_stats(rewards: torch.Tensor, roll, group_size: int) -> dict:
     """Reward and group statistics of the iteration's rollouts (run-log optional columns)."""
     g = rewards.view(-1, group_size)
     mixed = ((g.max(1).values > 0) & (g.min(1).values < 1)).float().mean()
-    # beside the mixed share, the groups with no signal: all wrong, all correct (paper L4025-4028)
+    # beside the mixed share, the groups with no signal: all wrong, all correct (dense-rewards paper §C.5.4)
     wrong, right = (g.max(1).values <= 0).float().mean(), (g.min(1).values >= 1).float().mean()
     return {"reward_mean": float(rewards.mean()), "mixed_share": float(mixed),
             "all_wrong_share": float(wrong), "all_correct_share": float(right),

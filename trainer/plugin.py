@@ -72,7 +72,7 @@ class BuiltinRunner:
     def elect(self, study_dir: str | Path, *, configuration: str | None = None, seeds: Sequence[int] | None = None,
               tokens: str | None = None, steps: int | None = None, prompts: int = 64, samples: int = 4,
               n_jobs: int | None = None, log: Callable[[str], None] = print) -> dict:
-        """Anchor election (multi-reward paper §4.5): writes ``election.json`` and returns its record."""
+        """Anchor election (multi-reward paper §5.1): writes ``election.json`` and returns its record."""
         from trainer.elect import elect as run_election
 
         return run_election(study_dir, configuration=configuration, seeds=seeds, tokens=tokens, steps=steps,

@@ -1,5 +1,5 @@
 """The per-batch vector work of a gradient test (dense-rewards paper §2.4, Appendix A
-"Alignment"/"Efficiency", H.3 probe L6255-6275, Theorem 3 L7164-7187; extract §3.14): flattened
+"Alignment"/"Efficiency", §H.3 "Gradient probes", Theorem 3 of App. I): flattened
 gradients of the trainer's loss, the completion score sums q_g that span V, the reference
 gradient ĥ, and the reduction of each configuration's update to inner products.
 

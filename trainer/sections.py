@@ -1,7 +1,7 @@
 """The trainer's settings, one pydantic model per section of a recipe (``task``, ``model``,
 ``rollout``, ``update``, ``credit``, ``selection``, ``rewards``, ``evaluation``, ``engine``) with
-the dense-rewards paper's matched-compute recipe as defaults (§2.3 "Implementation", C.1; extract
-§1.0, §3.1-3.2). ``trainer.config`` assembles them into ``TrainerConfig`` and reads plans into them;
+the dense-rewards paper's matched-compute recipe as defaults (§2.3, §C.1
+"Implementation"). ``trainer.config`` assembles them into ``TrainerConfig`` and reads plans into them;
 every setting is documented in ``docs/trainer.md``. No torch here.
 """
 
@@ -43,7 +43,7 @@ class WarmStart(_Strict):
 
 class SandboxSettings(_Strict):
     """The program judge of ``task = "code"`` (``trainer/rewards/sandbox/``; docs/multi-reward.md,
-    "Program channels in training"). Timeouts are the paper's (P2:L113); tests may shorten them."""
+    "Program channels in training"). Timeouts are the multi-reward paper's (App. C.4); tests may shorten them."""
 
     small_timeout_s: float = Field(10.0, gt=0)  # paper: 10 s per small test
     mid_timeout_s: float = Field(30.0, gt=0)  # paper: 30 s for the mid-size test
@@ -87,7 +87,7 @@ class ModelSection(_Strict):
 
 
 class RolloutSection(_Strict):
-    """One iteration's sampling (§2.3; extract §3.1)."""
+    """One iteration's sampling (dense-rewards paper §C.1 "Implementation")."""
 
     prompts_per_iteration: int = Field(8, gt=0)
     group_size: int = Field(8, gt=0)
@@ -97,8 +97,8 @@ class RolloutSection(_Strict):
 
 
 class UpdateSection(_Strict):
-    """The update: Adam, gradient clip, learning-rate schedule (§2.3; extract §3.2); the reuse
-    variants' multi-step update (extract §3.10: VinePPO-style "4 steps per batch" = 2 × 2, clip 0.2)."""
+    """The update: Adam, gradient clip, learning-rate schedule (§C.1 "Implementation"); the
+    reuse variants' multi-step update (App. E: VinePPO-style "4 steps per batch" = 2 × 2, clip 0.2)."""
 
     learning_rate: float = Field(1e-6, ge=0)
     lr_schedule: Literal["constant", "linear"] = "constant"
@@ -111,7 +111,7 @@ class UpdateSection(_Strict):
     ppo_epochs: int = Field(1, ge=1)  # passes over each iteration's sequences
     ppo_minibatches: int = Field(1, ge=1)  # minibatches per pass, one clipped optimizer step each
     # Ratio clip of the multi-step update: ε (ratio in [1 − ε, 1 + ε]) or [ε_low, ε_high], the
-    # multi-reward paper's clip-higher 0.2/0.28 (extract §4.6); 0: unclipped ratio.
+    # multi-reward paper's clip-higher 0.2/0.28 (App. C.4); 0: unclipped ratio.
     ppo_clip: float | tuple[float, float] = 0.0
 
     @field_validator("ppo_clip", mode="before")
@@ -137,8 +137,8 @@ CreditRuleName = Literal["outcome", "monte_carlo", "equal_iteration", "shuffled"
 
 
 class CreditSection(_Strict):
-    """Per-token credit: outcome-only GRPO (eq. 1-2) or a dense rule (paper 1 §3.6-3.9, extract
-    §1.E; docs/interventions.md "Dense rewards")."""
+    """Per-token credit: outcome-only GRPO (eq. 1-2) or a dense rule (dense-rewards paper §2.2, §C.1,
+    App. G; docs/interventions.md "Dense rewards")."""
 
     rule: CreditRuleName = "outcome"
     advantage_eps: float = Field(1e-6, gt=0)  # ε of eq. (1)
@@ -146,7 +146,7 @@ class CreditSection(_Strict):
     mc_segments: int = Field(6, ge=2)  # segments per completion: mc_segments − 1 interior cuts
     mc_cuts: list[int] = []  # explicit interior cut offsets in tokens; [] = round(i·limit/mc_segments)
     mc_continuation_limit: int = Field(0, ge=0)  # cap per continuation; 0 = rest of the completion limit
-    mc_prompt_value: float = Field(0.5, ge=0, le=1)  # p̂_0, the value before the first token (L5411)
+    mc_prompt_value: float = Field(0.5, ge=0, le=1)  # p̂_0, the value before the first token (Table 16 caption)
     mc_end_value: Literal["outcome", "none"] = "outcome"  # V at the end: R, or no credit on the last segment
     eq_alpha: float = Field(1.0, ge=0)  # α of c = A + α·w (equal_iteration, shuffled, implicit)
     eq_norm: Literal["max", "coequal"] = "max"  # batch max |w|, or co-equal standardization of A and w
@@ -156,7 +156,7 @@ class CreditSection(_Strict):
     critic_layer: int = -1  # hidden-state layer of the features (-1: last, after the final norm)
     critic_window: int = Field(32, ge=1)  # earlier iterations the critic is fit on (the latest ones)
     length_lambda: float = Field(0.0, ge=0)  # λ of the group-relative length reward (0: off)
-    # The frozen process-reward model of S4's pilots (Qwen2.5-Math-PRM-7B; paper 1 App. E).
+    # The frozen process-reward model of S4's pilots (Qwen2.5-Math-PRM-7B; dense-rewards paper App. E).
     prm_model: str = ""  # local model folder (relative to the study) or a hub id already in the local cache
     prm_step_separator: str = Field("\n\n", min_length=1)  # steps of a completion (Qwen2.5-Math-PRM's convention)
     prm_step_token: str = Field("<extra_0>", min_length=1)  # the PRM scores each step at this token
@@ -184,7 +184,7 @@ SelectionRuleName = Literal["none", "critic", "history", "level", "random_choice
 
 
 class SelectionSection(_Strict):
-    """Prompt selection (paper 1 C.1 "Prompt filters", extract §3.8; docs/interventions.md)."""
+    """Prompt selection (dense-rewards paper §C.1 "Prompt filters"; docs/interventions.md)."""
 
     rule: SelectionRuleName = "none"
     candidates: int = Field(24, gt=0)  # candidates per iteration: prompt_stream_batch(pool, seed, it, candidates)

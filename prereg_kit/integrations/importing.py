@@ -12,10 +12,10 @@ evaluation x set x problem. :func:`write_imported_run` places it in the study as
 - a run folder that already holds files is never overwritten, and a run is written only inside
   the study (a symbolic link on the way to its folder is refused before anything is written);
 - each evaluation is placed at the compute spent before it: cumulative generated tokens,
-  training seconds and updates after the iterations it follows (paper 1 §2.2: accuracy is read
-  at matched generated tokens), 0 for the evaluation before training;
+  training seconds and updates after the iterations it follows (dense-rewards paper §2.3: accuracy is
+  read at matched generated tokens), 0 for the evaluation before training;
 - the run's start time must be known, and a main run must have started after the plan was locked
-  (paper 1 §2.3, C.1): the import asks the audit's own rule (:func:`prereg_kit.audit.main_run_problems`)
+  (dense-rewards paper §C.1): the import asks the audit's own rule (:func:`prereg_kit.audit.main_run_problems`)
   before it writes, so a run trained before the lock is refused at import with both times named;
   the run is recorded under the plan entry in force when it started;
 - the run is written through :class:`prereg_kit.runlog.RunLogWriter` (so it is validated like

@@ -18,8 +18,8 @@ Keys (:data:`~.tracker_presets.OPENRLHF`; each can be overridden with ``--key CO
 another version): ``global_step``, ``rollout/response_length_mean``, ``rollout/num_samples``,
 ``rollout/reward_mean``, ``rollout/truncated_rate`` (``_compute_rollout_stats``) and
 ``timing/step_total`` (in ``fit``: the sum of ``timing/generation``, ``make_experience``,
-``ppo_train`` and ``broadcast``, taken before evaluation and checkpointing). Mapping (paper 1
-§2.2): generated tokens of a step = mean response length x the step's samples (logged per step;
+``ppo_train`` and ``broadcast``, taken before evaluation and checkpointing). Mapping (dense-rewards
+paper §2.3 "Two budgets"): generated tokens of a step = mean response length x the step's samples (logged per step;
 else ``rollout.batch_size x rollout.n_samples_per_prompt`` from its arguments or
 ``--responses-per-step``); training seconds = ``timing/step_total``, unsplit (its
 ``make_experience`` part mixes rewards with the old and reference log-probabilities, which our

@@ -1,7 +1,7 @@
 """Re-scoring another trainer's evaluation outputs with our verifiers.
 
 A trainer's own evaluation score is its reward function's, not the preregistered verifier's
-(paper 1 §2.2: accuracy under the default verifier; the strict verifier requires a boxed answer,
+(dense-rewards paper §2.3 "Verifier": accuracy under the default verifier; the strict verifier requires a boxed answer,
 and the boxed rate is read beside it). Where a trainer dumps the evaluation outputs, every output
 is scored here with ``trainer.data.verifiers``: ``default``, ``strict`` and ``has_boxed``; the
 per-problem counts are the run log's ``samples``, ``correct``, ``correct_strict`` and ``boxed``.

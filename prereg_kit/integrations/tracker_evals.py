@@ -1,8 +1,8 @@
 """Per-problem evaluation results beside a tracker import (``--evaluations``).
 
 Trackers log only aggregate evaluation metrics (e.g. verl's ``val-core/<set>/reward/mean@4``),
-while the analysis reads one row per evaluation x set x problem (paper 1 L2314-2334: every B/16
-generated tokens, 8 completions per problem; accuracy is the mean over problems of the fraction
+while the analysis reads one row per evaluation x set x problem (dense-rewards paper §C.1 "Pools and
+evaluation": every B/16 generated tokens, 8 completions per problem; accuracy is the mean over problems of the fraction
 correct, paired across the configurations of a seed). This module reads such a file, JSONL or
 Parquet, in one of two shapes:
 

@@ -1,9 +1,9 @@
 """Tracker exports (TensorBoard, MLflow, W&B) → the run log's iteration rows, through a key preset.
 
 A tracker holds one value per logged key per step. What the compute axis needs from it is the
-tokens each iteration generated (paper 1 L319-322, L2292-2293: the budget B counts every generated
-token, rollouts, continuations and discarded groups, never the prompt) and the training seconds
-(L384-388, L4895-4903: the five stages; evaluation, logging and checkpointing excluded). A preset names, for
+tokens each iteration generated (dense-rewards paper §2.3 "Two budgets", §C.1 "Implementation": the budget B
+counts every generated token, rollouts, continuations and discarded groups, never the prompt) and the training seconds
+(§2.3, App. D: the five stages; evaluation, logging and checkpointing excluded). A preset names, for
 one trainer, which logged key gives which of our columns; ``iterations_from_metrics`` turns the steps frame into iteration rows and refuses
 what a tracker cannot tell honestly:
 
@@ -208,7 +208,7 @@ def _seconds(rows: pd.DataFrame, p: dict[str, str], wallclock: bool) -> tuple[di
         return {"seconds_step": c.to_numpy(dtype=float)}, f"seconds_step from {p['seconds_step']}"
     if wallclock and WALL in rows.columns:
         wall = rows[WALL].to_numpy(dtype=float)
-        # Unlike the paper's training time (L4895-4903) this includes evaluation, checkpointing and
+        # Unlike the paper's training time (App. D) this includes evaluation, checkpointing and
         # logging; it is used only when asked for, and the run's source says so.
         return {"seconds_step": np.diff(wall, prepend=0.0)}, ("seconds_step from the tracker's wall clock between "
                                                             "consecutive steps (includes evaluation, checkpointing and logging)")

@@ -1,6 +1,6 @@
 """``PreregCallback``: a TRL ``GRPOTrainer`` writes a preregistered run log as it trains.
 
-What is counted, in the papers' terms (paper 1 §2.3 and Appendix D; extract §3.3-3.4):
+What is counted, in the papers' terms (dense-rewards paper §2.3, §C.1 "Implementation", App. D):
 
 * **One iteration per generation batch.** TRL generates once every ``steps_per_generation ×
   num_iterations`` micro-batches, i.e. every ``k = steps_per_generation · num_iterations /

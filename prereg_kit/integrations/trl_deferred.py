@@ -2,7 +2,7 @@
 checkpoint at each evaluation point and records which checkpoint is which evaluation;
 ``prereg evaluate-checkpoints STUDY`` scores them later with the built-in evaluator.
 
-The evaluation is the same as a live one (paper 1 §2.3 evaluation paragraph; extract §3.4): the
+The evaluation is the same as a live one (dense-rewards paper §2.3 "Metric", §C.1 "Pools and evaluation"): the
 plan's sets, samples, temperature, top-p and verifiers, sampling seed ``derive_seed(seed, e,
 "eval:<set>")`` for evaluation ``e``, and the counters (generated tokens, training seconds,
 updates) the run had reached when the checkpoint was taken. Deferring moves evaluation off the

@@ -1,8 +1,8 @@
 """The preregistered reward as TRL reward functions, and the exact count of generated tokens.
 
-Paper 1 §2.3 (extract §3.1, §3.3): the training reward is the verifier's 0/1 decision on the
+Dense-rewards paper §2.1, §C.1 "Implementation": the training reward is the verifier's 0/1 decision on the
 completion against the problem's gold answer (code tasks: 1 when the extracted program passes
-every test in the sandbox, multi-reward paper P2:L113), and the budget B counts every generated
+every test in the sandbox, multi-reward paper App. C.4), and the budget B counts every generated
 completion token, EOS included, prompts and padding not. TRL calls a reward function as
 ``f(prompts=…, completions=…, completion_ids=…, **columns)`` with the dataset's other columns
 (here ``answer``, or ``tests`` for code) passed through by name, once per generation batch on

@@ -18,7 +18,7 @@ appends ``{**logs, "step": global_step}`` to ``log_history``; TRL 1.16, trl/trai
 - TRL generates once every ``k = steps_per_generation x num_iterations / gradient_accumulation_steps``
   optimizer steps (1 with TRL's defaults); the entries of the other steps carry no completion metrics.
 
-The mapping (paper 1 §2.2: compute in generated tokens and in training seconds):
+The mapping (dense-rewards paper §2.3 "Two budgets": compute in generated tokens and in training seconds):
 
 - an iteration is one generation batch (``k`` optimizer steps, as ``PreregCallback`` counts it);
   every step must be in ``log_history`` (``logging_steps = 1``), else the dropped steps' tokens

@@ -16,7 +16,7 @@ same in ``verl/trainer/ppo/v1/trainer_base.py`` for the V1 trainer, 0.9.1's defa
   validation output with ``input``, ``output``, ``gts`` (the reference answer; null where the
   data has none), ``score``, ``step`` and the reward function's extra keys; no data source.
 
-The mapping (paper 1 §2.2: compute is counted in generated tokens of every kind and in training
+The mapping (dense-rewards paper §2.3: compute is counted in generated tokens of every kind and in training
 seconds split into stages; evaluations are read at matched compute):
 
 - generated tokens of a step: ``perf/total_num_tokens`` counts prompt + response tokens of every
@@ -43,7 +43,7 @@ before k come from the earlier files. A gap between the files is refused.
 
 Refused: dynamic sampling (``algorithm.filter_groups.enable``, or the DAPO recipe's
 ``train/num_gen_batches`` key): verl's logs then count only the kept groups' tokens, and its
-dumps hold only kept outputs, so the discarded tokens (part of the compute, paper 1 §2.2) are
+dumps hold only kept outputs, so the discarded tokens (part of the compute, dense-rewards paper §2.3) are
 not in any file verl writes; the V1 trainer's asynchronous modes (``trainer.v1.trainer_mode``
 other than ``sync``): generation then overlaps training, so ``timing_s/gen`` is a wait.
 """

@@ -1,7 +1,7 @@
 """Plan files: the TOML schema of a preregistration, parsing and validation.
 
-A plan fixes what the dense-rewards paper's preregistrations fix (paper 1, §2.3 and C.1
-"Preregistration"; extract §3.18): hypotheses with predictions and the reading of each possible
+A plan fixes what the dense-rewards paper's preregistrations fix (§2.3 and §C.1
+"Preregistration"): hypotheses with predictions and the reading of each possible
 outcome, a shared recipe with named configurations as overrides, the comparator, seeds, budgets
 (token budget B, evaluation interval such as ``B/16``, optional time budget, run lengths such as
 ``2B``), metric, evaluation sets and verifier, contrasts with their reading point, tier and kind,

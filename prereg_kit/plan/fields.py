@@ -24,10 +24,10 @@ MAX_MULTIPLE = 1e6  # a run length or reading point k·B; far beyond any study
 PointKind = Literal["tokens", "time", "control_time", "updates", "first_half", "second_half", "all_evals",
                     "to_target", "time_to_target", "extrapolated"]
 # Reading points over a span of evaluations, and the tokens/time to reach the control's accuracy
-# (dense-rewards paper L3356, L4034-4036, §C.6.8 Table 11; prereg_kit.readings.spans).
+# (dense-rewards paper §C.4.3 S14, §C.5.4 S27, §C.6.8 Table 11; prereg_kit.readings.spans).
 SPAN_POINTS = ("first_half", "second_half", "all_evals")
 TARGET_POINTS = ("to_target", "time_to_target")
-# The extrapolation heuristic (L742-750): observed − outcome's curve read at e·t, to B; the
+# The extrapolation heuristic (dense-rewards paper §3.3): observed − outcome's curve read at e·t, to B; the
 # contrast's ``efficiency`` is e (prereg_kit.readings.extrapolation).
 EXTRAPOLATED = "extrapolated"
 
@@ -41,9 +41,9 @@ _METRIC = re.compile(r"^(accuracy|greedy_accuracy|pass@[1-9][0-9]*|[a-z][a-z0-9_
 METRICS_HELP = "accuracy, greedy_accuracy, pass@K, <channel>_rate, relative_accuracy, collapse or log_length"
 # Metrics derived from a run's accuracy curve and read only at token reading points (B, k·B):
 # relative_accuracy (÷ the [evaluation] reference's accuracy, same seed) and collapse (pass@4
-# below the run's own evaluation 0). Multi-reward paper §4.7 (P2:L101-103, L113).
+# below the run's own evaluation 0). Multi-reward paper App. C.1 (Table 7), §6.1 and App. C.4.
 DERIVED_METRICS = ("relative_accuracy", "collapse")
-COLLAPSE_K = 4  # the collapse flag compares pass@4 (multi-reward paper P2:L113)
+COLLAPSE_K = 4  # the collapse flag compares pass@4 (multi-reward paper §6.1, App. C.4)
 
 
 def parse_tokens(value: Any) -> int:
@@ -175,7 +175,7 @@ Name = Annotated[str, AfterValidator(check_name)]
 
 @dataclass(frozen=True, slots=True)
 class ReadingPoint:
-    """Where a contrast is read (paper 1 §2.3, D, F): ``kind`` at ``multiple`` × B tokens.
+    """Where a contrast is read (dense-rewards paper §2.3, App. D, App. F): ``kind`` at ``multiple`` × B tokens.
 
     ``tokens``: at the first evaluation at or after ``multiple``·B; ``time``: per seed at T*, the
     shorter of the two runs' training times to B; ``control_time``: both at the control's

@@ -1,11 +1,10 @@
 """``[[gradient_tests]]``: gradient tests at one fixed policy, as a plan preregisters them.
 
 A gradient test measures, on fixed batches at one policy, each named configuration's update
-direction u_b against a Monte-Carlo reference gradient ĥ_b (dense-rewards paper §2.4 L427-450,
-Appendix A L1932-1957, Section I L6860-6960; the equal-iteration probe H.3 L6255-6275; extract
-§3.14). The plan fixes which configurations, the baseline of the relative efficiencies, the
-number of batches, the reference estimator and, optionally, the a + b/k fit over Monte-Carlo k
-(C.3.1 L2559-2600) and conditions on the results (e.g. "per-token efficiency of mc_k4 ≥ 0.8").
+direction u_b against a Monte-Carlo reference gradient ĥ_b (dense-rewards paper §2.4, App. A,
+App. I; the equal-iteration probe, §H.3). The plan fixes which configurations, the baseline of
+the relative efficiencies, the number of batches, the reference estimator and, optionally, the
+a + b/k fit over Monte-Carlo k (§C.3.2, S25) and conditions on the results (e.g. "per-token efficiency of mc_k4 ≥ 0.8").
 
 The models here hold one entry; :func:`gradient_problems` holds the rules against the rest of
 the plan (configurations exist, the batches can be shared, ids are unique). See

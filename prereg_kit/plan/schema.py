@@ -68,8 +68,8 @@ class Hypothesis(_Model):
 
 
 class Budget(_Model):
-    """The run length B: generated tokens (paper 1 §2.3, matched compute) or, for studies that fix
-    the number of iterations (multi-reward paper P2:L103 "500 steps"; the equal-iteration study),
+    """The run length B: generated tokens (dense-rewards paper §2.3, matched compute) or, for studies that fix
+    the number of iterations (multi-reward paper App. C.1 "500 steps"; the equal-iteration study),
     iterations. Exactly one of ``tokens`` and ``iterations``."""
 
     tokens: Tokens | None = Field(default=None, description="the token budget B: generated tokens of every kind")
@@ -186,8 +186,8 @@ class Evaluation(_Model):
 
 
 class Configuration(_Model):
-    """One arm of the study. ``budget`` and ``seeds`` replace the study's for this arm (paper 1
-    C.3: each model has its own B; S1 runs three seeds per Qwen3 size). ``runnable = false`` marks
+    """One arm of the study. ``budget`` and ``seeds`` replace the study's for this arm (dense-rewards
+    paper §C.1: each model has its own B; Table 6: S1 runs three seeds per Qwen3 size). ``runnable = false`` marks
     an arm the trainer cannot run, with the reason in ``not_runnable`` (reported, never checked)."""
 
     description: str = ""
@@ -221,17 +221,17 @@ TestName = Literal["t", "wilcoxon", "sign-flip", "bootstrap-bca", "bootstrap-stu
 class Contrast(_Model):
     """One ``[[contrasts]]`` entry. ``design`` says what the unit of analysis is (docs/statistics.md):
 
-    - ``paired`` (default): per seed, treatment − control (dense-rewards paper §2.3, L2337);
+    - ``paired`` (default): per seed, treatment − control (dense-rewards paper §C.1 "Statistics");
     - ``difference_of_differences``: per seed, (treatment − control) − (minus_treatment −
       minus_control), e.g. S3's interaction and S17's lead difference;
     - ``pooled``: the (pair, seed) differences of every pair in ``pairs``, pooled into one paired t
-      ("(model size, seed) pairs pooled", L2337);
+      ("(model size, seed) pairs pooled", §C.1 "Statistics");
     - ``welch``: treatment's values against control's, unpaired (Welch's t); with ``minus_*`` the
       two unpaired groups are the per-seed differences treatment − control and minus_treatment −
-      minus_control (S21's primary, L3881-3882), the second read on ``minus_eval_set`` when the
-      two sides use different test sets ("different runs, pools, and test sets", L3881-3882).
+      minus_control (S21's primary, §C.5.2), the second read on ``minus_eval_set`` when the
+      two sides use different test sets ("different runs, pools, and test sets").
 
-    ``seeds``: the contrast reads only these seeds (S11's n = 6 primary, L3255-3258).
+    ``seeds``: the contrast reads only these seeds (S11's n = 6 primary, §C.4.1).
     """
 
     id: Name
@@ -256,7 +256,7 @@ class Contrast(_Model):
     eval_set: str | None = None
     # Accuracy on the problems of these MATH levels only (the eval rows' ``level``); [] = all.
     levels: list[Annotated[int, Field(ge=1, le=INT_MAX)]] = []
-    # e of at = "extrapolated" (L742-750): a preregistered number, or "TEST:configuration", that
+    # e of at = "extrapolated" (dense-rewards paper §3.3): a preregistered number, or "TEST:configuration", that
     # gradient test's per-token estimate (prereg_kit.readings.extrapolation)
     efficiency: float | str | None = None
     description: str = ""

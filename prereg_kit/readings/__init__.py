@@ -1,11 +1,11 @@
 """Readings at matched compute: accuracy curves, reading points, pairing, drift and admission.
 
 Pure functions on the tidy frames of :func:`prereg_kit.runlog.load_study`. Section numbers refer to
-the dense-rewards paper (``seeds/000_…txt``) and its extraction (``seeds/extract.md``).
+the dense-rewards paper (docs/papers.md).
 
-- *At tokens* (§2.3 "Metric", §C.1; extract §3.4): accuracy at the **first evaluation at or
+- *At tokens* (§2.3 "Metric", §C.1 "Pools and evaluation"): accuracy at the **first evaluation at or
   after** the budget B (or k·B), without selecting checkpoints.
-- *At time* (Appendix D; extract §3.5): per seed, T* is the shorter of the two runs' training
+- *At time* (Appendix D): per seed, T* is the shorter of the two runs' training
   times up to their evaluation at B; each run's accuracy is interpolated linearly in training time
   at T*, so the faster run is read at B and the slower between two of its evaluations.
 - *At the control's time* (Appendix F, S35): T_c is the control's training time to B; the
@@ -13,20 +13,20 @@ the dense-rewards paper (``seeds/000_…txt``) and its extraction (``seeds/extra
 - *At updates* (§2.3, Figure 2a): the treatment is read at B; the control is interpolated
   linearly in its update count at the treatment's update count.
 
-- *Spans* (L3356, L4034-4036; :mod:`.spans`): a run's mean accuracy over the evaluations of the
+- *Spans* (§C.4.3 S14, §C.5.4 S27; :mod:`.spans`): a run's mean accuracy over the evaluations of the
   first half (B/16 … B/2), the second half (9B/16 … B) or all evaluations after the start to B.
 - *To target* (§C.6.8, Table 11): the treatment's mean curve's first crossing of the control's mean
   accuracy at B, as a share of B (or of the control's training time), with a paired seed bootstrap.
 - *Log length* (S5's primary): the mean over completions of ln(completion tokens), from the eval
   rows' ``log_length``; *per-level accuracy*: accuracy on the problems of some MATH levels.
 
-Multi-reward metrics (paper 2 §4.7, extract §4.7), read at token reading points only:
+Multi-reward metrics (multi-reward paper §6.1, App. C.1 and C.4), read at token reading points only:
 
-- *Collapse* (P2:L113, "pass@4 below the base model"): per run and evaluation, 1 when the run's
+- *Collapse* (App. C.4, "pass@4 below the base model"): per run and evaluation, 1 when the run's
   pass@4 is strictly below its own pass@4 at evaluation 0 (before any update), else 0
   (``accuracy_curve(..., metric="collapse")``); a contrast's mean difference is the difference
   of collapse rates, paired by seed.
-- *Relative accuracy* (P2:L101-103, "0.91×"): a run's accuracy over the primary-only reference
+- *Relative accuracy* (App. C.1, "0.91×"): a run's accuracy over the primary-only reference
   configuration's accuracy at k·B on the same seed (:func:`relative_accuracy_curves`).
 
 A reading is a *bracket*: two evaluations ``eval_lo <= eval_hi`` of one run and a weight ``w``

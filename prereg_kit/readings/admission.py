@@ -22,7 +22,7 @@ def drift_flags(evals: pd.DataFrame, *, eval_set: str, threshold: float = DRIFT_
                 known: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Flag drifted evaluations: default-verifier accuracy exceeds strict by more than ``threshold``.
 
-    Rule (§3.12; L2458-2495): an evaluation "counts as drifted when default verifier accuracy
+    Rule (dense-rewards paper §C.1 "Verifiers"): an evaluation "counts as drifted when default verifier accuracy
     exceeds strict-verifier accuracy by more than 0.1". One row per (configuration, seed,
     eval_index): tokens, accuracy_default, accuracy_strict, gap, drifted. A run that does not log
     ``correct_strict`` on the set (another trainer's, outputs not kept) has no strict accuracy: its
@@ -59,7 +59,7 @@ def _mean_accuracy(mine: pd.DataFrame) -> np.ndarray:
 
 
 def drifted_at(flags: pd.DataFrame, budget: Budgets) -> pd.DataFrame:
-    """Per run, whether its evaluation at ``budget`` (first at or after) is drifted (§3.12).
+    """Per run, whether its evaluation at ``budget`` (first at or after) is drifted (§C.1 "Verifiers").
 
     "A run is drifted at B when its evaluation at B is drifted" (Table 12). Columns:
     configuration, seed, eval_index (NA if the run never reached B), gap, drifted.
@@ -94,7 +94,7 @@ def _drop_runs(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def admit_min_iteration(curves: pd.DataFrame, iterations: pd.DataFrame, min_iteration: int) -> AdmissionResult:
     """Admit only runs that reached iteration ``min_iteration`` (last logged index >= it).
 
-    Example rule (equal-iteration study, L6147-6148): a run stopping at iteration 20 "is excluded
+    Example rule (equal-iteration study, §H.2 "Additional drift seeds"): a run stopping at iteration 20 "is excluded
     under the stated iteration-28 admission rule".
     """
     last = iterations.groupby(RUN)["iteration"].max()
@@ -122,7 +122,7 @@ def admit_status(curves: pd.DataFrame, meta: pd.DataFrame, statuses: Sequence[st
 
 
 def exclude_drifted_evaluations(curves: pd.DataFrame, flags: pd.DataFrame) -> AdmissionResult:
-    """Drop every drifted evaluation (§3.12) from the curves; readings then use the others."""
+    """Drop every drifted evaluation (§C.1 "Verifiers") from the curves; readings then use the others."""
     m = curves.merge(flags[RUN + ["eval_index", "gap", "drifted"]], on=RUN + ["eval_index"], how="left")
     hit = m["drifted"].fillna(False).astype(bool).to_numpy()
     rows = [(r.configuration, int(r.seed), int(r.eval_index), "drifted_evaluation",
@@ -132,7 +132,7 @@ def exclude_drifted_evaluations(curves: pd.DataFrame, flags: pd.DataFrame) -> Ad
 
 
 def exclude_drifted_runs(curves: pd.DataFrame, flags: pd.DataFrame, budget: Budgets) -> AdmissionResult:
-    """Drop whole runs whose evaluation at ``budget`` is drifted (§3.12, Table 12)."""
+    """Drop whole runs whose evaluation at ``budget`` is drifted (§C.1 "Verifiers", Table 12)."""
     d = drifted_at(flags, budget)
     d = d[d["drifted"]]
     rows = [(r.configuration, int(r.seed), int(r.eval_index), "drifted_at_budget",

@@ -58,7 +58,7 @@ def _metric_value(ev: pd.DataFrame, eval_set: str, verifier: str, metric: str) -
         return ev[col].to_numpy(dtype="float64") / samples
     if metric == "log_length":
         # the mean over the problem's samples of ln(completion tokens): its mean over problems is
-        # the mean log completion length of the evaluation (S5's primary, extract §3 S5)
+        # the mean log completion length of the evaluation (S5's primary, dense-rewards paper Table 6)
         col = ev["log_length"] if "log_length" in ev.columns else pd.Series(np.nan, index=ev.index)
         if col.isna().any():
             raise ReadingError(f"metric log_length: column 'log_length' not logged for set {eval_set!r} "
@@ -224,7 +224,7 @@ def _set_hashes(ev: pd.DataFrame, keys: list[str], gid: np.ndarray | None = None
 
 def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "default",
                    metric: str = "accuracy") -> pd.DataFrame:
-    """Accuracy per evaluation: the mean over problems of correct/samples (pass@1; §3.4).
+    """Accuracy per evaluation: the mean over problems of correct/samples (pass@1; §2.3 "Metric").
 
     One row per (configuration, seed, eval_index) with: iteration, tokens, train_seconds,
     updates (cumulative at the evaluation), eval_seed, n_problems, problem_set (a hash of the
@@ -232,7 +232,7 @@ def accuracy_curve(evals: pd.DataFrame, *, eval_set: str, verifier: str = "defau
     ``strict`` (boxed only) or ``greedy`` (evaluations where greedy correctness was logged).
     Raises :class:`ReadingError` if one evaluation carries two sampling seeds. ``metric``:
     ``pass@K`` or ``<channel>_rate`` put that metric's per-problem mean in ``accuracy``
-    (see :func:`problem_accuracy`). ``collapse`` (multi-reward paper §4.7, P2:L113: "pass@4 below
+    (see :func:`problem_accuracy`). ``collapse`` (multi-reward paper §6.1, App. C.4: "pass@4 below
     the base model") puts the run's collapse flag there: 1.0 at an evaluation whose pass@4 (the
     unbiased estimator from the logged samples, under ``verifier``) is strictly below the same
     run's pass@4 at evaluation 0 (the base model, before any update; same problems and, by
@@ -299,7 +299,7 @@ def _collapse_flags(curve: pd.DataFrame, eval_set: str) -> np.ndarray:
 
 def relative_accuracy_curves(curves: pd.DataFrame, reference: str, budget: "Budgets", *,
                              allow_missing: bool = False) -> "AdmissionResult":
-    """Accuracy relative to the primary-only reference (multi-reward paper §4.7; P2:L101-103).
+    """Accuracy relative to the primary-only reference (multi-reward paper App. C.1, Table 7).
 
     The paper reports held-out R_P "as a multiple of the R_P-only reference" (0.91×). Here, per
     seed (common random numbers: the same evaluation problems and sampling seeds), every

@@ -1,12 +1,12 @@
-"""The units of a contrast beyond one seed-paired difference (dense-rewards paper §2.3, L2337).
+"""The units of a contrast beyond one seed-paired difference (dense-rewards paper §C.1 "Statistics").
 
 - *Paired*: per seed, treatment − control (:func:`paired_readings`).
 - *Difference of differences*: per seed, (T − C) − (T' − C'), both pairs read at the same point
   on the seeds all four configurations share (S3's interaction, S17's lead difference).
 - *Pooled*: the (pair, seed) differences of several pairs, one unit each ("(model size, seed)
-  pairs pooled", L2337; S5, S33).
+  pairs pooled"; S5, S33).
 - *Welch*: two unpaired groups, each configuration's values at a token reading point, or each
-  pair's per-seed differences (S21's primary, L3881-3882: different runs, pools and test sets).
+  pair's per-seed differences (S21's primary, §C.5.2: different runs, pools and test sets).
 
 Every reading returns a tidy table of units: ``unit`` (the pair or group a unit belongs to),
 ``seed``, ``treatment_value``, ``control_value``, ``difference`` (the unit's value in the

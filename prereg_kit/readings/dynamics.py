@@ -1,6 +1,6 @@
 """Training dynamics per configuration up to B, from the run logs' iteration rows.
 
-Dense-rewards paper L4025-4028 (S31): "The filter raised mixed groups by 8.8 points …, mainly by
+Dense-rewards paper §C.5.4 (S27): "The filter raised mixed groups by 8.8 points …, mainly by
 removing all-wrong groups (28% → 18%; all-correct 10% → 11%)". Per run, the mean over its
 iterations up to its evaluation at B of each logged share (mixed, all-wrong, all-correct groups),
 the mean training reward, completion length and truncation rate; per configuration the mean over

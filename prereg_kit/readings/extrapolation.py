@@ -1,5 +1,5 @@
-"""The extrapolation heuristic as a contrast reading (dense-rewards paper §2.4 L742-750, L3026-3042;
-extract §3.14): a reward with per-token efficiency e "should reach, after t tokens, the accuracy
+"""The extrapolation heuristic as a contrast reading (dense-rewards paper §3.3 and
+§C.3.2 "A heuristic extrapolation"): a reward with per-token efficiency e "should reach, after t tokens, the accuracy
 outcome-only GRPO reaches after e·t tokens", read off the control's curve on the same seed. The
 paper calls it "a heuristic, not a derived prediction".
 
@@ -35,7 +35,7 @@ from .base import PairingError, ReadingError
 from .points import _first_at_or_after, _runs
 
 USABLE_RTOL = 1e-9  # e·t_i ≤ B up to float error: e = 16/11 at 11B/16 is B, not a hair past it
-HEURISTIC = "The extrapolation is a heuristic, not a derived prediction (dense-rewards paper L742-750)"
+HEURISTIC = "The extrapolation is a heuristic, not a derived prediction (dense-rewards paper §3.3)"
 PER_SEED_COLUMNS = ["seed", "treatment_value", "control_value", "difference", "read_at", "unit",
                     "predicted_lead", "observed_lead", "usable_evaluations"]
 POINT_COLUMNS = ["seed", "eval_index", "tokens", "observed", "extrapolated", "control", "usable"]

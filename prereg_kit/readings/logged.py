@@ -4,7 +4,7 @@ A run trained elsewhere may lack the strict verifier's count (``correct_strict``
 boxed answers (``boxed``) when its outputs were not kept to re-score them (docs/run-log.md: both
 columns may be null). A reading that needs such a column is refused, naming the contrast, the
 column and the run, and is never read from a stand-in: the strict verifier is its own reading
-(paper 1 §3.12, extract L2458-2495), and drift between the default and strict verifiers cannot be
+(dense-rewards paper §C.1 "Verifiers"), and drift between the default and strict verifiers cannot be
 judged without it.
 """
 

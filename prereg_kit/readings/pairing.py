@@ -1,4 +1,4 @@
-"""Pairing two configurations' runs by seed and reading both at one point (§3.5, §3.17).
+"""Pairing two configurations' runs by seed and reading both at one point (§C.1 "Statistics", App. D).
 
 A seed's treatment and control runs are compared only when they saw the same problems (the
 problem-set hash of every evaluation) and, under common random numbers, the same sampling seeds;
@@ -109,7 +109,7 @@ def check_pairing(curves: pd.DataFrame, treatment: str, control: str, *,
                   common_random_numbers: bool = True) -> pd.DataFrame:
     """Everything that keeps the two configurations from being paired by seed.
 
-    Checks (extract §1.0, §3.4): both configurations have the seed; every evaluation of a run
+    Checks (dense-rewards paper §C.1): both configurations have the seed; every evaluation of a run
     scored the same problems; both runs scored the same problems; at every evaluation index both
     used the same, known evaluation sampling seed (common random numbers). With
     ``common_random_numbers=False`` (a plan that preregistered that its trainer's evaluator does
@@ -210,7 +210,7 @@ def paired_readings(
     raise :class:`PairingError` naming configuration, seed and what differs — or, with
     ``allow_unpaired=True``, are left out and listed in ``exclusions`` (rules ``unpaired`` and
     ``not_reached``). ``problem_acc`` (from :func:`problem_accuracy`, same set and verifier as the
-    curves) adds the seeds × problems matrices for the crossed bootstrap (§3.17).
+    curves) adds the seeds × problems matrices for the crossed bootstrap (§C.1 "Statistics").
     ``common_random_numbers``: whether pairing checks the sampling seeds (:func:`check_pairing`).
     """
     issues = check_pairing(curves, treatment, control, common_random_numbers=common_random_numbers)

@@ -70,7 +70,7 @@ def describe_target(budget: Budgets, configuration: str) -> str:
 
 def _first_at_or_after(run: pd.DataFrame, value: float, column: str = "tokens") -> int | None:
     """Position of the first evaluation with ``column`` (cumulative tokens, or completed
-    iterations for an iteration budget) >= ``value`` (§3.4), or None."""
+    iterations for an iteration budget) >= ``value`` (§2.3 "Metric"), or None."""
     pos = int(np.searchsorted(run[column].to_numpy(dtype="float64"), value, side="left"))
     return pos if pos < len(run) else None
 
@@ -204,7 +204,7 @@ def read_at_time(curves: pd.DataFrame, treatment: str, control: str, budget: Bud
 def read_at_control_time(curves: pd.DataFrame, treatment: str, control: str, budget: Budgets) -> pd.DataFrame:
     """Both runs read at T_c, the control's training time to ``budget`` (S35, Appendix F).
 
-    Rule (L5153-5156): T_c is the training time the control needs to reach B on the same seed;
+    Rule (dense-rewards paper App. F, S35): T_c is the training time the control needs to reach B on the same seed;
     the control is read at B, the treatment's accuracy is interpolated linearly in training time
     at T_c from a run extended past B. A treatment run that stops before T_c did not reach it.
     """
@@ -226,7 +226,7 @@ def read_at_control_time(curves: pd.DataFrame, treatment: str, control: str, bud
 def read_at_updates(curves: pd.DataFrame, treatment: str, control: str, budget: Budgets) -> pd.DataFrame:
     """Treatment read at ``budget``; control interpolated to the treatment's update count.
 
-    Rule (§2.3, Figure 2a, L389-390): "outcome-only GRPO is interpolated to each reward's update
+    Rule (§2.3 "Two budgets", Figure 2a): "outcome-only GRPO is interpolated to each reward's update
     count" — linearly in the control's cumulative updates between its evaluations. ``at`` is the
     treatment's update count at its evaluation at B.
     """
@@ -245,7 +245,7 @@ def read_at_updates(curves: pd.DataFrame, treatment: str, control: str, budget: 
     return _frame(rows)
 
 
-# Spans of evaluations (L3356 "mean lead over the first half of the budget", L4034-4036 "Averaged
+# Spans of evaluations (§C.4.3 "mean lead over the first half of the budget", §C.5.4 "Averaged
 # over the second half of the budget … and over all sixteen evaluations"); see .spans for the rule.
 SPAN_KINDS = ("first_half", "second_half", "all_evals")
 

@@ -2,9 +2,9 @@
 paper, Table 11), and the rule of the span readings (first half, second half, all evaluations;
 ``span_positions`` and ``read_span`` live in :mod:`.points`, beside the other reading points).
 
-Evaluations run every B/16 (§2.3; extract §3.4); evaluation 0 is the model before any update.
+Evaluations run every B/16 (dense-rewards paper §C.1); evaluation 0 is the model before any update.
 
-- *Spans* (L3356 "mean lead over the first half of the budget", L4034-4036 "Averaged over the
+- *Spans* (§C.4.3 "mean lead over the first half of the budget", §C.5.4 "Averaged over the
   second half of the budget … and over all sixteen evaluations"): per run, the mean of its
   accuracy over the evaluations of the span. "All sixteen evaluations" at B/16 spacing are the
   evaluations after the start up to B, so evaluation 0 does not count (by common random numbers
@@ -12,13 +12,13 @@ Evaluations run every B/16 (§2.3; extract §3.4); evaluation 0 is the model bef
   a span is the first at or after its end (the rule of §C.1 for B): ``first_half`` = evaluations
   1 … the first at or after B/2 (B/16 … 8B/16); ``second_half`` = the ones after it … the first
   at or after B (9B/16 … B); ``all_evals`` = 1 … the first at or after B.
-- *To target* (§C.6.8, L4668-4676): "we take outcome-only GRPO's mean accuracy over seeds at B
+- *To target* (§C.6.8, Table 11): "we take outcome-only GRPO's mean accuracy over seeds at B
   as the target and interpolate the filter's mean curve over the same seeds … to its first
   crossing of the target. Table 11 gives that crossing as a fraction of the budget, with 95%
   intervals from 10,000 resamples of seeds that keep each seed's two configurations together. A
   resample whose curve never reaches the target counts as not reached." The mean curve is the
   mean over seeds at each evaluation index, placed at the mean over seeds of the cumulative
-  tokens (``to_target``) or training seconds (``time_to_target``, L4678-4680: "the same crossing
+  tokens (``to_target``) or training seconds (``time_to_target``, §C.6.8: "the same crossing
   on the training-time axis"; the share is of the control's mean training time at B). Linear
   interpolation between the two evaluations around the first crossing; a curve that starts at or
   above the target crosses at its first evaluation. Not reached = ``inf`` ("n.r." in reports).

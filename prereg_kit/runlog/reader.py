@@ -212,8 +212,8 @@ class RunLog:
 def add_derived(iterations: pd.DataFrame) -> pd.DataFrame:
     """Add per-iteration totals and running sums to raw iteration rows.
 
-    ``tokens_total`` (rollout + continuation + discarded: everything the budget B counts, paper
-    §3.3), ``seconds_total`` (the five stages: training time, Appendix D; a row of a trainer that
+    ``tokens_total`` (rollout + continuation + discarded: everything the budget B counts, dense-rewards
+    paper §2.3 "Two budgets"), ``seconds_total`` (the five stages: training time, Appendix D; a row of a trainer that
     does not split its stages gives its unsplit ``seconds_step``), ``cum_tokens`` and
     ``cum_train_seconds``.
     """

@@ -98,7 +98,7 @@ def election_sha256(study_dir: str | Path) -> str:
     """``sha256:<hex>`` of the bytes of ``<study_dir>/election.json``, or ``""`` when there is none.
 
     A run with ``anchor = "elected"`` records it in :attr:`RunMeta.election_sha256` when it starts
-    (multi-reward paper §4.5: the anchor is fixed before joint training); ``prereg verify`` flags a
+    (multi-reward paper §5.1: the anchor is fixed before joint training); ``prereg verify`` flags a
     main run whose recorded hash differs from the file's (``prereg_kit.audit``).
     """
     import hashlib

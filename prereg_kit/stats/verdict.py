@@ -1,4 +1,4 @@
-"""The reading of one contrast under its preregistered kind (paper §2.3, §C.1, §3.18 of the extract).
+"""The reading of one contrast under its preregistered kind (dense-rewards paper §2.3, §C.1).
 
 Each plan fixes "how each possible outcome would be read"; these are the readings the analysis
 gives a contrast from its (Holm-adjusted, where it belongs to a primary family) p-value and its

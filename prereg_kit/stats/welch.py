@@ -1,5 +1,5 @@
 """Unpaired (Welch) contrasts: arms on different seeds, runs or pools (dense-rewards paper S21's
-primary, L3881-3882: "unpaired Welch t … because the two sides use different runs, pools, and
+primary, §C.5.2: "unpaired Welch t … because the two sides use different runs, pools, and
 test sets").
 
 With group means ``x̄₁, x̄₂``, SDs ``s₁, s₂`` (n−1 denominators) and sizes ``n₁, n₂``:

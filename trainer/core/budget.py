@@ -1,7 +1,7 @@
 """Compute accounting: generated tokens by kind, training seconds by stage, and the schedule of
 evaluations and of the run's end in generated tokens.
 
-Paper 1 §2.3 and Appendix D (extract §3.3-3.4):
+Dense-rewards paper §2.3 "Two budgets", §C.1 "Implementation" and "Pools and evaluation", App. D:
 
 * The budget B counts **every token generated during training**: rollouts, continuations (e.g.
   Monte-Carlo credit) and the groups that dynamic sampling discards. A completion's tokens are
@@ -90,7 +90,7 @@ class Counters:
 
 @dataclass(frozen=True)
 class Schedule:
-    """When to evaluate and when to stop, in generated tokens (paper §2.3; extract §3.4)."""
+    """When to evaluate and when to stop, in generated tokens (dense-rewards paper §2.3, §C.1)."""
 
     interval: int  # B/16 by default: tokens, or iterations when ``by_iterations``
     stop_tokens: int | None  # k·B; None for an iteration budget

@@ -1,6 +1,6 @@
 """Credit assignment: group advantages and per-token credit, and the context every credit rule reads.
 
-Paper 1 §2.1 eq. (1)-(2) and §2.3 "Implementation" (extract §3.1):
+Dense-rewards paper §2.1 eq. (1)-(2) and §C.1 "Implementation":
 
 * Eq. (1): A_g = (R_g − R̄) / (σ + ε), R̄ the group mean and σ the group's **population**
   standard deviation (divide by G). ε = ``advantage_eps`` (default 1e-6; the paper does not state
@@ -55,7 +55,7 @@ class CreditContext:
     """What a credit rule reads about one iteration.
 
     ``advantages`` are A_g: the aggregation rule's sequence-level advantages in a multi-reward run
-    (paper 2 §5: MO-GRPO, Dr.GRPO, ...), else eq. (1) on ``rewards`` (:meth:`of` computes them).
+    (multi-reward paper §3.1–3.2, App. C: MO-GRPO, Dr.GRPO, ...), else eq. (1) on ``rewards`` (:meth:`of` computes them).
     Dense rules also read the rollouts, each completion's rendered prompt and gold answer, the
     policy and the generation engine (continuations, forward passes), the training verifier,
     the run seed and iteration (their random streams) and ``state``, what they keep across

@@ -1,6 +1,6 @@
 """Held-out evaluation: per-problem correct counts under the default and the strict verifier.
 
-Paper 1 §2.3 evaluation paragraph (extract §3.4, §3.11): at the start and every B/16 generated
+Dense-rewards paper §2.3 "Metric", §C.1 "Pools and evaluation" and "Verifiers": at the start and every B/16 generated
 tokens, 8 samples per problem at temperature 1 and top-p 1 on each evaluation set, with common
 random numbers across the configurations of a seed; accuracy is the mean over problems of the
 fraction correct under the default verifier; the strict verifier (boxed answers only) and
@@ -8,7 +8,7 @@ greedy accuracy are secondary. The sampling seed of evaluation ``e`` on set ``S`
 ``derive_seed(run seed, e, "eval:S")`` and request ``i·samples + k`` (problem i, sample k) has its
 own random numbers, so the draws do not depend on the batch layout or on the configuration.
 
-Code tasks (``task = "code"``; multi-reward paper P2:L113, docs/multi-reward.md "Program channels
+Code tasks (``task = "code"``; multi-reward paper App. C.4, docs/multi-reward.md "Program channels
 in training"): every sample's program is judged in the sandbox on its problem's tests (distinct
 programs once, bounded concurrency). ``correct`` = samples whose program passes every test, so
 accuracy and pass@k read as for math; ``correct_strict`` = ``correct`` (the judge has no strict

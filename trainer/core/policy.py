@@ -2,7 +2,7 @@
 and precision, and the forward passes other parts read from it (token log-probabilities, hidden
 states). Generation is in ``trainer.core.engines``, the update in ``trainer.core.update``.
 
-Paper 1 §2.3 "Implementation" and C.1 (extract §3.1-3.2): float32 master weights, bf16 autocast
+Dense-rewards paper §C.1 "Implementation": float32 master weights, bf16 autocast
 compute on GPU, deterministic kernels where torch offers them.
 """
 

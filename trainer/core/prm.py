@@ -1,5 +1,5 @@
-"""The frozen process-reward model (PRM) of the dense-rewards paper's pilots (paper 1 App. E,
-"Process rewards from a frozen PRM", L5102-5113: Qwen2.5-Math-PRM-7B): loading it, cutting a
+"""The frozen process-reward model (PRM) of the dense-rewards paper's pilots (App. E,
+"Process rewards from a frozen PRM": Qwen2.5-Math-PRM-7B): loading it, cutting a
 completion into reasoning steps, and scoring each step.
 
 * **Steps.** A completion is cut at ``credit.prm_step_separator`` (default ``"\\n\\n"``, the

@@ -1,4 +1,4 @@
-"""The update of one GRPO iteration (paper 1 eq. 2; §2.3 "Implementation", C.1; extract §3.2):
+"""The update of one GRPO iteration (dense-rewards paper eq. (2); §C.1 "Implementation"):
 the policy-gradient loss, the optimizer and the learning rate.
 
 One Adam step per iteration (β = (0.9, 0.999), ε = 1e-8, no weight decay), gradient-norm clip 1,
@@ -31,8 +31,8 @@ def policy_loss(logp: torch.Tensor, credit: torch.Tensor, completion_mask: torch
 def clipped_loss(logp: torch.Tensor, old_logp: torch.Tensor, credit: torch.Tensor, mask: torch.Tensor,
                  clip: float | tuple[float, float], n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate, −Σ_h min(ρ·c, clip(ρ, 1 − ε_low, 1 + ε_high)·c) / n with
-    ρ = exp(log π − log π_old) (paper 1 extract §3.10: ε = 0.2; paper 2 extract §4.6: the code
-    recipe's clip-higher, ε_low = 0.2, ε_high = 0.28). ``clip``: ε, or (ε_low, ε_high); 0 on a side
+    ρ = exp(log π − log π_old) (dense-rewards paper App. E: ε = 0.2; multi-reward paper App. C.4:
+    the code recipe's clip-higher, ε_low = 0.2, ε_high = 0.28). ``clip``: ε, or (ε_low, ε_high); 0 on a side
     leaves that side unclipped. Also returns where the clip binds (its gradient is 0 there):
     c > 0 and ρ > 1 + ε_high, or c < 0 and ρ < 1 − ε_low. At ρ = 1 the gradient is policy_loss's."""
     lo, hi = clip if isinstance(clip, tuple) else (clip, clip)
@@ -60,7 +60,7 @@ def make_optimizer(policy: Policy) -> torch.optim.Optimizer:
 
 def learning_rate_at(cfg: TrainerConfig, tokens_before: int, budget_tokens: int) -> float:
     """Constant (paper default), or ``linear``: lr·(1 − f), f the budget share generated before
-    the iteration starts, reaching 0 at B (S32, extract §3.2; learning_rate is the peak). With an
+    the iteration starts, reaching 0 at B (S32, dense-rewards paper §C.6.6; learning_rate is the peak). With an
     iteration budget the loop passes iterations done and N in place of tokens and B."""
     if cfg.update.lr_schedule == "linear":
         return cfg.update.learning_rate * max(0.0, 1.0 - tokens_before / budget_tokens)

@@ -1,6 +1,6 @@
 """A tiny synthetic code task: stdin/stdout programs a tiny model can learn on a CPU.
 
-It stands in for DeepCoder-RT (multi-reward paper §4.6, P2:L35, L113; ``docs/multi-reward.md``,
+It stands in for DeepCoder-RT (multi-reward paper App. C.4; ``docs/multi-reward.md``,
 "Program channels in training") the way ``trainer/data/synthetic.py`` stands in for MATH: every
 problem asks for a program that reads two integers a and b from one line of standard input and
 prints an arithmetic expression of them; it carries three small tests and one large-input test

@@ -1,4 +1,4 @@
-"""Near duplicates of the evaluation sets in a training pool (dense-rewards paper L2325-2327):
+"""Near duplicates of the evaluation sets in a training pool (dense-rewards paper §C.1 "Pools and evaluation"):
 exact match after normalization, or 8-gram Jaccard similarity ≥ 0.6 on word tokens. Exact, not
 MinHash: an inverted index over the evaluation shingles with prefix filtering finds every pair at
 or above the threshold."""

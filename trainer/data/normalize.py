@@ -1,4 +1,4 @@
-"""Reading an answer's text (dense-rewards paper §2.3, H.1; extract §3.11): Unicode
+"""Reading an answer's text (dense-rewards paper §C.1 "Verifiers", §H.1): Unicode
 canonicalization (invisible characters dropped, minus-like dashes read as '-', bidi controls
 detected), numbers (the last number of a text, a token's value) and the normalization under which
 two answers compare as strings. ``trainer.data.verifiers`` builds the verifiers on it;

@@ -1,17 +1,16 @@
 """Problem pools: loading, filters, near-duplicate removal and the per-seed prompt stream.
 
-Rules (dense-rewards paper §2.3 and the evaluation paragraph, L2314-2334, L2421-2438; extract
-§3.1, §3.4, §3.8):
+Rules (dense-rewards paper §2.3, §C.1 "Pools and evaluation" and "Prompt filters"):
 
 * Pools hold MATH problems with plain numeric answers, filtered by level, or code problems with
-  stdin/stdout tests (``task = "code"``; the multi-reward paper's DeepCoder-RT, §4.6, P2:L35,
-  L113): a record with ``tests`` is judged by the program sandbox, not the math verifier.
+  stdin/stdout tests (``task = "code"``; the multi-reward paper's DeepCoder-RT, App. C.4): a
+  record with ``tests`` is judged by the program sandbox, not the math verifier.
 * **Near duplicates** of the evaluation sets are removed: exact match after normalization, or
-  8-gram Jaccard similarity ≥ 0.6 on word tokens (L2325-2327). Exact, not MinHash: an inverted
+  8-gram Jaccard similarity ≥ 0.6 on word tokens (§C.1 "Pools and evaluation"). Exact, not MinHash: an inverted
   index over the evaluation shingles with prefix filtering finds every pair at or above the
   threshold (``trainer.data.duplicates.find_near_duplicates``).
 * **Prompt stream.** The pool is shuffled once per epoch and consumed in order; the stream is a
-  function of (seed, position) only (L2422-2423, L2436-2438), so a resumed run, a filter and its
+  function of (seed, position) only (§C.1 "Prompt filters"), so a resumed run, a filter and its
   random-choice control all see the same candidates.
 
 No torch here; ``datasets`` is imported only by ``load_hub``.
@@ -316,7 +315,7 @@ GSM8K_HUB = ("openai/gsm8k", "main")
 
 
 def task_pool(task: Literal["math", "gsm8k"], train_file: str | Path | None, levels: Iterable[int]) -> ProblemPool:
-    """The training pool of task "math" or "gsm8k" (dense-rewards paper L2311-2316): the MATH or
+    """The training pool of task "math" or "gsm8k" (dense-rewards paper §C.1 "Pools and evaluation"): the MATH or
     GSM8K training split from ``train_file`` (MATH or GSM8K layout) when given, else from the hub;
     MATH keeps ``levels`` (1-5). Overlaps with the evaluation sets are removed by the caller,
     once the evaluation sets are loaded (``ProblemPool.without_near_duplicates``)."""

@@ -1,6 +1,6 @@
 """Answer checking: the default and the strict verifier (dense-rewards paper §2.3, H.1).
 
-Rules (paper L2454-2458, L6031-6036; extract §3.11):
+Rules (dense-rewards paper §C.1 "Verifiers", §H.1 "Training and evaluation"):
 
 * **Characters.** Invisible format characters (zero-width spaces and joiners, word joiner, BOM,
   soft hyphen, …) are dropped and Unicode minus signs and dashes read as '-', before anything

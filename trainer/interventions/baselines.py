@@ -1,18 +1,18 @@
 """Credit rules that replace the group-normalized advantage: REINFORCE with a leave-one-out
 baseline, and a frozen process-reward model (PRM) as a reward or as a state-only baseline
-(paper 1 App. E, L5094-5113; extract S4 "Pilots" and §3.10). docs/interventions.md.
+(dense-rewards paper App. E; S4's pilots). docs/interventions.md.
 
 * ``rloo`` — "REINFORCE with a leave-one-out baseline instead of the group-normalized advantage"
-  (L5096-5097): every token of completion i gets A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j, with no
+  (App. E): every token of completion i gets A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j, with no
   division by the group's standard deviation (= G/(G−1)·(R_i − R̄)).
 * ``prm_reward`` — "process-supervised GRPO (adapted from DeepSeekMath) with the frozen
-  Qwen2.5-Math-PRM-7B and without the verifier reward" (L5102-5105). DeepSeekMath §4.1.3: the
+  Qwen2.5-Math-PRM-7B and without the verifier reward" (App. E). DeepSeekMath §4.1.3: the
   step scores r of all completions of a group are normalized together, r̃ = (r − mean) / (SD + ε)
   (population SD, ε = ``advantage_eps``), and token h of completion g gets the sum of r̃ over
   g's steps that end at or after h. ``prm_add_outcome`` adds A_g of eq. (1) ("adding the outcome
-  reward to the process rewards", L5108).
+  reward to the process rewards").
 * ``prm_baseline`` — the PRM "as a baseline for the outcome reward that depends only on the
-  state" (L5109-5111): token h of completion g gets R_g − V(s_{g,h}), V the PRM's score of the
+  state": token h of completion g gets R_g − V(s_{g,h}), V the PRM's score of the
   last step of g that ended before h (a function of the tokens before h only, so the estimator
   stays unbiased); tokens before the first step's end take V = the leave-one-out mean of the
   group's other outcomes, V(prompt) as in the VinePPO-style rule. Not normalized, like ``rloo``.

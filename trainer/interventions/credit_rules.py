@@ -1,7 +1,7 @@
 """The credit rules by name: ``TrainerConfig.credit.rule`` → the function that computes an iteration's
 token credit from its :class:`~trainer.core.credit.CreditContext` (docs/interventions.md).
 
-Outcome-only GRPO gives every token A_g (paper 1 eq. 2 with w = 0); a dense rule adds a
+Outcome-only GRPO gives every token A_g (dense-rewards paper eq. (2) with w = 0); a dense rule adds a
 per-token w_{g,h}, generating continuations through the context's engine when it needs them and
 counting them in ``Credit.continuation_tokens``.
 """
@@ -20,14 +20,14 @@ from trainer.interventions.reuse import continuation_reuse_credit, vineppo_credi
 # Keys = the names ``TrainerConfig.credit.rule`` allows (a test holds the two together).
 CREDIT_RULES: dict[str, Callable[[CreditContext], Credit]] = {
     "outcome": outcome_credit,  # c = A_g
-    "monte_carlo": monte_carlo_credit,  # c = A + (p̂_s − p̂_{s−1}), §3.6
-    "equal_iteration": equal_iteration_credit,  # c = A + α·w, MC-within, §1.E
+    "monte_carlo": monte_carlo_credit,  # c = A + (p̂_s − p̂_{s−1}), §C.1 "Monte-Carlo reward"
+    "equal_iteration": equal_iteration_credit,  # c = A + α·w, MC-within, App. G
     "shuffled": shuffled_credit,  # MC-within, credit permuted per completion
     "implicit": implicit_credit,  # w = log π_θ − log π_ref, MC-within pipeline
-    "critic_td": critic_td_credit,  # ridge critic, V̂(b_s) − V̂(b_{s−1}), §3.7
-    "critic_baseline": critic_baseline_credit,  # R − V̂(b_{s−1}), §3.7
-    "vineppo": vineppo_credit,  # V(b_s) − V(b_{s−1}), V(b_0) leave-one-out mean, §3.10
-    "continuation_reuse": continuation_reuse_credit,  # MC reward + continuation sequences, §3.10
+    "critic_td": critic_td_credit,  # ridge critic, V̂(b_s) − V̂(b_{s−1}), §C.1 "Learned critic"
+    "critic_baseline": critic_baseline_credit,  # R − V̂(b_{s−1}), §C.1 "Learned critic"
+    "vineppo": vineppo_credit,  # V(b_s) − V(b_{s−1}), V(b_0) leave-one-out mean, App. E
+    "continuation_reuse": continuation_reuse_credit,  # MC reward + continuation sequences, App. E
     "rloo": rloo_credit,  # R_i − mean_{j≠i} R_j, no SD (REINFORCE-LOO, App. E)
     "prm_reward": prm_reward_credit,  # frozen PRM's normalized step scores as reward-to-go (App. E)
     "prm_baseline": prm_baseline_credit,  # R − V_PRM(last finished step), state-only baseline (App. E)

@@ -1,4 +1,4 @@
-"""The learned critic (paper 1 C.1 "Learned critic", L2394-2418; extract §3.7; S2-S5, S26).
+"""The learned critic (dense-rewards paper §C.1 "Learned critic (S2–S5, S26)").
 
 A ridge regression on the policy's hidden states predicts a prefix's success probability. The
 prefixes are the Monte-Carlo reward's: the prompt (cut 0) and the interior cuts b_1 … b_C
@@ -12,7 +12,7 @@ the credit is outcome-only. Two forms, both added to the group advantage:
 * TD: segment s gets V̂(b_s) − V̂(b_{s−1}), V̂(end) = R (``critic_td``);
 * baseline: segment s gets R − V̂(b_{s−1}) (``critic_baseline``).
 
-Choices the paper leaves open (extract §6): features = the hidden state of layer
+Choices the paper leaves open: features = the hidden state of layer
 ``critic_layer`` (−1: last, after the final norm) at the prefix's last token; features
 standardized with the training rows' mean and SD; penalty ``critic_ridge`` on the standardized
 weights, intercept unpenalized; predictions clipped to [0, 1]. Feature extraction (one forward

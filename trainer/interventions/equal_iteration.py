@@ -1,4 +1,4 @@
-"""The equal-iteration rule, its controls and its gates (paper 1 App. G; extract §1.E, §3.6):
+"""The equal-iteration rule, its controls and its gates (dense-rewards paper §3.1, App. G, §H.1):
 MC-within (the Monte-Carlo segment credit, gated, centered within each completion, normalized and
 added to the group advantage: c = A + α·w), the shuffled control (the same credit permuted within
 each completion) and the implicit-reward control (w = log π_θ − log π_ref, no continuations).
@@ -66,7 +66,7 @@ def combine(adv: torch.Tensor, w: torch.Tensor, mask: torch.Tensor, alpha: float
 
 
 def shuffle_within(w: torch.Tensor, mask: torch.Tensor, seed: int) -> torch.Tensor:
-    """Permute each completion's token credits among its own tokens (the shuffled control, L489)."""
+    """Permute each completion's token credits among its own tokens (the shuffled control, §3.1)."""
     g = torch.Generator().manual_seed(seed)
     out = w.clone()
     for i in range(w.shape[0]):

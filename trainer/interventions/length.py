@@ -1,5 +1,5 @@
-"""The group-relative length reward (paper 1 S6-S9; extract §3.9): −λ(L_i − m_g)/L_max on the
-tokens of each correct completion, added to any credit rule's token credit."""
+"""The group-relative length reward (dense-rewards paper §C.1 "Length reward"): −λ(L_i − m_g)/L_max
+on the tokens of each correct completion, added to any credit rule's token credit."""
 
 from __future__ import annotations
 

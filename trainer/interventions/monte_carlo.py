@@ -1,4 +1,4 @@
-"""The Monte-Carlo reward (paper 1 §2.3 "Monte-Carlo reward", C.1 L2372-2391; extract §3.6): k
+"""The Monte-Carlo reward (dense-rewards paper §2.2 "Monte-Carlo reward", §C.1 "Monte-Carlo reward"): k
 continuations from each interior cut of a completion estimate p̂ there, and segment s gets
 p̂_s − p̂_{s−1} added to the group advantage. Registered as ``monte_carlo`` in
 ``trainer.interventions.credit_rules.CREDIT_RULES``; the segments are
@@ -43,7 +43,7 @@ class MonteCarlo:
 
 
 def monte_carlo_values(ctx: CreditContext) -> MonteCarlo:
-    """k continuations from each prefix that ends at an interior cut inside its completion (§3.6).
+    """k continuations from each prefix that ends at an interior cut inside its completion (§C.1 "Monte-Carlo reward").
 
     One batched ``engine.generate`` call per cut: prompt text + decoded prefix, limit = the rest
     of the completion limit (capped by ``mc_continuation_limit``). Seeds: noise seed
@@ -98,7 +98,7 @@ def mc_values(mc: MonteCarlo, cfg: TrainerConfig, rewards: torch.Tensor, lengths
 
 def monte_carlo_credit(ctx: CreditContext) -> Credit:
     """The Monte-Carlo reward (S1, S25): c_{g,h} = A_g + (p̂_s − p̂_{s−1}) for h in segment s,
-    the segment credit added to the group advantage **without centering** (L2378-2380)."""
+    the segment credit added to the group advantage **without centering** (§C.1 "Monte-Carlo reward")."""
     return mc_credit(monte_carlo_values(ctx), ctx)
 
 

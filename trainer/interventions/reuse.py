@@ -1,5 +1,5 @@
-"""The reuse variants of the dense-rewards paper (paper 1 App. E "Rollout reuse and the
-VinePPO-style advantage", "Continuation reuse at the gradient level", Table 16; extract §3.10),
+"""The reuse variants of the dense-rewards paper (App. E "Rollout reuse and the
+VinePPO-style advantage", "Continuation reuse at the gradient level", Table 16),
 and the multi-step clipped update they need. docs/interventions.md, "Reuse variants".
 
 * **VinePPO-style value differences** (``credit = "vineppo"``): token credit in segment s is
@@ -70,7 +70,7 @@ class ReuseCredit(Credit):
 
 
 # --------------------------------------------------------------------------------------------
-# VinePPO-style value differences (App. E; Table 16; extract §3.10)
+# VinePPO-style value differences (dense-rewards paper App. E; Table 16)
 # --------------------------------------------------------------------------------------------
 def leave_one_out_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """V(prompt) per completion: the mean of the other G − 1 outcomes of its group [N] (float64)."""
@@ -96,7 +96,7 @@ def vineppo_credit(ctx: CreditContext) -> Credit:
 
 
 # --------------------------------------------------------------------------------------------
-# Continuation reuse (App. E; Table 16; extract §3.10)
+# Continuation reuse (dense-rewards paper App. E; Table 16)
 # --------------------------------------------------------------------------------------------
 def leave_one_out_advantages(outcomes: torch.Tensor) -> torch.Tensor:
     """[M, k] → R_j − mean of the other k − 1 draws' outcomes from the same prefix (k ≥ 2)."""

@@ -1,5 +1,5 @@
-"""Segments of a completion and the credit of value differences across them (paper 1 §2.3
-"Monte-Carlo reward", C.1 L2372-2391; extract §3.6): what the Monte-Carlo reward, the learned
+"""Segments of a completion and the credit of value differences across them (dense-rewards paper
+§2.2 "Monte-Carlo reward", §C.1 "Monte-Carlo reward"): what the Monte-Carlo reward, the learned
 critic and the VinePPO-style values share.
  A completion of limit L_max is cut at interior offsets b_1 < … < b_C (tokens), default
 b_i = round(i·L_max/S) for i = 1 … S−1 with S = ``mc_segments`` = 6 (128 … 640 at 768, the

@@ -1,6 +1,6 @@
 """Prompt selection: which prompts an iteration trains on.
 
-Paper 1 §2.2 "Prompt selection" and C.1 "Prompt filters" (extract §3.8). Each filter iteration
+Dense-rewards paper §2.2 "Prompt selection" and §C.1 "Prompt filters". Each filter iteration
 draws ``candidates`` (24) prompts from the seed's stream, ``prompt_stream_batch(pool, seed,
 iteration, 24)``: stream positions 24·i … 24·i+23, so a filter passes through the stream three
 times as fast as outcome-only GRPO (whose iteration i takes positions 8·i … 8·i+7). A predictor

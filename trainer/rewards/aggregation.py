@@ -1,8 +1,8 @@
 """Multi-reward aggregation: from per-channel rewards of a group to GRPO advantages.
 
-Multi-reward paper (P2), "Baseline ports" (P2:L105; extract §4.3): "Every baseline shapes a
+Multi-reward paper, App. C "Baseline ports": "Every baseline shapes a
 scalar from the two binary channels of a group of n samples and feeds it to the standard GRPO
-advantage unless stated otherwise." TAG is §4.4 (P2:L71-85). Pure numpy, no torch, no global
+advantage unless stated otherwise." TAG is §5.2 and App. A.2. Pure numpy, no torch, no global
 state: the Lagrangian multiplier lives in an explicit state value and Rubric Dropout draws from
 a Generator the caller seeds.
 
@@ -10,9 +10,9 @@ Layout: ``R`` has shape (groups, n, K), channel ``anchor`` (default 0) being the
 anchor channel R_P and the others the auxiliary channels R_A (the paper has K = 2; every rule
 here also takes K > 2, and ``docs/multi-reward.md`` says which K > 2 forms are ours).
 
-The standard GRPO advantage of a shaped scalar r in a group (paper 1 eq. 1, paper 2 A.1):
+The standard GRPO advantage of a shaped scalar r in a group (dense-rewards paper eq. (1), multi-reward paper App. A.1):
 A_i = (r_i − r̄)/(σ + ε), σ the population SD, and A_i = 0 for every sample of a uniform
-group ("if all rewards in the group coincide, every advantage is 0 by convention", P2:L73;
+group ("if all rewards in the group coincide, every advantage is 0 by convention", App. A.2;
 enforced exactly, not left to ε).
 
 Rules (the table ``RULES``, name → rule), with r the shaped scalar:
@@ -77,7 +77,7 @@ RuleName = Literal["primary", "additive", "and", "lsc", "lagrangian", "pg_ot", "
 
 
 class AggregationConfig(BaseModel):
-    """One arm's aggregation rule and its constants (paper values as defaults, P2:L105-107)."""
+    """One arm's aggregation rule and its constants (paper values as defaults: App. C "Baseline ports", C.2)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -121,7 +121,7 @@ def parse_aggregation(data: Mapping[str, Any], *, where: str = "aggregation") ->
 
 
 def rule_kl_beta(config: AggregationConfig) -> float:
-    """The KL-to-base coefficient the loss must use: β for ``additive_kl``, else 0 (P2:L105)."""
+    """The KL-to-base coefficient the loss must use: β for ``additive_kl``, else 0 (App. C "Baseline ports")."""
     return float(config.beta) if config.rule == "additive_kl" else 0.0
 
 
@@ -176,10 +176,10 @@ def _split(R: np.ndarray, anchor: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def tag_reward(R: np.ndarray, anchor: int = 0, lam: float | Sequence[float] = 1.0) -> np.ndarray:
-    """TAG: R_anchor · (1 + Σ_k λ_k R_k)/(1 + Σ_k λ_k) over the auxiliary channels (§4.4).
+    """TAG: R_anchor · (1 + Σ_k λ_k R_k)/(1 + Σ_k λ_k) over the auxiliary channels (§5.2; our K-channel form).
 
     Two binary channels: joint success 1, primary-only 1/(1+λ), auxiliary-only 0, neither 0
-    (P2:L71); λ = 0 is training on the anchor alone (P2:L83). Works on (..., K) arrays.
+    (App. A.2); λ = 0 is training on the anchor alone (App. A.2). Works on (..., K) arrays.
     """
     import numpy as np  # lock and verify start without numpy
     R = np.asarray(R, dtype=np.float64)
@@ -312,13 +312,13 @@ def _no_scalar(R, cfg, **_):
 
 
 def _standard(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
-    """GRPO's advantage of the rule's shaped scalar (paper 1 eq. 1 per group)."""
+    """GRPO's advantage of the rule's shaped scalar (dense-rewards paper eq. (1) per group)."""
     r = RULES[cfg.rule].shape(R, cfg)
     return GroupAdvantages(grpo_advantage(r, eps=inputs.eps), r, inputs.state)
 
 
 def _mo_grpo_advantages(R, cfg, inputs: RuleInputs) -> "GroupAdvantages":
-    # Σ_k per-channel group z-scores, used directly (P2:L9, L105)
+    # Σ_k per-channel group z-scores, used directly (multi-reward paper §3.1–3.2, App. C "Baseline ports")
     return GroupAdvantages(zscore(R, eps=inputs.eps, axis=1).sum(axis=2), None, inputs.state)
 
 

@@ -1,16 +1,16 @@
-"""Reward channels of the multi-reward studies (multi-reward paper §4.6; P2:L27, L35, L103-113).
+"""Reward channels of the multi-reward studies (multi-reward paper §6.1, App. C.1–C.4).
 
 A channel maps one completion (and its problem) to a 0/1 reward. The built-ins:
 
 * ``correct``: R_P = 1 iff the final answer matches gold, by the trainer's verifier
   (``trainer/data/verifiers.py``: "default", "strict" or "math_verify").
 * ``brief``: R_A = 1[|y| < threshold tokens] (200 for Qwen at cap 512; 128 for Llama; 512 for
-  Qwen3-30B-A3B at cap 4096; P2:L27, L107).
+  Qwen3-30B-A3B at cap 4096; §6.1, App. C.3).
 * ``negative``: R_A = 1[final answer < 0]: the answer the verifier reads parses to a number
   below zero (``extract_answer`` then ``parse_number``; no number, no reward).
 * ``program_correct``: R_P = 1 iff every test passes in the sandbox (``trainer/rewards/sandbox/``).
 * ``program_fast``: R_A = 1[T < threshold], T the largest CPU time over the executed tests,
-  a timeout counting as slow; 60 ms is "Correct & fast", 3 ms "Correct & no-op" (P2:L35).
+  a timeout counting as slow; 60 ms is "Correct & fast", 3 ms "Correct & no-op" (§6, App. C.4).
   Speed is judged alone: the joint outcome "correct and fast" is the aggregation's business.
 
 Program channels read a ``sandbox.ProgramResult`` judged once per completion and shared by both
@@ -109,7 +109,7 @@ class Correct:
 
 @dataclass(frozen=True)
 class Brief:
-    """R_A = 1[|y| < threshold] with |y| the generated-token count (P2:L27)."""
+    """R_A = 1[|y| < threshold] with |y| the generated-token count (§6.1)."""
 
     threshold: int = 200
     name: str = "brief"
@@ -121,7 +121,7 @@ class Brief:
 
 @dataclass(frozen=True)
 class Negative:
-    """R_A = 1[final answer < 0], the answer read by the verifier's extraction rule (P2:L101)."""
+    """R_A = 1[final answer < 0], the answer read by the verifier's extraction rule (App. C)."""
 
     strict: bool = False
     name: str = "negative"
@@ -138,7 +138,7 @@ class Negative:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProgramCorrect:
-    """R_P = 1 iff every test passes in the sandbox (P2:L35, L113)."""
+    """R_P = 1 iff every test passes in the sandbox (App. C.4)."""
 
     name: str = "program_correct"
     needs_program: bool = True
@@ -151,7 +151,7 @@ class ProgramCorrect:
 
 @dataclass(frozen=True)
 class ProgramFast:
-    """R_A = 1[T < threshold_s]; a timeout counts as slow (P2:L35). 0.06 s: fast; 0.003 s: no-op."""
+    """R_A = 1[T < threshold_s]; a timeout counts as slow (§6, App. C.4). 0.06 s: fast; 0.003 s: no-op."""
 
     threshold_s: float = 0.060
     name: str = "program_fast"

@@ -1,9 +1,9 @@
-"""The isolated program judge for the code channels (multi-reward paper, DeepCoder-RT; P2:L35, L113).
+"""The isolated program judge for the code channels (multi-reward paper, DeepCoder-RT; App. C.4).
 
-The paper's judge (P2:L113): "R_P = 1 iff all tests pass in a sandbox (isolated python3 -I
+The paper's judge (App. C.4): "R_P = 1 iff all tests pass in a sandbox (isolated python3 -I
 subprocess per test; 10 s per small test, 30 s for the mid-size test, the large-input test last
 and only for programs that passed everything before it). T is the largest CPU time over the
-executed tests, large input included" and "a program that times out counts as slow" (P2:L35).
+executed tests, large input included" and "a program that times out counts as slow" (§6).
 
 What one test run is here (``docs/multi-reward.md`` lists what this machine enforces):
 

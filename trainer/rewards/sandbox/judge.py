@@ -1,4 +1,4 @@
-"""Running a program's tests in the sandbox and judging them (P2:L35, L113): per-test limits,
+"""Running a program's tests in the sandbox and judging them (multi-reward paper App. C.4): per-test limits,
 CPU time T (calibrated start-up overhead removed), R_P = every test passed, ``fast`` = T below
 the threshold, timeouts slow. Isolation is ``isolation.probe_isolation``'s; the child's first
 code is ``boot._BOOT``."""
@@ -29,7 +29,7 @@ VIOLATION_EXIT = 86  # exit code of a program the audit hook stopped
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-test limits. Timeouts are the paper's (P2:L113); the rest are ours (not stated)."""
+    """Per-test limits. Timeouts are the paper's (App. C.4); the rest are ours (not stated)."""
 
     small_timeout_s: float = 10.0  # paper: 10 s per small test
     mid_timeout_s: float = 30.0  # paper: 30 s for the mid-size test
@@ -40,7 +40,7 @@ class SandboxLimits:
     file_size_bytes: int = 16 << 20  # RLIMIT_FSIZE: any file the program writes, stdout included
     open_files: int = 64  # RLIMIT_NOFILE
     tmpfs_bytes: int = 64 << 20  # bwrap: size of each private tmpfs (/tmp, /dev/shm)
-    fast_threshold_s: float = 0.060  # Correct & fast: 1[T < 60 ms] (P2:L35); no-op: 0.003
+    fast_threshold_s: float = 0.060  # Correct & fast: 1[T < 60 ms] (App. C.4); no-op: 0.003
     cpu_basis: Literal["process", "program"] = "program"  # T without / with interpreter start-up
     python: str = "python3"  # resolved on a fixed PATH, as the paper's "python3 -I"
     bwrap: str | None = "bwrap"  # bubblewrap, resolved on the same PATH; None: do not try it
@@ -77,7 +77,7 @@ class TestResult:
 class ProgramResult:
     """A program judged on its tests: R_P = ``passed``; T = ``max_cpu_seconds``; speed = ``fast``.
 
-    ``fast`` is 1[T < threshold] with a timeout counting as slow (P2:L35); it does not require
+    ``fast`` is 1[T < threshold] with a timeout counting as slow (§6, App. C.4); it does not require
     correctness (the auxiliary channel is judged alone; "correct & fast" is the joint outcome).
     """
 
