@@ -77,7 +77,8 @@ class ViolationError(PreregError):
     exit_code = 1
 
 
-DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # no space left; the user's quota spent
+# no space left; the user's quota spent (a name some platforms lack)
+DISK_FULL = frozenset(c for c in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if c is not None)
 
 
 class DiskFullError(PreregError):

@@ -201,16 +201,16 @@ def test_the_chain_wait_is_set_by_its_variable(monkeypatch):
 SLEEPY_WORKER = """\
 import json, os, signal, sys, time
 def stop(signum, frame):
-    print(json.dumps({"worker_done": 130, "retiring": True}), flush=True)
+    print("\\n" + json.dumps({"worker_done": 130, "retiring": True}), flush=True)  # a line of its own, as the worker's
     with open(os.environ["STOPPED_DIR"] + f"/{os.getpid()}", "w") as fh:
         fh.write("stopped")
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 for line in sys.stdin:
     req = json.loads(line)
-    with open(os.environ["PIDS_DIR"] + f"/{os.getpid()}", "w") as fh:
-        fh.write(req["spec"])
     print(json.dumps({"iteration": 0, "tokens": 0}), flush=True)
+    with open(os.environ["PIDS_DIR"] + f"/{os.getpid()}", "w") as fh:  # training: the test may stop it now
+        fh.write(req["spec"])
     time.sleep(120)
 """
 

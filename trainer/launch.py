@@ -337,7 +337,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)  # None: set outside Python
 
 
 def _stop_processes(procs: Sequence[subprocess.Popen]) -> None:
