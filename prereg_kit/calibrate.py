@@ -32,7 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import PreregError
+from .errors import PreregError, writing
 from .lock import amend_plan, lock_path
 from .plan import load_plan, parse_tokens
 from .runlog import read_run, run_dir
@@ -177,7 +177,14 @@ def apply_calibration(study_dir: str | Path, *, threshold: float = TRUNCATION_SH
     if new_limit != cal.limit and dst.exists():
         raise PreregError(f"{dst}: exists; move it aside, then run the calibration again")
     _check_rewrite(text, pf.path)
-    pf.path.write_text(text, encoding="utf-8")
+    tmp = pf.path.with_name(pf.path.name + ".tmp")  # the plan whole or as it was, even on a full disk
+    with writing(pf.path, f"{pf.path.name} is as it was"):
+        try:
+            tmp.write_text(text, encoding="utf-8")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    tmp.replace(pf.path)
     if new_limit != cal.limit:  # the B measured at the old limit is void: keep those runs, out of the stage
         for name in cal.runs:  # only the measured runs: other calibration-stage runs (election probes) stay
             src = study / "stages" / "calibration" / name

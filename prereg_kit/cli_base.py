@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from .errors import PreregError, extra_for
+from .errors import DISK_FULL, PreregError, disk_full_line, extra_for
 
 
 def _console(stderr: bool = False) -> Console:
@@ -57,8 +57,9 @@ RUNNER_HELP = "Trainer to use when several are installed (entry points of group 
 def handles_errors(fn):
     """Turn :class:`PreregError` into its lines on stderr and its exit code; never show a traceback.
 
-    Memory or stack exhausted by an input is unusable input (exit 2), and so is a missing module
-    that one of prereg-kit's extras brings (one line naming the extra); any other exception is
+    Memory or stack exhausted by an input is unusable input (exit 2), and so is a full disk (one line
+    naming the file: :func:`prereg_kit.errors.writing` names it where the system does not) and a
+    missing module that one of prereg-kit's extras brings (one line naming the extra); any other exception is
     reported in one line as an internal error (exit 3) unless ``PREREG_TRACEBACK`` is set.
     """
 
@@ -82,18 +83,39 @@ def handles_errors(fn):
         except Exception as e:  # the last line of defence against a traceback
             if os.environ.get(TRACEBACK_ENV):
                 raise
+            full = _disk_full(e)
+            if full is not None:  # a write no named place caught: the file, where the system names it
+                err.print("[red]error:[/red] " + escape(disk_full_line(full.filename, full)), soft_wrap=True)
+                raise typer.Exit(2) from None
             module = (getattr(e, "name", None) or "").partition(".")[0] if isinstance(e, ModuleNotFoundError) else ""
             extra = extra_for(module) if module else None
             if extra is not None:  # an optional package this command needs: name the extra that brings it
                 err.print("[red]error:[/red] " + escape(f"{_command_path()} needs {module}, which is not installed: "
                                                        f"pip install 'prereg-kit[{extra}]'"), soft_wrap=True)
                 raise typer.Exit(2) from None
-            first = " ".join(str(e).split())[:300]
-            err.print(f"[red]error:[/red] internal error in prereg-kit: {escape(type(e).__name__)}: {escape(first)} "
-                      f"(a bug; {TRACEBACK_ENV}=1 shows the traceback)", soft_wrap=True)
-            raise typer.Exit(INTERNAL_ERROR) from None
+            _internal(e)
 
     return wrapper
+
+
+def _internal(e: BaseException) -> None:
+    """Report ``e`` as a bug in prereg-kit in one line and exit 3."""
+    first = " ".join(str(e).split())[:300]
+    err.print(f"[red]error:[/red] internal error in prereg-kit: {escape(type(e).__name__)}: {escape(first)} "
+              f"(a bug; {TRACEBACK_ENV}=1 shows the traceback)", soft_wrap=True)
+    raise typer.Exit(INTERNAL_ERROR) from None
+
+
+def _disk_full(e: BaseException) -> OSError | None:
+    """The full-disk error (ENOSPC, EDQUOT) that ``e`` is or was raised from, if any."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in DISK_FULL:
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def seed_list(items: list[str]) -> list[int]:

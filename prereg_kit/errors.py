@@ -1,10 +1,16 @@
 """User-facing errors: one clear line each, and the exit code the CLI should use.
 
 Exit codes follow ``prereg verify``: 0 clean, 1 violations (the input is usable but breaks the
-preregistration), 2 unusable input (bad plan, unreadable lock or log).
+preregistration), 2 unusable input (bad plan, unreadable lock or log). A full disk met while writing
+is one line naming the file (:func:`writing`), exit 2.
 """
 
 from __future__ import annotations
+
+import errno
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 
 class PreregError(Exception):
@@ -69,3 +75,29 @@ class ViolationError(PreregError):
     """The preregistration is broken: the plan changed after locking, runs started too early."""
 
     exit_code = 1
+
+
+# no space left; the user's quota spent (a name some platforms lack)
+DISK_FULL = frozenset(c for c in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if c is not None)
+
+
+class DiskFullError(PreregError):
+    """A write that failed because the disk (or the user's quota) is full (exit code 2)."""
+
+
+def disk_full_line(path: str | Path | None, e: OSError) -> str:
+    """The one line for a full disk: the file that could not be written and the system's words."""
+    where = f"writing {path}" if path else "writing a file the system did not name"
+    return f"disk full {where}: {e.strerror or e} [errno {e.errno}]; free some space and run the command again"
+
+
+@contextmanager
+def writing(path: str | Path, note: str = "") -> Iterator[None]:
+    """Turn a full disk met inside the block into :class:`DiskFullError` naming ``path`` (``note``
+    appended: what was left as it was); any other error passes unchanged."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        raise DiskFullError(disk_full_line(path, e) + (f" ({note})" if note else "")) from None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from . import plots
+from .errors import writing
 from .gradient_tests import NOT_RUN, REFUSED, Z_PASS, GradientResults
 
 if TYPE_CHECKING:
@@ -123,7 +124,8 @@ def write_gradient(g: GradientResults, out_dir: Path, *, title: str, synthetic: 
     marks = {**({"synthetic": True} if synthetic else {}), **(marks or {})}
     for name, df in ((CSV, g.table), ("gradient_fit.csv", g.fit), ("gradient_conditions.csv", g.conditions)):
         if name == CSV or len(df):
-            df.assign(**marks).to_csv(out_dir / name, index=False)
+            with writing(out_dir / name):
+                df.assign(**marks).to_csv(out_dir / name, index=False)
             written.append(out_dir / name)
     written += efficiency_figure(g, out_dir / FIGURE, title=title, synthetic=synthetic)
     return written

@@ -17,7 +17,9 @@ Completed runs are *sealed* into the same chain (entries of kind ``seal``, writt
 under. Every entry's time is the clock's at the moment it is appended — no caller can choose it —
 and times never decrease along the chain. Appends take an OS lock beside the file
 (``.plan.lock.guard``), so runs that finish at once, or an amendment during runs, never lose an
-entry.
+entry: a writer waits for it with retries, saying so in the log, for up to 10 minutes
+(``PREREG_CHAIN_LOCK_TIMEOUT_S``), and the file is replaced whole (temp file, fsync, rename) or not
+at all, even on a full disk.
 
 The file itself is written in one canonical JSON form, so any hand edit, even of white space,
 is detected. Someone who rewrites the whole chain consistently is not detected by the file alone:
@@ -29,6 +31,9 @@ are the outside anchors; ``docs/locking.md`` states what each layer catches.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -38,7 +43,7 @@ from typing import Any, Callable, Iterator
 from . import __version__
 from .canonical import canonical_json, content_hash, normalized, sha256_hex
 from .diff import changed_keys, describe
-from .errors import LockError, PreregError, ViolationError
+from .errors import LockError, PreregError, ViolationError, writing
 from .gitinfo import blob_sha256, commit_time, git_status, in_work_tree
 from .plan import PlanFile, load_plan, read_toml, resolve_plan_path
 
@@ -47,7 +52,11 @@ PLAN_KINDS = ("lock", "amendment")
 KINDS = (*PLAN_KINDS, "seal", "gradient", "look")  # gradient: a sealed gradient-test result (gradient_seal);
 # look: an interim or final look of a sequential plan (look_chain)
 GUARD_PREFIX = "."  # .plan.lock.guard beside plan.lock: the OS lock held while the chain is appended to
-GUARD_TIMEOUT_S = 60.0
+GUARD_TIMEOUT_S = 600.0  # how long an append waits in all for other processes' appends before it gives up
+GUARD_TIMEOUT_ENV = "PREREG_CHAIN_LOCK_TIMEOUT_S"  # sets that bound (a test sets a short one)
+_FIRST_TRY_S, _LONGEST_TRY_S = 0.25, 30.0  # each try waits twice as long as the one before, up to this
+
+log = logging.getLogger(__name__)
 
 
 def lock_path(plan_path: str | Path) -> Path:
@@ -187,25 +196,74 @@ def _plan_fields(pf: PlanFile, *, kind: str, reason: str = "", changes: list | N
 
 
 def _write(lp: Path, entries: list[dict[str, Any]]) -> None:
+    """Replace ``lp`` with the chain ``entries``, whole or not at all: a temp file written and
+    fsynced (a full disk can surface only at the fsync), then renamed over the lock file."""
     tmp = lp.with_suffix(".lock.tmp")
-    tmp.write_text(serialize({"format": FORMAT, "entries": entries}), encoding="utf-8")
-    tmp.replace(lp)  # atomic: a crash never leaves half a lock
+    data = serialize({"format": FORMAT, "entries": entries}).encode("utf-8")
+    with writing(lp, f"nothing was appended: {lp.name} is as it was"):
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # the chain itself was never touched
+            raise
+        tmp.replace(lp)  # atomic: a crash never leaves half a lock
+
+
+def guard_timeout() -> float:
+    """How long an append waits in all for the chain's OS lock: ``PREREG_CHAIN_LOCK_TIMEOUT_S``
+    when set, else :data:`GUARD_TIMEOUT_S`."""
+    raw = os.environ.get(GUARD_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return GUARD_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise PreregError(f"{GUARD_TIMEOUT_ENV}={raw!r}: expected a positive number of seconds")
+    return value
 
 
 @contextmanager
-def chain_guard(plan_path: str | Path) -> Iterator[None]:
+def chain_guard(plan_path: str | Path, timeout_s: float | None = None) -> Iterator[None]:
     """Hold the OS lock that serializes appends to ``plan.lock`` (runs sealing at once, an amendment
-    during runs). Readers need no lock: the file is only ever replaced whole, atomically."""
+    during runs). Readers need no lock: the file is only ever replaced whole, atomically.
+
+    Another process's append is waited for in tries of 0.25 s, 0.5 s, 1 s, … (at most 30 s each,
+    polling less often as they grow), with a log line after each try that found the lock held, for
+    ``timeout_s`` in all (default :func:`guard_timeout`); then :class:`LockError`, nothing written.
+    """
     from filelock import FileLock, Timeout  # ~50 ms to import: only writers pay it, never `prereg verify`
 
     lp = lock_path(plan_path)
     guard = lp.with_name(f"{GUARD_PREFIX}{lp.name}.guard")
+    total = guard_timeout() if timeout_s is None else timeout_s
+    lock = FileLock(guard)
+    t0, attempt = time.monotonic(), _FIRST_TRY_S
+    while True:
+        left = total - (time.monotonic() - t0)
+        try:
+            lock.acquire(timeout=max(0.0, min(attempt, left)), poll_interval=min(attempt / 20, 0.5))
+            break
+        except Timeout:
+            waited = time.monotonic() - t0
+            if waited >= total:
+                raise LockError(f"{guard}: other processes have held the lock chain for over {total:g} s; nothing was "
+                                f"written (is a `prereg` process stuck? {GUARD_TIMEOUT_ENV} sets the wait)") from None
+            log.warning("%s: waiting for the lock chain: another process is appending to it (%.1f s so far, "
+                        "giving up after %g s)", lp, waited, total)
+            attempt = min(2 * attempt, _LONGEST_TRY_S)
     try:
-        with FileLock(guard, timeout=GUARD_TIMEOUT_S):
-            yield
-    except Timeout:
-        raise LockError(f"{guard}: another process has held the lock chain for over {GUARD_TIMEOUT_S:.0f} s; "
-                        "nothing was written (is a `prereg` process stuck?)") from None
+        yield
+    finally:
+        lock.release()
 
 
 def _clock_after(chain: Chain, what: str) -> datetime:
@@ -364,4 +422,4 @@ def check_plan(plan_path: str | Path, chain: Chain) -> PlanCheck:
 
 
 __all__ = ["format_time", "parse_time", "lock_plan", "amend_plan", "append_entries", "read_chain", "check_plan", "check_git_anchors", "lock_path",
-           "chain_guard", "Chain", "LockResult", "PlanCheck", "canonical_json", "FORMAT"]
+           "chain_guard", "guard_timeout", "Chain", "LockResult", "PlanCheck", "canonical_json", "FORMAT"]

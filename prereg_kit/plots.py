@@ -36,6 +36,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtrit
 
+from .errors import writing
+
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the report
     from matplotlib.figure import Figure
 
@@ -62,7 +64,8 @@ def save(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, fl
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=rect)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")  # long titles and labels are never cut off
+    with writing(path):
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")  # long titles and labels are never cut off
     return path
 
 
@@ -73,9 +76,11 @@ def save_all(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     box = layout(fig, dpi=dpi, rect=rect)
-    fig.savefig(path, dpi=dpi, bbox_inches=box)
+    with writing(path):
+        fig.savefig(path, dpi=dpi, bbox_inches=box)
     pdf = path.with_suffix(VECTOR)
-    fig.savefig(pdf, bbox_inches=box)
+    with writing(pdf):
+        fig.savefig(pdf, bbox_inches=box)
     return [path, pdf]
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import plots
+from .errors import writing
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
 from .gradient_report import gradient_markdown, write_gradient
 from .plan import COLLAPSE_K, format_tokens
@@ -326,27 +327,33 @@ def write_report(a: Analysis, out_dir: Path) -> list[Path]:
     for name, df in (("contrasts", a.contrasts), ("per_seed", a.per_seed), ("configurations", a.configurations),
                      ("curves", a.curves), ("checks", a.checks)):
         if name != "checks" or len(df):
-            df.assign(**marks(a)).to_csv(out_dir / f"{name}.csv", index=False)
+            with writing(out_dir / f"{name}.csv"):
+                df.assign(**marks(a)).to_csv(out_dir / f"{name}.csv", index=False)
             written.append(out_dir / f"{name}.csv")
 
     if a.sequential is not None:
-        a.sequential.table.assign(**marks(a)).to_csv(out_dir / "sequential.csv", index=False)
+        with writing(out_dir / "sequential.csv"):
+            a.sequential.table.assign(**marks(a)).to_csv(out_dir / "sequential.csv", index=False)
         written.append(out_dir / "sequential.csv")
     results = results_record(a)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    with writing(out_dir / "results.json"):
+        (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     written.append(out_dir / "results.json")
 
     written += report_figures(a, out_dir) + extrapolation_figures(a, out_dir)
     written += write_gradient(a.gradient, out_dir, title=plots.marked(f"{plan.study.id}: gradient tests", False, exploratory=a.exploratory),
                               synthetic=a.synthetic, marks=marks(a)) if a.gradient else []
     markdown = render_markdown(a)
-    (out_dir / "report.md").write_text(markdown)
+    with writing(out_dir / "report.md"):
+        (out_dir / "report.md").write_text(markdown)
     written.append(out_dir / "report.md")
-    (out_dir / "contrasts.tex").write_text(contrasts_tex(
+    tex = contrasts_tex(
         a.contrasts, caption=f"{plan.study.id}: every contrast, treatment − control (fractions: 0.01 is one point). "
         "Mean over seeds with its 95% paired-t interval; Holm within each primary family; TOST at the margin in contrasts.csv.",
         label=f"{plan.study.id}-contrasts", printed_test=printed_test, is_target=is_target, synthetic=a.synthetic,
-        exploratory=a.exploratory))
+        exploratory=a.exploratory)
+    with writing(out_dir / "contrasts.tex"):
+        (out_dir / "contrasts.tex").write_text(tex)
     written.append(out_dir / "contrasts.tex")
     written.append(write_html(out_dir, markdown, written, synthetic=a.synthetic, exploratory=a.exploratory))  # last: it embeds the figures
     return written

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
+from .errors import writing
+
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 72rem; margin: 2rem auto;
@@ -76,5 +78,6 @@ def write_html(out_dir: Path, markdown: str, written: list[Path], *, synthetic: 
     images = {p.relative_to(out_dir).as_posix(): p.read_bytes() for p in written
               if p.suffix.lower() == ".png" and p.is_relative_to(out_dir) and p.exists()}
     path = out_dir / "report.html"
-    path.write_text(render_html(markdown, images, synthetic=synthetic, exploratory=exploratory), encoding="utf-8")
+    with writing(path):
+        path.write_text(render_html(markdown, images, synthetic=synthetic, exploratory=exploratory), encoding="utf-8")
     return path

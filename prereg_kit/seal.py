@@ -3,8 +3,9 @@
 The dense-rewards paper's preregistration audit (§2.3, §C.1 "Preregistration") asks that a
 study's results come from the runs it locked in advance. A run log on disk is only evidence while
 nobody edited it, so when a main-stage run completes, its files are **sealed**: an entry of kind
-``seal`` is appended to ``plan.lock`` (under the chain's OS lock, :func:`prereg_kit.lock.append_entries`)
-with
+``seal`` is appended to ``plan.lock`` (under the chain's OS lock, :func:`prereg_kit.lock.append_entries`;
+the run is read and its files hashed before the lock is taken, so that the lock is held only to
+append) with
 
 - ``run``: the run folder relative to the study (``runs/<configuration>/seed-<n>``),
   ``configuration``, ``seed``, ``stage``, ``status``, ``plan_hash`` and ``plan_entry`` (the lock
@@ -18,7 +19,8 @@ with
 :func:`check_seals` recomputes every sealed file and names the first difference of each run:
 a changed file, a missing one, a file added after the seal, a run sealed twice with different
 files, a sealed run that is gone, a complete main run that was never sealed. ``prereg verify`` and
-``prereg analyze`` report these as violations. Hashing is sha256 from :mod:`hashlib`; nothing here
+``prereg analyze`` report these as violations. :func:`sealed_not_complete` names the runs a
+launcher must not train again: sealed, but gone or incomplete on disk. Hashing is sha256 from :mod:`hashlib`; nothing here
 needs more than the standard library.
 """
 
@@ -85,7 +87,9 @@ def run_key(study_dir: Path, folder: Path) -> str:
     return Path(os.path.relpath(folder, study_dir)).as_posix()
 
 
-def _seal_fields(study_dir: Path, folder: Path, chain: Chain) -> dict[str, Any]:
+def _seal_fields(study_dir: Path, folder: Path) -> dict[str, Any]:
+    """A seal entry's fields for a complete run, all but ``plan_entry`` (which reads the chain):
+    the run read as the analysis reads it and every file hashed, before the chain is locked."""
     meta = read_meta(folder)
     if meta.status != "complete":
         raise PreregError(f"{folder}: run status is '{meta.status}': only a complete run is sealed")
@@ -97,12 +101,10 @@ def _seal_fields(study_dir: Path, folder: Path, chain: Chain) -> dict[str, Any]:
         bad = [e]
     if bad:
         raise PreregError(f"{folder}: not sealed: {bad[0]}")
-    by_hash = {e["content_sha256"]: e["index"] for e in chain.plan_entries}
     extra = meta.model_extra or {}
     return {
         "kind": "seal", "run": run_key(study_dir, folder), "configuration": meta.configuration, "seed": meta.seed,
         "stage": meta.stage, "status": meta.status, "plan_hash": meta.plan_hash,
-        "plan_entry": by_hash.get(meta.plan_hash),
         "started_at": format_time(meta.started_at),
         "ended_at": format_time(meta.ended_at) if meta.ended_at else None,
         "files": run_files(folder),
@@ -131,19 +133,26 @@ def seal_runs(study_dir: str | Path, folders: Iterable[str | Path] | None = None
     targets = [Path(f) for f in folders] if folders is not None else find_runs(study)
     result = SealResult()
 
+    # the slow part (reading each run, hashing its files) before the chain is locked, so that
+    # runs finishing at once on a loaded machine hold the lock only to append
+    ready: list[tuple[str, dict[str, Any]]] = []
+    for folder in targets:
+        key = run_key(study, folder)
+        try:
+            fields = _seal_fields(study, folder)
+        except (PreregError, RunLogError) as e:
+            result.refused.append(str(e))
+            continue
+        if fields["stage"] != "main" or not key.startswith("runs/"):
+            result.refused.append(f"{folder}: a {fields['stage']}-stage run is not sealed (only main runs under runs/ are)")
+            continue
+        ready.append((key, fields))
+
     def make(chain: Chain) -> list[dict[str, Any]]:
         last = {s["run"]: s for s in chain.seals}
+        by_hash = {e["content_sha256"]: e["index"] for e in chain.plan_entries}
         out = []
-        for folder in targets:
-            key = run_key(study, folder)
-            try:
-                fields = _seal_fields(study, folder, chain)
-            except (PreregError, RunLogError) as e:
-                result.refused.append(str(e))
-                continue
-            if fields["stage"] != "main" or not key.startswith("runs/"):
-                result.refused.append(f"{folder}: a {fields['stage']}-stage run is not sealed (only main runs under runs/ are)")
-                continue
+        for key, fields in ready:
             if key in last:
                 diff = _first_difference(last[key]["files"], fields["files"])
                 if diff is None:
@@ -153,11 +162,40 @@ def seal_runs(study_dir: str | Path, folders: Iterable[str | Path] | None = None
                                           f"(entry {last[key]['index']}, {last[key]['time']}): not re-sealed")
                 continue
             result.sealed.append(key)
-            out.append(fields)
+            out.append({**fields, "plan_entry": by_hash.get(fields["plan_hash"])})
         return out
 
     result.entries = append_entries(plan_path, make, what="sealing")
     return result
+
+
+def sealed_not_complete(study_dir: str | Path, folders: Iterable[str | Path], chain: Chain) -> list[str]:
+    """One line for each of ``folders`` that ``chain`` seals but whose run is not complete on disk
+    (gone, unreadable or incomplete): such a run is never trained again, since no new run's files
+    could match its seal. The line names the run, the seal's entry and what to do."""
+    study = resolve_plan_path(study_dir).parent
+    sealed = {s["run"]: s for s in chain.seals}
+    lines = []
+    for f in folders:
+        folder = Path(f)
+        s = sealed.get(run_key(study, folder))
+        if s is None:
+            continue
+        if not (folder / META_FILE).is_file():
+            what = "its folder is gone" if not folder.exists() else f"its {META_FILE} is gone"
+        else:
+            try:
+                status = read_meta(folder).status
+            except RunLogError as e:
+                status, what = None, f"its {META_FILE} is unreadable ({str(e)[:120]})"
+            if status == "complete":
+                continue
+            if status is not None:
+                what = f"its log now says '{status}'"
+        lines.append(f"{folder}: sealed in {chain.path.name} (entry {s['index']}, {s['time']}) but {what}: a sealed run "
+                     "is never trained again (no new run could match its seal); restore its sealed files from a copy "
+                     f"(`prereg verify {study}` names any that differ); --configs/--seeds train the other runs meanwhile")
+    return lines
 
 
 def _first_difference(sealed: dict[str, str], now: dict[str, str]) -> tuple[str, str] | None:
@@ -252,4 +290,4 @@ def code_sha256(roots: Iterable[str | Path]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-__all__ = ["seal_runs", "check_seals", "run_files", "code_sha256", "SealResult", "SealCheck", "UNSEALED"]
+__all__ = ["seal_runs", "check_seals", "sealed_not_complete", "run_files", "code_sha256", "SealResult", "SealCheck", "UNSEALED"]

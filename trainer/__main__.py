@@ -2,7 +2,7 @@
 launches; a worker of ``prereg run``, ``trainer.run_worker``, calls :func:`main` for each of its runs).
 
 Prints one JSON progress line per iteration on stdout; user errors go to stderr as one line and
-exit with code 2 (another writer holds the run, a refused plan, a corrupt log); a run that is
+exit with code 2 (another writer holds the run, a refused plan, a corrupt log, a full disk); a run that is
 already complete is left alone with exit code 3. SIGTERM stops the run cleanly (status ``stopped``; resumable from its last
 checkpoint); SIGKILL leaves it ``running`` and equally resumable.
 """
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print("usage: python -m trainer RUN_DIR/spec.json", file=sys.stderr)
         return 2
-    from prereg_kit.errors import PreregError
+    from prereg_kit.errors import DISK_FULL, PreregError, disk_full_line
     from prereg_kit.runlog import RunLogError
     from trainer.config import RunSpec
 
@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
+    except OSError as e:  # a full disk the writers did not name: one line, as a user error
+        if e.errno not in DISK_FULL:
+            raise
+        print(f"error: {disk_full_line(e.filename, e)}", file=sys.stderr)
+        return 2
     return 0
 
 

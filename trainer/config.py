@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from prereg_kit.errors import writing
 from prereg_kit.plan import Plan, merge_tables
 from prereg_kit.stages import Stage
 from trainer.errors import ConfigError
@@ -299,7 +300,9 @@ class RunSpec(_Strict):
         return min((c for c in (self.stop_iterations, n) if c is not None), default=None)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.model_dump_json(indent=2) + "\n")
+        """Write the spec as JSON to ``path`` (a full disk: one line naming it)."""
+        with writing(path):
+            Path(path).write_text(self.model_dump_json(indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "RunSpec":

@@ -9,6 +9,10 @@
   is not started, and ``prereg run`` exits 1 naming the holder; should two launchers still race
   to the same run, the trainer's own lock stops the second one before it reads anything.
 * A main-stage run seals itself into the plan's lock chain when it completes (``prereg_kit.seal``).
+  A run the chain seals already but whose folder is gone or incomplete (deleted, or rerun over)
+  is refused before anything runs: no new run could match its seal.
+* SIGTERM stops the runs as Ctrl-C does: every worker gets SIGTERM (its run marks itself
+  ``stopped``, resumable), the launcher waits for them and exits 130.
 * Shared assets (synthetic task, tokenizer, warm start) are built once here, before any run
   process starts, so concurrent runs never race to build them and their time is not a run's.
 * One job slot per device by default (CUDA devices are handed out with ``CUDA_VISIBLE_DEVICES``);
@@ -29,20 +33,24 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from prereg_kit import __version__
 from prereg_kit.calibrate import CALIBRATION_ITERATIONS
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
+from prereg_kit.lock import read_chain
 from prereg_kit.plan import PlanFile
 from prereg_kit.runlog import RunLogError, check_inside, read_meta, record_exited, record_started, run_busy
+from prereg_kit.seal import sealed_not_complete
 from prereg_kit.stages import is_blind
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
@@ -96,7 +104,9 @@ def seed_major(runs: Sequence) -> list:
 def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str] | None = None,
               seeds: Sequence[int] | None = None, trackers: Sequence[str] = ()) -> tuple[PlanFile, list[Job]]:
     """The runs of a stage (optionally a subset), each with its spec and whether it is done;
-    ``trackers``: the live trackers every run logs to (``trainer.core.tracking``)."""
+    ``trackers``: the live trackers every run logs to (``trainer.core.tracking``). A main run that
+    the lock chain seals but that is not complete on disk (deleted, or rerun over) is refused,
+    one line each, before anything is run (``prereg_kit.seal.sealed_not_complete``)."""
     pf, runs = stage_runs(study_dir, stage, configs, seeds)  # main runs: locked, unchanged plan
     runs = seed_major(runs)
     plan = pf.plan
@@ -128,6 +138,10 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
                        eval_top_p=ev.top_p, eval_greedy=ev.greedy, config=cfgs[name], tool_version=__version__,
                        trackers=list(trackers))
         jobs.append(Job(name, seed, folder, spec, _state(folder, pf.content_sha256)))
+    if stage == "main":  # before anything trains: a run the chain seals is never trained again
+        again = sealed_not_complete(study, [j.folder for j in jobs if j.state in ("new", "resume")], read_chain(pf.path))
+        if again:
+            raise ViolationError(*again, f"{pf.path}: nothing run")
     return pf, jobs
 
 
@@ -198,11 +212,13 @@ def _env(device: str | None, extra: dict[str, str] | None = None) -> dict[str, s
 
 
 def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = lambda j: None, *,
-            env: dict[str, str] | None = None, preexec_fn: Callable[[], None] | None = None) -> str:
+            env: dict[str, str] | None = None, preexec_fn: Callable[[], None] | None = None,
+            on_start: Callable[[subprocess.Popen], None] = lambda p: None) -> str:
     """Run one job in its own process (``python -m trainer spec.json``); return its result.
 
     ``env``: extra variables of the run process (``PREREG_EXECUTOR``, ``PREREG_JOB_ID``);
-    ``preexec_fn``: run in the child before exec (an executor makes the run die with its worker)."""
+    ``preexec_fn``: run in the child before exec (an executor makes the run die with its worker);
+    ``on_start``: called with the process as soon as it exists (the launcher stops it on SIGTERM)."""
     job.folder.mkdir(parents=True, exist_ok=True)
     spec_path = job.folder / SPEC_FILE
     job.spec.save(spec_path)
@@ -210,6 +226,7 @@ def run_one(job: Job, device: str | None, on_progress: Callable[[Job], None] = l
         proc = subprocess.Popen([sys.executable, "-m", "trainer", str(spec_path)], stdout=subprocess.PIPE,
                                 stderr=errlog, env=_env(device, env), text=True, preexec_fn=preexec_fn)
         job.process = proc
+        on_start(proc)
         assert proc.stdout is not None
         for line in proc.stdout:
             try:
@@ -304,16 +321,63 @@ class RunWorker:
             self.proc.wait()
 
 
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the block runs in the main thread, SIGTERM raises KeyboardInterrupt there, so that
+    `kill <pid>` (a scheduler, a container stop) ends the runs as Ctrl-C does, not by leaving
+    their processes to train on alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)  # None: set outside Python
+
+
+def _stop_processes(procs: Sequence[subprocess.Popen]) -> None:
+    """SIGTERM each process still running (each run marks itself 'stopped', resumable) and wait for
+    them all; a second Ctrl-C or SIGTERM while waiting kills them."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    try:
+        for proc in procs:
+            proc.wait()
+    except KeyboardInterrupt:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
 def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callable[[Job], None] = lambda j: None,
              on_done: Callable[[Job], None] = lambda j: None, *, fresh_process: bool = False) -> list[Job]:
     """Run the jobs that are not complete, ``n_jobs`` at a time: one thread per slot, each handing
     its runs to one worker process (:class:`RunWorker`), or with ``fresh_process`` starting one
-    ``python -m trainer`` process per run. A worker that died is replaced for the slot's next run."""
+    ``python -m trainer`` process per run. A worker that died is replaced for the slot's next run.
+
+    Ctrl-C or SIGTERM stops every process this call started (their runs marked 'stopped',
+    resumable), waits for them, and raises :class:`PreregError` with exit code 130."""
     todo = [j for j in jobs if j.state not in ("complete", "busy")]
     n_default, devices = default_jobs()
     n = max(1, n_jobs or n_default)
     queue = list(enumerate(todo, 1))
     lock = threading.Lock()
+    stopping = threading.Event()
+    started: list[subprocess.Popen] = []  # every process a slot started, so that an interrupt reaches each
+
+    def track(proc: subprocess.Popen) -> None:
+        with lock:
+            started.append(proc)
+            if stopping.is_set():  # started while the launcher was being stopped
+                proc.terminate()
 
     def worker(slot: int) -> None:
         device = devices[slot % len(devices)]
@@ -321,46 +385,51 @@ def run_jobs(jobs: Sequence[Job], n_jobs: int | None = None, on_progress: Callab
         try:
             while True:
                 with lock:
-                    if not queue:
+                    if not queue or stopping.is_set():
                         return
                     k, job = queue.pop(0)
                 holder = run_busy(job.folder)
-                if holder is not None:
-                    job.result = f"failed (another writer holds this run: {holder})"
-                elif fresh_process:  # executor.json: this launcher is the job behind the run (prereg status reads it)
-                    job_id = f"pid {os.getpid()}"
-                    record_started(job.folder, "local", job_id)
-                    job.result = run_one(job, device, on_progress, env={"PREREG_EXECUTOR": "local", "PREREG_JOB_ID": job_id})
-                    record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
-                else:
-                    if runner is None or not runner.alive():
-                        runner = RunWorker(device)
-                    job_id = f"pid {runner.pid} run {k}/{len(todo)}"
-                    record_started(job.folder, "local", job_id)
-                    job.result = runner.run(job, on_progress, env={"PREREG_EXECUTOR": "local", "PREREG_JOB_ID": job_id})
-                    record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
+                env = {"PREREG_EXECUTOR": "local"}
+                try:
+                    if holder is not None:
+                        job.result = f"failed (another writer holds this run: {holder})"
+                    elif fresh_process:  # executor.json: this launcher is the job behind the run (prereg status reads it)
+                        env["PREREG_JOB_ID"] = f"pid {os.getpid()}"
+                        record_started(job.folder, "local", env["PREREG_JOB_ID"])
+                        job.result = run_one(job, device, on_progress, env=env, on_start=track)
+                        record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
+                    else:
+                        if runner is None or not runner.alive():
+                            runner = RunWorker(device)
+                            track(runner.proc)
+                        env["PREREG_JOB_ID"] = f"pid {runner.pid} run {k}/{len(todo)}"
+                        record_started(job.folder, "local", env["PREREG_JOB_ID"])
+                        job.result = runner.run(job, on_progress, env=env)
+                        record_exited(job.folder, job.exit_code if job.exit_code is not None else -1, job.result)
+                except PreregError as e:  # the launcher's own write for the run failed (a full disk): that run fails
+                    job.result = f"failed ({' '.join(e.lines)})"
                 on_done(job)
         finally:
             if runner is not None:
                 runner.close()
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(min(n, len(todo)))]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-    except KeyboardInterrupt:
-        with lock:
-            queue.clear()
-        running = {id(j.process): j.process for j in todo if j.process is not None}  # a worker once, however many runs it had
-        for proc in running.values():  # SIGTERM: each run marks itself 'stopped' and can be resumed
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in running.values():
-            proc.wait()
-        raise PreregError("interrupted: running runs were stopped; `prereg run` again resumes them", exit_code=130) from None
+    with _sigterm_as_interrupt():
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        except KeyboardInterrupt:
+            stopping.set()
+            with lock:
+                queue.clear()
+                procs = list(started)
+            _stop_processes(procs)
+            for t in threads:  # each records how its run ended, and closes its worker
+                t.join(10)
+            raise PreregError("interrupted: running runs were stopped; `prereg run` again resumes them", exit_code=130) from None
     return list(jobs)
 
 

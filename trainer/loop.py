@@ -19,8 +19,9 @@ import prereg_kit
 import trainer
 from prereg_kit.errors import PreregError
 from prereg_kit.jobs import require_locked
+from prereg_kit.lock import read_chain
 from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir, utc_now
-from prereg_kit.seal import code_sha256, seal_runs
+from prereg_kit.seal import code_sha256, seal_runs, sealed_not_complete
 from trainer.config import RunSpec, derive_seed
 from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters, Schedule, StageClock
@@ -54,10 +55,14 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
 
     The run folder's one-writer lock is taken before anything of the run is read and held until
     the seal is written, so a second process on the same run stops at once and loses nothing.
-    A main-stage run refuses an unlocked or changed plan (``prereg_kit.jobs.require_locked``), as
-    the launchers do, so a run process started by hand obeys the lock as well."""
+    A main-stage run refuses an unlocked or changed plan (``prereg_kit.jobs.require_locked``), and
+    a run the lock chain seals already (``prereg_kit.seal.sealed_not_complete``), as the launchers
+    do, so a run process started by hand obeys the lock as well."""
     if spec.stage == "main":
         require_locked(spec.study_dir)
+        again = sealed_not_complete(spec.study_dir, [spec.run_dir], read_chain(spec.study_dir))
+        if again:  # a run process started by hand obeys it too
+            raise PreregError(*again)
     check_trackers(spec.trackers)  # a tracker whose package is missing: refused before the run is touched
     with RunLock(spec.run_dir, wait_s=float(os.environ.get("PREREG_LEASE_WAIT_S", "0"))) as lock:
         if lock.stale:

@@ -7,6 +7,7 @@ import numbers
 import os
 from pathlib import Path
 
+from ..errors import writing
 from ..stages import STAGES
 from .schema import META_FILE, SAFE_NAME, RunLogError, RunMeta
 
@@ -61,11 +62,16 @@ def _fsync_dir(folder: Path) -> None:
 
 def _atomic_write_bytes(target: Path, data: bytes, fsync: bool = True) -> None:
     tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())
+    with writing(target, f"{target.name} is as it was"):
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                if fsync:
+                    os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     tmp.replace(target)
     if fsync:
         _fsync_dir(target.parent)

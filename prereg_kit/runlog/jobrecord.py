@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..errors import writing
 from .schema import utc_now
 
 JOB_RECORD = "executor.json"
@@ -48,7 +49,12 @@ def write_job_record(folder: str | Path, **fields: Any) -> dict[str, Any]:
     rec = read_job_record(folder) or {}
     rec.update(fields)
     tmp = folder / f"{JOB_RECORD}.{os.getpid()}.{threading.get_ident()}.tmp"  # two launchers never share a temp file
-    tmp.write_bytes((json.dumps(rec, sort_keys=True) + "\n").encode())
+    with writing(folder / JOB_RECORD):
+        try:
+            tmp.write_bytes((json.dumps(rec, sort_keys=True) + "\n").encode())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     tmp.replace(folder / JOB_RECORD)
     return rec
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -13,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import PreregError, writing
 from .folder import _atomic_write_bytes, _fsync_dir, read_meta, write_meta
 from .reader import _jsonl_path, _load_jsonl, _parquet_path, _read_parquet
 from .schema import (
@@ -35,6 +37,8 @@ from .schema import (
     validate_frame,
 )
 from .writerlock import RunLock
+
+_log = logging.getLogger(__name__)
 
 
 def _to_jsonl(df: pd.DataFrame) -> bytes:
@@ -70,10 +74,15 @@ def finalize(folder: str | Path, *, keep_jsonl: bool = False, fsync: bool = True
         info = {"format": FORMAT, "rows": len(df), "jsonl_bytes": len(data)}
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARQUET_KEY: json.dumps(info).encode()})
         tmp = pp.with_name(pp.name + ".tmp")
-        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
-        if fsync:
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
+        with writing(pp, f"{jp.name} is kept: the run can be finished again"):
+            try:
+                pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+                if fsync:
+                    with open(tmp, "rb+") as fh:
+                        os.fsync(fh.fileno())
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         tmp.replace(pp)
         if fsync:
             _fsync_dir(folder)
@@ -273,16 +282,22 @@ class RunLogWriter:
         self.lock.check()  # fencing: a writer whose lease was taken over writes nothing more
         data = _to_jsonl(df)
         path = _jsonl_path(self.folder, kind)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:  # one logical write; loop only on a short write
-                n = os.write(fd, view)
-                view = view[n:]
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        with writing(path, "none of the rows were logged"):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                end = os.fstat(fd).st_size
+                try:
+                    view = memoryview(data)
+                    while view:  # one logical write; loop only on a short write
+                        n = os.write(fd, view)
+                        view = view[n:]
+                    if self.fsync:
+                        os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, end)  # no part of the rows stays behind (a torn tail at worst, if this fails too)
+                    raise
+            finally:
+                os.close(fd)
         self._lines[kind] += len(df)
 
     def _frame(self, rows: pd.DataFrame | Mapping[str, Any] | Iterable[Mapping[str, Any]], kind: str) -> pd.DataFrame:
@@ -361,7 +376,10 @@ class RunLogWriter:
             return
         # Keep the JSON lines so the run can be resumed; only the status records what happened.
         status = "stopped" if issubclass(exc_type, KeyboardInterrupt) else "failed"
-        self.finish(status, compact=False)
+        try:
+            self.finish(status, compact=False)
+        except (OSError, PreregError, RunLogError) as e:  # e.g. the disk that failed the run is still full
+            _log.warning("%s: the run's status '%s' could not be recorded (%s); it stays resumable", self.folder, status, e)
 
 
 # --------------------------------------------------------------------------------------------

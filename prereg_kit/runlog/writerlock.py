@@ -26,6 +26,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from ..errors import writing
 from .schema import WRITER_LOCK, WRITER_NOTE, RunBusyError, utc_now
 
 LEASE_ENV = "PREREG_LEASE_S"
@@ -97,7 +98,12 @@ def _describe(note: dict[str, Any] | None) -> str:
 def _write_note(folder: Path, note: dict[str, Any]) -> None:
     # A temp name of our own: two machines renaming one shared ``.tmp`` could swap halves.
     tmp = folder / f"{WRITER_NOTE}.{note['token']}.tmp"
-    tmp.write_text(json.dumps(note) + "\n")
+    with writing(folder / WRITER_NOTE):
+        try:
+            tmp.write_text(json.dumps(note) + "\n")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     tmp.replace(folder / WRITER_NOTE)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from prereg_kit.errors import writing
 from trainer.core.budget import Counters
 
 CHECKPOINT = "checkpoint.pt"
@@ -43,10 +44,15 @@ def save_checkpoint(run_dir: str | Path, model, optimizer, counters: Counters, e
     if extra:
         state["extra"] = dict(extra)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    with writing(path, "the last checkpoint is kept"):
+        try:
+            with open(tmp, "wb") as fh:
+                torch.save(state, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     tmp.replace(path)
     return path
 
