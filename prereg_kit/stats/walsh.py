@@ -3,7 +3,7 @@
 The Hodges–Lehmann estimate and its distribution-free interval are order statistics of the
 M = n(n+1)/2 Walsh averages (Hodges & Lehmann 1963; Hollander, Wolfe & Chicken 2014, §3.2–3.3).
 Built and sorted, they take O(n² log n) time and O(n²) memory (274 s and about 1.6 GB at
-n = 20,000). :func:`walsh_order_statistic` selects the k-th without them, in the manner of
+n = 20,000). :func:`walsh_order_statistics` selects the k-th without them, in the manner of
 Monahan (1984, ACM Algorithm 616) and of Floyd & Rivest (1975): with x sorted, the averages form
 a matrix whose rows ``x_i + x_j`` (j ≥ i) are sorted, so the number of averages at or below a
 value is a sum of per-row boundaries (one vectorized binary search, O(n log n)). A sample of
@@ -67,26 +67,27 @@ def _count(xs: np.ndarray, t: float, strict: bool) -> tuple[np.ndarray, int]:
     return b, int((b - rows).sum())
 
 
-def _kth_of_candidates(xs: np.ndarray, lo: np.ndarray, hi: np.ndarray, r: int) -> float:
-    """The r-th smallest (0-based) sum among the candidate columns ``lo_i ≤ j < hi_i``."""
+def _of_candidates(xs: np.ndarray, lo: np.ndarray, hi: np.ndarray, ranks: list[int]) -> list[float]:
+    """The sums of the given 0-based ranks among the candidate columns ``lo_i ≤ j < hi_i``."""
     sizes = hi - lo
     rows = np.repeat(np.arange(xs.size), sizes)
     start = np.cumsum(sizes) - sizes
     cols = lo[rows] + (np.arange(rows.size) - start[rows])
-    sums = xs[rows] + xs[cols]
-    return float(np.partition(sums, r)[r])
+    sums = np.partition(xs[rows] + xs[cols], ranks)
+    return [float(sums[r]) for r in ranks]
 
 
-def walsh_order_statistic(xs: np.ndarray, k: int) -> float:
-    """The k-th smallest (1-based) Walsh average of the **sorted** vector ``xs``.
-
-    Equal to ``walsh_averages(xs)[k − 1]``; expected O(n log n) time and O(n) memory (module
-    docstring).
+def walsh_order_statistics(xs: np.ndarray, ks: list[int]) -> list[float]:
+    """The k-th smallest (1-based) Walsh averages of the **sorted** vector ``xs`` for each k of
+    ``ks``, which should lie close together (the two middle ones of a median): one selection
+    brackets them all. Equal to ``walsh_averages(xs)[k − 1]``; expected O(n log n) time and O(n)
+    memory (module docstring).
     """
     n = xs.size
     m = n * (n + 1) // 2
-    if not 1 <= k <= m:
-        raise ValueError(f"k must be in 1..{m}, got {k}")
+    if not all(1 <= k <= m for k in ks):
+        raise ValueError(f"every k must be in 1..{m}, got {ks}")
+    k_lo, k_hi = min(ks), max(ks)
     rows = np.arange(n)
     lo, hi = rows.copy(), np.full(n, n)
     below = 0  # sums before the candidates (all smaller than, or equal to, every candidate)
@@ -95,34 +96,42 @@ def walsh_order_statistic(xs: np.ndarray, k: int) -> float:
     while True:
         sizes = hi - lo
         total = int(sizes.sum())
-        r = k - below - 1  # 0-based rank among the candidates
         if total <= max(SMALL, MATERIALIZE * n):
-            return _kth_of_candidates(xs, lo, hi, r) / 2.0
-        # Two pivots around the target's place in a sample of candidates (±3 sampling SDs).
+            return [v / 2.0 for v in _of_candidates(xs, lo, hi, [k - below - 1 for k in ks])]
+        # Two pivots around the targets' place in a sample of candidates (±3 sampling SDs).
         size = max(1024, n)
         pick = rng.integers(0, total, size=size)
         ends = np.cumsum(sizes)
         row = np.searchsorted(ends, pick, side="right")
         col = lo[row] + pick - (ends[row] - sizes[row])
         sample = np.sort(xs[row] + xs[col])
-        q = (r + 0.5) / total * size
         spread = 0.0 if stalled else 3.0 * math.sqrt(size)
-        a = float(sample[min(size - 1, max(0, int(q - spread)))])
-        b = float(sample[min(size - 1, max(0, int(q + spread)))])
+        a = float(sample[min(size - 1, max(0, int((k_lo - below - 0.5) / total * size - spread)))])
+        b = float(sample[min(size - 1, max(0, int((k_hi - below - 0.5) / total * size + spread)))])
         lt_rows, lt = _count(xs, a, strict=True)
-        if k <= lt:  # below the lower pivot
+        if k_hi <= lt:  # below the lower pivot
             hi = np.minimum(hi, lt_rows)
+        elif k_lo <= lt:  # the pivot falls between the targets (rare): one at a time
+            return [walsh_order_statistics(xs, [k])[0] for k in ks]
         else:
             le_rows, le = _count(xs, b, strict=False)
-            if k > le:  # above the upper pivot
+            if k_lo > le:  # above the upper pivot
                 lo, below = np.maximum(lo, le_rows), le
+            elif k_hi > le:
+                return [walsh_order_statistics(xs, [k])[0] for k in ks]
             elif a == b:  # the pivot itself
-                return a / 2.0
+                return [a / 2.0 for _ in ks]
             else:
                 lo, hi, below = np.maximum(lo, lt_rows), np.minimum(hi, le_rows), lt
         # With few distinct values both pivots can sit at the candidates' ends and keep them all;
         # one pivot then removes at least the candidates equal to it.
         stalled = int((hi - lo).sum()) == total
+
+
+def walsh_order_statistic(xs: np.ndarray, k: int) -> float:
+    """The k-th smallest (1-based) Walsh average of the **sorted** vector ``xs``
+    (:func:`walsh_order_statistics`)."""
+    return walsh_order_statistics(xs, [k])[0]
 
 
 def walsh_median(xs: np.ndarray) -> float:
@@ -131,5 +140,4 @@ def walsh_median(xs: np.ndarray) -> float:
     m = xs.size * (xs.size + 1) // 2
     if m % 2:
         return walsh_order_statistic(xs, (m + 1) // 2)
-    lo, hi = walsh_order_statistic(xs, m // 2), walsh_order_statistic(xs, m // 2 + 1)
-    return float(np.mean([lo, hi]))
+    return float(np.mean(walsh_order_statistics(xs, [m // 2, m // 2 + 1])))
