@@ -231,6 +231,16 @@ def test_robustness_rows_show_the_level_the_interval_attains():
     assert "| 93.8% |" in next(line for line in rows if line.startswith("| P1 | wilcoxon (the contrast's) |"))
 
 
+def test_a_bootstrap_p_of_zero_is_noted_for_the_report():
+    plan = _plan()
+    notes: list[str] = []
+    row = contrast_statistics(np.array([0.01, 0.02]), plan.contrast("P1"), plan, n_resamples=500, notes=notes)
+    assert row["boot_p"] == 0.0
+    assert len(notes) == 1 and notes[0].startswith("contrast P1: bootstrap p = 0 only says that all 2 differences")
+    contrast_statistics(np.array([0.01, -0.02, 0.03]), plan.contrast("P1"), plan, n_resamples=500, notes=notes)
+    assert len(notes) == 1
+
+
 def test_flag_shows_in_report_html_and_console(dry):
     a = dry.analysis
     c = a.contrasts.copy()
