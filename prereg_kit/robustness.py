@@ -6,8 +6,8 @@ Each test reads the contrast's per-unit differences ``d`` (fractions) under its 
 
 - ``t``: paired t (superiority), TOST (equivalence), one-sided t against −m (non-inferiority),
   minimal-effect test (``stats.minimal_effect_test``) — the papers' tests;
-- ``wilcoxon``: signed-rank test with the Hodges–Lehmann estimate and Walsh-average interval
-  (``stats.wilcoxon_paired``); equivalence by ``stats.wilcoxon_tost``; non-inferiority and
+- ``wilcoxon``: signed-rank test with the Hodges–Lehmann estimate and its interval, R's rules
+  (``stats.wilcoxon_paired``; the interval's attained level in ``ci_level``); equivalence by ``stats.wilcoxon_tost``; non-inferiority and
   minimal effect by the one-sided signed-rank tests of ``d`` shifted by the bounds;
 - ``sign-flip``: the exact sign-flip test of the mean and its inverted interval
   (``stats.sign_flip_test``, ``stats.sign_flip_ci``), equivalence, non-inferiority and minimal

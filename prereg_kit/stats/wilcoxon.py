@@ -10,12 +10,17 @@ The rules are those of R's ``wilcox.test(d, conf.int = TRUE, correct = TRUE)`` (
   differences too.
 - **p** is exact when n < 50 and there are neither ties nor zeros; otherwise it is normal with
   the tie correction and the continuity correction (scipy 1.17's default switches the
-  correction off and, with zeros, takes another method, which moves p by up to 0.18).
+  correction off, is exact up to n = 50, and with ties or zeros at n ≤ 13 runs a permutation
+  test, which moves p by up to 0.18 with zeros).
 - **Estimate and interval**: without ties or zeros, order statistics of the Walsh averages (the
   Hodges–Lehmann estimate and the exact signed-rank interval, R's exact branch); with ties or
   zeros, R's asymptotic inversion: the shifts μ at which the normal statistic of ``d − μ`` crosses
   0 (the estimate, no continuity correction) or the normal quantiles (the interval, with it),
   found by Brent's root finder as R's ``uniroot`` runs it (tolerance ``tol.root = 1e-4``).
+- **Where it is not R**: from n = 50 without ties or zeros R inverts the normal approximation
+  too; the kit keeps the exact Hodges–Lehmann estimate and Walsh interval, selected in
+  O(n log n) (:mod:`prereg_kit.stats.walsh`). With no non-zero difference the estimate is 0
+  (R: NaN).
 """
 
 from __future__ import annotations
