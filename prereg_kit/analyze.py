@@ -266,7 +266,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             if c.design == "welch":
                 row.update(welch_statistics(*dr.values, c, plan))
             else:
-                row.update(contrast_statistics(dr.values[0], c, plan, matrices=mats, n_resamples=nres))
+                row.update(contrast_statistics(dr.values[0], c, plan, matrices=mats, n_resamples=nres, notes=notes))
                 row.update(robust_columns(dr.values[0], c, plan, n_resamples=nres))  # its named test, robustness rows, d_z
             rows.append(row)
             ps = dr.units.drop(columns="group")[["seed", "treatment_value", "control_value", "difference", "read_at", "unit"]]

@@ -44,7 +44,7 @@ def extrapolation_contrast(study_dir: str | Path, plan: Plan, c: Contrast, curve
     if c.tier == "primary" and plan.statistics.crossed_bootstrap:
         notes.append(f"contrast {c.id}: no crossed seed-by-problem bootstrap for an extrapolated reading "
                      "(the control's curve is interpolated in mean accuracy)")
-    row = contrast_statistics(ps["difference"].to_numpy(dtype="float64"), c, plan, n_resamples=n_resamples)
+    row = contrast_statistics(ps["difference"].to_numpy(dtype="float64"), c, plan, n_resamples=n_resamples, notes=notes)
     last = evaluation_label(x.last_usable, plan.budget.eval_every, B, interval)
     pred, obs = float(ps["predicted_lead"].mean()), float(ps["observed_lead"].mean())
     row.update(seeds=seed_list(ps["seed"].tolist()), efficiency=e, efficiency_source=source,

@@ -427,7 +427,7 @@ def render_markdown(a: Analysis) -> str:
             "welch: unpaired groups, Welch's t, n = both groups); 95% t "
             f"interval. Primary contrasts are {_adjusted_words(plan)} within their family; † marks exploratory "
             f"contrasts. TOST and non-inferiority use the margin shown in `contrasts.csv` (default ±{plan.statistics.margin:g}).",
-            "", contrast_table(a.contrasts), ""] + left_out_lines(a.contrasts) + flag_lines(a.contrasts) + robustness_table(a.contrasts, format_p) + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
+            "", contrast_table(a.contrasts), ""] + left_out_lines(a.contrasts) + flag_lines(a.contrasts) + robustness_table(a.contrasts, format_p, confidence=plan.statistics.confidence, alpha=plan.statistics.alpha) + crn_sentence(plan) + [f"Devices: {n}." for n in a.devices.notes] + [""] * bool(a.devices.notes) + extrapolation_notes(a) + ["![forest plot](forest.png)", ""]
     out += sequential_section(a)
     if len(a.checks):
         out += ["## Manipulation checks", "",

@@ -18,10 +18,12 @@ NOT_READ = "not read"  # status and verdict of a contrast the runs cannot give (
 PREDICTION_READING = {"gain": "gain", "deficit": "deficit", "equivalent": "equivalent", "non-inferior": "non-inferior"}
 
 
-def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None, n_resamples: int) -> dict:
+def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None, n_resamples: int,
+                        notes: list[str] | None = None) -> dict:
     """Every statistic of one contrast from its per-seed differences ``d`` (fractions).
 
     ``matrices``: (treatment, control) seeds × problems accuracies for the crossed bootstrap.
+    ``notes``, when given, receives what a bootstrap p of 0 means (``stats.zero_p_note``).
     """
     st = plan.statistics
     margin = plan.margin_of(c)
@@ -30,6 +32,8 @@ def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None
     tost = stats.tost_paired(d, margin=(lo, hi), alpha=st.alpha)
     ni = stats.noninferiority(d, margin=noninferiority_margin(margin), alpha=st.alpha)
     boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed, margin=(lo, hi))
+    if boot.note and notes is not None:
+        notes.append(f"contrast {c.id}: {boot.note}")
     row = {
         "n": pt.n, "mean": pt.mean, "sd": pt.sd, "se": pt.se, "dz": pt.dz, "ci_low": pt.ci_low, "ci_high": pt.ci_high,
         "t": pt.t, "df": pt.df, "p": pt.p, "zero_sd": pt.zero_sd,

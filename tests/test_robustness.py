@@ -17,7 +17,7 @@ from prereg_kit.dryrun import dry_run
 from prereg_kit.plan import validate_plan
 from prereg_kit.plan.load import PlanError
 from prereg_kit.report import console_table, printed_test, render_markdown
-from prereg_kit.robustness import MARK, reading_of, robust_columns
+from prereg_kit.robustness import MARK, reading_of, robust_columns, robustness_table
 from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 
@@ -206,6 +206,39 @@ def test_dry_run_writes_robustness_rows_and_effect_sizes(dry):
     assert isinstance(p1["verdict_changes_under"], list) and "robust_sign_flip_verdict" in p1
     md = (rep / "report.md").read_text()
     assert "### Robustness" in md and "| P1 | wilcoxon |" in md and "| P1 | t (the contrast's) |" in md
+    assert np.isclose(cs.loc["P1", "robust_wilcoxon_ci_level"], stats.wilcoxon_paired(d).ci_level)
+    assert "| estimate [interval] | level | verdict |" in md
+
+
+def test_robustness_rows_show_the_level_the_interval_attains():
+    # five seeds: the best two-sided Walsh interval covers 93.75%, not the 95% asked for; the t's
+    # and the bootstrap's intervals are computed at 95%
+    five = np.array([0.03, 0.031, 0.029, 0.033, 0.032])
+    plan = _plan(p1='robustness = ["wilcoxon", "bootstrap-bca"]')
+    df = _read(plan, {"P1": five, "P2": AGREE})
+    r = df.loc["P1"]
+    assert r["robust_wilcoxon_ci_level"] == stats.wilcoxon_paired(five).ci_level == 0.9375
+    assert r["robust_bootstrap_bca_ci_level"] == 0.95
+    rows = robustness_table(df.reset_index(), lambda p: f"{p:.3g}", confidence=0.95, alpha=0.05)
+    assert "| level |" in rows[2]
+    wil = next(line for line in rows if line.startswith("| P1 | wilcoxon |"))
+    assert "| 93.8% |" in wil
+    assert "| 95% |" in next(line for line in rows if line.startswith("| P1 | t (the contrast's) |"))
+    # a contrast read by Wilcoxon itself shows its own attained level on its first row
+    df = _read(_plan(p1='test = "wilcoxon"\nrobustness = ["t"]'), {"P1": five, "P2": AGREE})
+    assert df.loc["P1", "test_ci_level"] == 0.9375
+    rows = robustness_table(df.reset_index(), lambda p: f"{p:.3g}")
+    assert "| 93.8% |" in next(line for line in rows if line.startswith("| P1 | wilcoxon (the contrast's) |"))
+
+
+def test_a_bootstrap_p_of_zero_is_noted_for_the_report():
+    plan = _plan()
+    notes: list[str] = []
+    row = contrast_statistics(np.array([0.01, 0.02]), plan.contrast("P1"), plan, n_resamples=500, notes=notes)
+    assert row["boot_p"] == 0.0
+    assert len(notes) == 1 and notes[0].startswith("contrast P1: bootstrap p = 0 only says that all 2 differences")
+    contrast_statistics(np.array([0.01, -0.02, 0.03]), plan.contrast("P1"), plan, n_resamples=500, notes=notes)
+    assert len(notes) == 1
 
 
 def test_flag_shows_in_report_html_and_console(dry):

@@ -100,6 +100,17 @@ def test_bootstrap_tost_and_p_rules():
         r = seed_bootstrap(d, margin=0.02, confidence=0.90, seed=4)
         assert (r.p_tost < 0.05) == (r.ci_low > -0.02 and r.ci_high < 0.02)
     assert seed_bootstrap([0.01, 0.01, 0.01]).p == 0.0
+
+
+def test_a_p_of_zero_comes_with_a_note():
+    # n = 2: the 4 resamples give means d1, (d1+d2)/2 twice, d2 — all positive, so p = 0, yet one
+    # seed of the other sign would already give p = 0.5
+    r = seed_bootstrap([0.01, 0.02])
+    assert r.p == 0.0 and r.exhaustive
+    assert r.note is not None and "same sign" in r.note and "0.5" in r.note and "not certainty" in r.note
+    assert seed_bootstrap([0.01, -0.02]).note is None
+    mc = seed_bootstrap(np.full(12, 0.01) + 0.001 * np.arange(12), n_resamples=2_000)
+    assert mc.p == 0.0 and not mc.exhaustive and "p < 0.001" in mc.note
     z = seed_bootstrap([0.0, 0.0, 0.0])
     assert z.zero_sd and z.p == 1.0 and z.ci_low == z.ci_high == 0.0
 

@@ -64,6 +64,10 @@ def test_interval_covers_the_true_effect_at_its_level():
 def test_zero_spread_and_refusals():
     r = effect_size_paired([0.01, 0.01, 0.01])
     assert r.zero_sd and r.d_z == math.inf and r.d_z_ci == (math.inf, math.inf)
+    # all differences zero: d_z = 0 and both intervals collapse to it (they read ±0.80 at n = 8 before)
+    z = effect_size_paired(np.zeros(8))
+    assert z.zero_sd and z.d_z == z.g_z == 0 and z.d_z_ci == (0.0, 0.0) and z.g_z_ci == (0.0, 0.0)
+    assert effect_size_paired([-0.02, -0.02, -0.02]).d_z_ci == (-math.inf, -math.inf)
     with pytest.raises(ValueError, match="at least 3 complete pairs"):
         effect_size_paired([0.1, float("nan"), 0.2])
     with pytest.raises(ValueError, match="confidence"):

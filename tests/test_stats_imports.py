@@ -6,7 +6,10 @@ itself does (``prereg_kit.stats.tdist``), and import ``scipy.stats`` / ``scipy.o
 
 ``tests/data/stats_reference.json`` holds the outputs of :func:`_cases` computed by the code
 before the change (the main checkout at commit 4c37890, which called ``scipy.stats``):
-``PYTHONPATH=/path/to/that/checkout python tests/test_stats_imports.py --write``.
+``PYTHONPATH=/path/to/that/checkout python tests/test_stats_imports.py --write``. The
+``wilcoxon_paired/*`` entries were rewritten when it took R's rules (one-sided intervals for
+one-sided alternatives, R's inversion with ties, the ``ci_method`` field); their p-values and
+two-sided untied estimates and intervals are those of that commit.
 """
 
 from __future__ import annotations

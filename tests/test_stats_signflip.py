@@ -63,9 +63,14 @@ def test_interval_is_the_set_of_shifts_not_rejected():
 
 
 def test_too_few_seeds_give_an_infinite_interval_and_refusals():
-    # n = 4: the smallest two-sided p is 2/16 = 0.125, so no shift is rejected at 0.05
-    ci = sign_flip_ci([0.01, 0.02, 0.03, 0.05])
-    assert (ci.ci_low, ci.ci_high) == (-np.inf, np.inf)
+    # n ≤ 5: the smallest two-sided p is 2/2^n (0.0625 at n = 5), so no shift is rejected at 0.05
+    # and the 95% interval is infinite; from n = 6 (2/64 = 0.031) it is finite
+    for n in range(2, 8):
+        d = 0.01 * np.arange(1, n + 1)
+        ci = sign_flip_ci(d)
+        assert np.isfinite(ci.ci_low) == np.isfinite(ci.ci_high) == (n >= 6) == (sign_flip_test(d).p < 0.05)
+    # a lower level is reached with fewer seeds: at 90% five seeds (2/32 = 0.0625 < 0.10) suffice
+    assert np.isfinite(sign_flip_ci(0.01 * np.arange(1, 6), 0.90).ci_low)
     with pytest.raises(ValueError, match="alternative"):
         sign_flip_test([0.1, 0.2], alternative="up")
     with pytest.raises(ValueError, match="n_resamples"):

@@ -12,7 +12,7 @@ and group-sequential boundaries. Differences are fractions (0.01 is one point). 
 
 from .adjust import adjust
 from .aggregates import Aggregate, PerformanceProfile, iqm, performance_profile, probability_of_improvement
-from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap
+from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap, zero_p_note
 from .describe import describe
 from .effect_size import (
     EffectSizeArms,
@@ -78,6 +78,7 @@ __all__ = [
     "power_paired_t",
     "power_tost_paired",
     "seed_bootstrap",
+    "zero_p_note",
     "seeds_needed",
     "SequentialBoundaries",
     "SequentialTBoundaries",

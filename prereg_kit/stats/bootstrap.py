@@ -42,7 +42,8 @@ class SeedBootstrap(Result):
     ``exhaustive`` says whether every one of the ``n**n`` equally likely resamples was enumerated
     (then ``n_resamples == n**n`` and ``n_distinct`` counts the distinct multisets); otherwise
     ``n_resamples`` Monte-Carlo resamples were drawn. ``p_tost``, ``p_tost_lower`` and
-    ``p_tost_upper`` are set only when a margin was given.
+    ``p_tost_upper`` are set only when a margin was given. ``note`` says what a p of 0 means
+    (:func:`zero_p_note`), None otherwise.
     """
 
     n: int
@@ -64,6 +65,7 @@ class SeedBootstrap(Result):
     p_tost: float | None
     zero_sd: bool
     method: str = "percentile"
+    note: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -206,7 +208,26 @@ def seed_bootstrap(
     return SeedBootstrap(n=n, n_dropped=n_dropped, mean=observed, sd=sd, dz=safe_ratio(observed, sd),
                          ci_low=lo, ci_high=hi, p=p, confidence=confidence, exhaustive=enumerate_all,
                          n_resamples=n_used, n_distinct=n_distinct, low=low, high=high, p_tost_lower=p_l,
-                         p_tost_upper=p_u, p_tost=p_tost, zero_sd=sd == 0, method=method)
+                         p_tost_upper=p_u, p_tost=p_tost, zero_sd=sd == 0, method=method,
+                         note=zero_p_note(p, n, enumerate_all, n_used))
+
+
+def zero_p_note(p: float, n: int, exhaustive: bool, n_resamples: int) -> str | None:
+    """What a bootstrap p of 0 means, or None for any other p.
+
+    p is twice the share of resampled means on the other side of zero, so it is 0 whenever no
+    resample lands there. Enumerated exactly, that happens exactly when every difference has the
+    same sign, and the next value p can take is ``2/n^n`` (one seed of the other sign, drawn n
+    times): 0.5 at n = 2, 0.074 at n = 3. Drawn, it bounds p below ``2/B``.
+    """
+    if p != 0:
+        return None
+    if exhaustive:
+        return (f"bootstrap p = 0 only says that all {n} differences have the same sign: over the {n}^{n} "
+                f"equally likely resamples of {n} seeds the next value p can take is {2 / n**n:.2g}; "
+                "it is not certainty")
+    return (f"bootstrap p = 0: none of the {n_resamples:,} resampled means lies on the other side of zero; "
+            f"read it as p < {2 / n_resamples:.2g}, not as certainty")
 
 
 # --------------------------------------------------------------------------- crossed bootstrap

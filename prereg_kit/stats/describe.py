@@ -61,7 +61,9 @@ def describe(result: Any, alpha: float = 0.05) -> str:
         null = {"two-sided": "different from 0", "greater": "greater than 0", "less": "less than 0"}[result.alternative]
         verdict = null if result.p < alpha else f"not shown {null}"
         how = "exact" if result.exact else "normal approximation"
-        return (f"Hodges–Lehmann estimate {_num(result.hl)}, {level} CI [{_num(result.ci[0])}, {_num(result.ci[1])}], "
+        ci = (f"{level} CI [{_num(result.ci[0])}, {_num(result.ci[1])}]" if result.ci_level > 0
+              else "no interval (no two non-zero differences differ)")
+        return (f"Hodges–Lehmann estimate {_num(result.hl)}, {ci}, "
                 f"signed-rank T+ = {result.statistic:g} ({how}), {_p(result.p)}: {verdict} at α = {alpha:g}.")
     if isinstance(result, WilcoxonTost):
         verdict = "equivalent within the bounds" if result.equivalent else "not shown equivalent"

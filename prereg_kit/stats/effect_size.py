@@ -125,8 +125,11 @@ def effect_size_from_stats(n: int, mean: float, sd: float, *, confidence: float 
         raise ValueError(f"sd must be non-negative, got {sd!r}")
     dz = safe_ratio(mean, sd)
     j = hedges_correction(n - 1)
-    lam_lo, lam_hi = nct_interval(dz * math.sqrt(n), n - 1, confidence)
-    dz_ci = (lam_lo / math.sqrt(n), lam_hi / math.sqrt(n))
+    if sd == 0:  # no spread: d_z is ±inf or 0 and its interval collapses to it (no sampling error seen)
+        dz_ci = (dz, dz)
+    else:
+        lam_lo, lam_hi = nct_interval(dz * math.sqrt(n), n - 1, confidence)
+        dz_ci = (lam_lo / math.sqrt(n), lam_hi / math.sqrt(n))
     return EffectSizePaired(n=n, n_dropped=n_dropped, mean=mean, sd=sd, d_z=dz, g_z=j * dz, correction=j,
                             d_z_ci=dz_ci, g_z_ci=(j * dz_ci[0], j * dz_ci[1]), confidence=confidence,
                             zero_sd=bool(sd == 0))
