@@ -15,7 +15,7 @@ import pandas as pd
 #: summary column -> the contrast table's column it copies
 SUMMARY_COLUMNS = {"id": "contrast", "tier": "tier", "kind": "kind", "treatment": "treatment", "control": "control",
                    "at": "at", "n": "n", "mean": "mean", "ci_low": "ci_low", "ci_high": "ci_high",
-                   "p": "tested_p", "p_adj": "p_holm", "verdict": "verdict"}
+                   "p": "tested_p", "p_adj": "p_adjusted", "verdict": "verdict"}
 
 
 def summary_frame(contrasts: pd.DataFrame) -> pd.DataFrame:

@@ -30,6 +30,11 @@ _P_KEYS = {"superiority": ("p", "holm_p"), "equivalence": ("tost_p", "tost_holm_
 _P_COLUMN = {"superiority": "p", "equivalence": "tost_p", "non-inferiority": "ni_p"}
 
 
+def _adjusted(c: dict[str, Any]):
+    """The family-adjusted p of a results.json contrast (``p_holm`` in reports before 0.1.0)."""
+    return c.get("p_adjusted", c.get("p_holm"))
+
+
 def _signed(x: float) -> str:
     return f"{x:+.4f}"
 
@@ -56,7 +61,7 @@ def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
         # The p of a named robust test or a minimal-effect test cannot be rebuilt from the paired-t
         # interval that recheck recomputes: record it in the note, not as a checked p.
         row["test"] = f"{c['kind']} ({test})"
-        p_own, p_adj = c.get("test_p", c.get("p")), c.get("p_holm")
+        p_own, p_adj = c.get("test_p", c.get("p")), _adjusted(c)
         words = [f"p = {format_p(float(p_own))}"] if p_own is not None and math.isfinite(float(p_own)) else []
         if c.get("family") and p_adj is not None and math.isfinite(float(p_adj)):
             words.append(f"adjusted p = {format_p(float(p_adj))}")
@@ -65,8 +70,9 @@ def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
         return row
     raw, holm = _P_KEYS[c["kind"]]
     row[raw] = format_p(float(c[_P_COLUMN[c["kind"]]]))
-    if c.get("family") and c.get("p_holm") is not None and math.isfinite(float(c["p_holm"])):
-        row[holm] = format_p(float(c["p_holm"]))
+    p_adj = _adjusted(c)
+    if c.get("family") and p_adj is not None and math.isfinite(float(p_adj)):
+        row[holm] = format_p(float(p_adj))
     return row
 
 

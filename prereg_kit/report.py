@@ -119,18 +119,18 @@ def printed_test(row: pd.Series) -> str:
         what = f"{test} " if test else ""
         what += {"superiority": "", "equivalence": "TOST ", "non-inferiority": "NI "}.get(row["kind"], "MET ")
         primary = row["tier"] == "primary"
-        parts.append(f"{adj + ' ' if primary else ''}{what}p = {format_p(row['p_holm'] if primary else row['tested_p'])}")
+        parts.append(f"{adj + ' ' if primary else ''}{what}p = {format_p(row['p_adjusted'] if primary else row['tested_p'])}")
         return "; ".join(parts)
     if row["kind"] == "superiority":
         label = f"{adj} p" if row["tier"] == "primary" and not row.get("exploratory_label", False) else "p"
-        parts.append(f"{label} = {format_p(row['p_holm'] if label != 'p' else row['p'])}")
+        parts.append(f"{label} = {format_p(row['p_adjusted'] if label != 'p' else row['p'])}")
         parts.append(f"TOST p = {format_p(row['tost_p'])}")
     elif row["kind"] == "equivalence":
         label = f"{adj} TOST p" if row["tier"] == "primary" else "TOST p"
-        parts.append(f"{label} = {format_p(row['p_holm'] if row['tier'] == 'primary' else row['tost_p'])}")
+        parts.append(f"{label} = {format_p(row['p_adjusted'] if row['tier'] == 'primary' else row['tost_p'])}")
     else:
         label = f"{adj} NI p" if row["tier"] == "primary" else "NI p"
-        parts.append(f"{label} = {format_p(row['p_holm'] if row['tier'] == 'primary' else row['ni_p'])}")
+        parts.append(f"{label} = {format_p(row['p_adjusted'] if row['tier'] == 'primary' else row['ni_p'])}")
         # non-inferiority is against the lower margin (an asymmetric [-0.01, 0.03] reads -0.01)
         parts.append(f"90% lower bound {_signed(row['ni_lower'])} vs {row['margin_low']:g}".replace("-", "−"))
     return "; ".join(parts)
@@ -492,7 +492,7 @@ def console_table(a: "Analysis"):
                else f"share {_share(r['mean'])} [{_share(r['ci_low'])}, {_share(r['ci_high'])}]" if is_target(r)
                else f"{r['mean']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]")
         t.add_row(r["contrast"], r["tier"], r.get("comparison", f"{r['treatment']} − {r['control']}"), r["at"], str(r["n"]), est,
-                  format_p(r["p_holm"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]),
+                  format_p(r["p_adjusted"] if r["tier"] == "primary" else r["tested_p"]), format_p(r["tost_p"]),
                   r["verdict"] + (f" {MARK} changes under {r['verdict_changes_under']}"
                                   if isinstance(r.get("verdict_changes_under"), str) and r["verdict_changes_under"] else ""))
     return t

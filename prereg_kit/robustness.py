@@ -265,7 +265,7 @@ def robustness_table(df: pd.DataFrame, format_p, *, confidence: float = 0.95, al
             est = r["test_estimate"] if isinstance(r.get("test"), str) and r["test"] != "t" else r["mean"]
             level = r.get("test_ci_level", np.nan)
             out.append(f"| {r['contrast']} | {r.get('test') or 't'} (the contrast's) | {format_p(r['tested_p'])} "
-                       f"| {format_p(r['p_holm']) if r['tier'] == 'primary' else '—'} | {est:+.3f} [{_end(lo)}, {_end(hi)}] "
+                       f"| {format_p(r['p_adjusted']) if r['tier'] == 'primary' else '—'} | {est:+.3f} [{_end(lo)}, {_end(hi)}] "
                        f"| {_level(nominal if pd.isna(level) else level)} | {r['verdict']} |")
         for col in cols:
             if not r.get(f"{col}_verdict"):

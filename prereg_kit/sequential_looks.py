@@ -182,7 +182,7 @@ def decide_look(contrasts: pd.DataFrame, plan: Plan, look: int) -> tuple[pd.Data
             units = look_units(plan, cid)
             c_final = final_boundary(fam.alpha / m, info, spending, rho, units=units)
             p = float(r["look_p"]) if pd.notna(r.get("look_p")) else math.nan
-            rejected = pd.notna(r["p_holm"]) and r["p_holm"] <= fam.alpha
+            rejected = pd.notna(r["p_adjusted"]) and r["p_adjusted"] <= fam.alpha
             z = z_of_p(p) if math.isfinite(p) else math.nan
             cp = conditional_power(z, info, look, c_final) if math.isfinite(z) and look < K else math.nan
             if look == K:

@@ -68,11 +68,11 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
     for col in STAT_COLUMNS:
         if col not in df:
             df[col] = np.nan
-    df["p_holm"] = np.nan  # the family's adjusted p (its method in ``adjustment``); the name is Holm's, the default
+    df["p_adjusted"] = np.nan  # the family's adjusted p, its method (Holm by default) in ``adjustment``
     df["adjustment"] = ""
     for fam in plan.families:
         rows = df["contrast"].isin(fam.members)
-        df.loc[rows, "p_holm"] = stats.adjust(df.loc[rows, "tested_p"].to_numpy(), fam.method)
+        df.loc[rows, "p_adjusted"] = stats.adjust(df.loc[rows, "tested_p"].to_numpy(), fam.method)
         df.loc[rows, "adjustment"] = fam.method
     verdicts, reasons = [], []
     df["status"] = df["status"].fillna("read") if "status" in df else "read"
@@ -87,7 +87,7 @@ def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.Da
             continue
         fam = plan.family_of(r["contrast"])
         alpha = fam.alpha if fam is not None else plan.statistics.alpha
-        p = r["p_holm"] if r["tier"] == "primary" and not np.isnan(r["p_holm"]) else r["tested_p"]
+        p = r["p_adjusted"] if r["tier"] == "primary" and not np.isnan(r["p_adjusted"]) else r["tested_p"]
         margin = [r["margin_low"], r["margin_high"]]
         if (own := own_reading(r, p, alpha)) is not None:  # a test other than the t, or a minimal-effect row
             verdicts.append(own[0])

@@ -66,8 +66,8 @@ def test_contrast_rows_match_per_seed_values(dry):
         assert np.isclose(cs.loc[cid, "mean"], d.mean()) and np.isclose(cs.loc[cid, "p"], ref.p)
         assert np.isclose(cs.loc[cid, "ci_low"], ref.ci_low) and np.isclose(cs.loc[cid, "ci_high"], ref.ci_high)
     fam = cs.loc[["P1", "P2"]]
-    assert np.allclose(fam["p_holm"], stats.holm(fam["p"].to_numpy()))
-    assert np.isnan(cs.loc["E1", "p_holm"])
+    assert np.allclose(fam["p_adjusted"], stats.holm(fam["p"].to_numpy()))
+    assert np.isnan(cs.loc["E1", "p_adjusted"])
     e1 = stats.tost_paired(ps.loc[ps.contrast == "E1", "difference"].to_numpy(), margin=0.03)
     assert np.isclose(cs.loc["E1", "tested_p"], e1.p) and cs.loc["E1", "margin_high"] == 0.03
 
@@ -77,7 +77,7 @@ def test_results_json_fields(dry):
     assert res["format"] == "prereg-results/1" and res["study"] == "ana" and res["exploratory"] is False
     row = res["contrasts"][0]
     for key in ("contrast", "tier", "kind", "family", "treatment", "control", "at", "n", "mean", "ci_low", "ci_high",
-                "p", "p_holm", "tost_p", "ni_p", "ni_lower", "boot_ci_low", "crossed_ci_low", "verdict", "claim"):
+                "p", "p_adjusted", "tost_p", "ni_p", "ni_lower", "boot_ci_low", "crossed_ci_low", "verdict", "claim"):
         assert key in row, key
     assert {r["contrast"] for r in res["contrasts"]} == {"P1", "P2", "E1", "N1", "X1"}
     assert len(res["per_seed"]) == 5 * 8 and res["hypotheses"][0]["id"] == "H1"

@@ -72,4 +72,4 @@ def test_to_target_is_a_share_or_not_reached(dry):
         else:  # a loss: never reached, "n.r." in the files
             assert np.isinf(c.loc[cid, "mean"]) and c.loc[cid, "verdict"] == "inconclusive"
             assert js[cid]["mean"] == "n.r." and f"| {cid} † |" in report and "n.r. [" in report
-        assert pd.isna(c.loc[cid, "p_holm"]) and c.loc[cid, "target"] > 0
+        assert pd.isna(c.loc[cid, "p_adjusted"]) and c.loc[cid, "target"] > 0

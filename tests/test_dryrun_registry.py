@@ -46,7 +46,7 @@ def test_a_contrast_the_dry_run_cannot_read_is_a_row(tmp_path):
     rows = {r["contrast"]: r for r in json.loads((folder / "results.json").read_text())["contrasts"]}
     assert rows["C3"]["status"] == "not read" and rows["C3"]["verdict"] == "not read"
     assert "never reached its reading point" in rows["C3"]["verdict_reason"] and rows["C3"]["n"] == 0
-    assert rows["C3"]["p_holm"] is None and rows["C3"]["tested_p"] is None
+    assert rows["C3"]["p_adjusted"] is None and rows["C3"]["tested_p"] is None
     assert rows["C1"]["status"] == "read" and rows["C1"]["verdict"] != "not read"  # the others are read
     md = (folder / "report.md").read_text()
     assert "| C3 † | exploratory | grpo − frozen | updates | — | not read: contrast C3" in md
@@ -62,7 +62,7 @@ def test_a_primary_contrast_not_read_leaves_its_family_to_the_others(tmp_path):
     res = dry_run(path, {}, n_resamples=50, progress=False, update_ratio={"frozen": 0.5})
     c = res.analysis.contrasts.set_index("contrast")
     assert c.loc["C3", "status"] == "not read" and c.loc["C1", "status"] == "read"
-    assert c.loc["C1", "p_holm"] == c.loc["C1", "tested_p"]  # a family of one read p: Holm leaves it
+    assert c.loc["C1", "p_adjusted"] == c.loc["C1", "tested_p"]  # a family of one read p: Holm leaves it
     assert res.analysis.hypotheses.set_index("id").loc["H1", "outcome"] != "not read"
 
 

@@ -108,7 +108,7 @@ def test_analyze_returns_the_documented_tables(dry):
     _, a = dry
     assert isinstance(a, pk.Analysis) and not a.synthetic
     for name, cols in {"contrasts": ["contrast", "tier", "kind", "treatment", "control", "at", "n", "mean", "ci_low",
-                                     "ci_high", "p", "tested_p", "p_holm", "tost_p", "verdict", "claim"],
+                                     "ci_high", "p", "tested_p", "p_adjusted", "tost_p", "verdict", "claim"],
                        "per_seed": ["contrast", "seed", "treatment_value", "control_value", "difference", "read_at"],
                        "configurations": ["configuration", "n_seeds", "accuracy_at_B", "tokens_at_B", "hours_at_B"],
                        "curves": ["configuration", "seed", "eval_index", "tokens", "train_seconds", "accuracy"],
@@ -117,7 +117,7 @@ def test_analyze_returns_the_documented_tables(dry):
         assert isinstance(df, pd.DataFrame) and set(cols) <= set(df.columns), (name, df.columns)
     s = a.summary()
     assert list(s.columns) == list(SUMMARY_COLUMNS) and list(s["id"]) == ["C1", "C2"]
-    assert s.loc[0, "p_adj"] == a.contrasts.loc[0, "p_holm"] and s.loc[1, "p"] == a.contrasts.loc[1, "tested_p"]
+    assert s.loc[0, "p_adj"] == a.contrasts.loc[0, "p_adjusted"] and s.loc[1, "p"] == a.contrasts.loc[1, "tested_p"]
     assert set(s["verdict"]) <= {"gain", "deficit", "inconclusive", "non-inferior", "not shown non-inferior"}
     text, page = repr(a), a._repr_html_()
     assert text.startswith("<Analysis of example:") and len(text.splitlines()) < 8  # a summary, not a dump

@@ -18,7 +18,7 @@ REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 def _row(**kw):
     base = {"contrast": "C1", "treatment": "a", "control": "b", "at": "B", "n": 5, "mean": 0.0123456,
             "ci_low": -0.001, "ci_high": 0.0257, "tier": "primary", "kind": "superiority", "metric": "accuracy",
-            "family": "primary", "p": 0.0712, "p_holm": 0.1424, "tost_p": 0.2, "ni_p": 0.01, "t": 2.3, "zero_sd": False}
+            "family": "primary", "p": 0.0712, "p_adjusted": 0.1424, "tost_p": 0.2, "ni_p": 0.01, "t": 2.3, "zero_sd": False}
     return base | kw
 
 
@@ -33,6 +33,14 @@ def test_row_keys_follow_the_contrast_kind():
     r = record_row(_row(metric="negative_rate"), source="s")
     assert r["label"] == "a − b (negative_rate)"
 
+
+
+def test_a_results_file_written_before_the_column_was_renamed_is_read_alike():
+    """Reports before 0.1.0 call the family-adjusted p ``p_holm`` (whatever the family's method);
+    a record made from such a results.json is the same as one made from today's ``p_adjusted``."""
+    old = {k if k != "p_adjusted" else "p_holm": v for k, v in _row().items()}
+    assert record_row(old, source="s") == record_row(_row(), source="s")
+    assert record_row(old, source="s")["holm_p"] == ".142"
 
 def test_named_robust_test_and_minimal_effect_keep_their_p_out_of_the_checked_fields():
     # recheck rebuilds p from the paired-t interval; a Wilcoxon or minimal-effect p would fail it

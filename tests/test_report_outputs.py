@@ -144,7 +144,7 @@ def test_a_control_that_cannot_change_shows_no_collapse_flag(reports, tmp_path):
 def _row(**kw) -> dict:
     base = {"contrast": "C1", "tier": "primary", "kind": "superiority", "design": "paired", "comparison": "",
             "treatment": "t", "control": "c", "at": "B", "metric": "accuracy", "n": 5, "mean": -0.143,
-            "ci_low": -0.160, "ci_high": -0.127, "p": 1e-5, "p_holm": 5e-5, "tost_p": 0.9, "tested_p": 1e-5,
+            "ci_low": -0.160, "ci_high": -0.127, "p": 1e-5, "p_adjusted": 5e-5, "tost_p": 0.9, "tested_p": 1e-5,
             "status": "read", "target": float("nan")}
     return {**base, **kw}
 
@@ -152,7 +152,7 @@ def _row(**kw) -> dict:
 def test_contrasts_tex_is_booktabs_in_blocks_and_escaped():
     df = pd.DataFrame([
         _row(treatment="mc_k4 & 50% #1", control="cost$_x", comparison="mc_k4 & 50% #1 − cost$_x"),
-        _row(contrast="C2", tier="secondary", kind="equivalence", mean=-0.008, p_holm=float("nan"), tost_p=0.083),
+        _row(contrast="C2", tier="secondary", kind="equivalence", mean=-0.008, p_adjusted=float("nan"), tost_p=0.083),
         _row(contrast="C3", tier="exploratory", at="updates", p=2e-11, tost_p=float("nan")),
         _row(contrast="C4", tier="exploratory", status="not read", n=0)])
     tex = contrasts_tex(df, caption="S1 & friends: 100% of_it", label="s_1 contrasts", printed_test=printed_test,

@@ -144,7 +144,7 @@ def test_named_test_replaces_the_t_and_is_adjusted_in_its_family():
     r = df.loc["P1"]
     wil = stats.wilcoxon_paired(d)
     assert r["test"] == "wilcoxon" and np.isclose(r["tested_p"], wil.p) and np.isclose(r["test_p"], wil.p)
-    assert np.isclose(r["p_holm"], stats.holm([wil.p, df.loc["P2", "tested_p"]])[0])
+    assert np.isclose(r["p_adjusted"], stats.holm([wil.p, df.loc["P2", "tested_p"]])[0])
     assert r["verdict_reason"].startswith("wilcoxon: ")
     assert "Holm wilcoxon p = " in printed_test(r)
 
@@ -155,7 +155,7 @@ def test_family_method_hochberg_matches_statsmodels():
     df = _read(plan, {"P1": spread + 0.010, "P2": spread + 0.009})  # p ≈ .035 and .048
     p = df.loc[["P1", "P2"], "tested_p"].to_numpy()
     want = multipletests(p, method="simes-hochberg")[1]
-    assert np.allclose(df.loc[["P1", "P2"], "p_holm"], want)
+    assert np.allclose(df.loc[["P1", "P2"], "p_adjusted"], want)
     assert not np.allclose(want, multipletests(p, method="holm")[1])  # the method makes a difference here
     assert (df.loc[["P1", "P2"], "adjustment"] == "hochberg").all()
     assert (df.loc[["P1", "P2"], "verdict"] == "gain").all()  # Holm would read both inconclusive
