@@ -1,5 +1,6 @@
 """What git says about a file: the commit of its work tree, whether the file is committed and clean,
-when a commit was made and what a file held at a commit (the outside anchors of the lock chain)."""
+when a commit was made, which commits touched a file and what it held at each (the outside anchors
+of the lock chain)."""
 
 from __future__ import annotations
 
@@ -48,5 +49,21 @@ def commit_time(folder: str | Path, commit: str) -> datetime | None:
 
 def blob_sha256(folder: str | Path, commit: str, path: str) -> str | None:
     """``sha256:<hex>`` of file ``path`` (from the repository root) as committed in ``commit``."""
-    data = _git(Path(folder).resolve(), "show", f"{commit}:{path}", text=False)
+    data = blob_at(folder, commit, path)
     return None if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def path_commits(path: str | Path) -> list[tuple[str, str]] | None:
+    """``[(commit, committer date ISO)]`` of the commits of HEAD's history that touched file
+    ``path``, oldest first (one ``git log``); None outside a work tree or before the first commit."""
+    p = Path(path).resolve()
+    out = _git(p.parent, "log", "--reverse", "--topo-order", "--format=%H %cI", "--", p.name)
+    if out is None:
+        return None
+    return [tuple(line.split(" ", 1)) for line in out.splitlines() if " " in line]  # type: ignore[misc]
+
+
+def blob_at(folder: str | Path, commit: str, path: str) -> bytes | None:
+    """The bytes of file ``path`` (from the repository root) as committed in ``commit``."""
+    data = _git(Path(folder).resolve(), "show", f"{commit}:{path}", text=False)
+    return data if isinstance(data, bytes) else None
