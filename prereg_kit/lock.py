@@ -24,8 +24,9 @@ at all, even on a full disk.
 The file itself is written in one canonical JSON form, so any hand edit, even of white space,
 is detected. Someone who rewrites the whole chain consistently is not detected by the file alone:
 the git commit recorded in each entry (:func:`check_git_anchors`: the commit must exist no later
-than the entry and hold the plan it hashed) and external timestamps (:mod:`prereg_kit.timestamp`)
-are the outside anchors; ``docs/locking.md`` states what each layer catches.
+than the entry and hold the plan it hashed), git's history of ``plan.lock`` and the head a reader
+holds (:mod:`prereg_kit.anchors`) and external timestamps (:mod:`prereg_kit.timestamp`) are the
+outside anchors; ``docs/locking.md`` states what each layer catches.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ In order, so that the first line of a refusal names the first thing that went wr
 
 1. the lock chain (canonical, hashes chained, times never going back);
 2. the plan file against its last plan entry;
-3. the git anchors of the plan entries (``prereg_kit.lock.check_git_anchors``);
+3. the outside anchors: the head the reader holds (``--head``), git's history of ``plan.lock``
+   (every committed version a prefix of the next and of the file) and the git commits recorded in
+   the plan entries (``prereg_kit.anchors``, ``prereg_kit.lock.check_git_anchors``);
 4. external timestamps of the chain, when the study has any (``prereg_kit.timestamp``);
 5. the seals of completed runs (``prereg_kit.seal``) and of gradient-test results
    (``prereg_kit.gradient_seal``): every sealed file as it was sealed;
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .anchors import check_git_history, check_shared_head, entry_summary, parse_head
 from .audit import AuditReport, audit_runs
 from .callables import callable_module
 from .design import unexpected_runs
@@ -44,6 +47,7 @@ class VerifyReport:
     audit: AuditReport | None = None
     seals: SealCheck | None = None
     timestamps: StudyTimestamps | None = None
+    anchors: dict | None = None  # the head, the shared head's entry, git's coverage (--json)
 
     @property
     def exit_code(self) -> int:
@@ -51,14 +55,16 @@ class VerifyReport:
 
 
 def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
-                 check: Callable[[PlanFile], None] | None = None) -> VerifyReport:
+                 check: Callable[[PlanFile], None] | None = None, head: str | None = None) -> VerifyReport:
     """Check ``PLAN`` or ``STUDY_DIR``: chain intact, plan unchanged in meaning, anchors, seals, runs
     after the lock, no unplanned runs. ``tsa_ca``: the TSA root certificate to check the study's
     timestamp receipts against (default: the certificates kept with them). ``check``: a further
     check of the plan as it validates (``prereg verify``: its recipe against its trainer); what it
-    raises is unusable input."""
+    raises is unusable input. ``head``: the chain entry hash the author shared (``sha256:<hex>``):
+    a violation unless an entry of the chain has it."""
     plan_path = resolve_plan_path(path)
     report = VerifyReport(plan_path)
+    shared = parse_head(head) if head is not None else None  # a malformed hash is unusable input, before any check
     try:
         chain = read_chain(plan_path)
     except PreregError as e:
@@ -84,6 +90,17 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
             check(pf)
     except PreregError as e:
         report.problems.extend(e.lines)
+    anchors: dict = {"head": entry_summary(chain.head), "shared_head": None}
+    if shared is not None:
+        hc = check_shared_head(chain, shared)
+        (report.info if hc.entry else report.violations).append(hc.line)
+        anchors["shared_head"] = hc.record()
+    hist = check_git_history(chain)
+    report.violations.extend(hist.violations)
+    report.warnings.extend(hist.warnings)
+    report.info.extend(hist.info)
+    anchors["git"] = hist.record()
+    report.anchors = anchors
     git_bad, git_warn = check_git_anchors(chain, plan_path)
     report.violations.extend(git_bad)
     report.warnings.extend(git_warn)

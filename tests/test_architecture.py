@@ -31,7 +31,7 @@ LAYERS = {
                         "prereg_kit.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
                         "prereg_kit.callables"]),
         ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
-        ("records", ["prereg_kit.lock", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal", "prereg_kit.gradient_seal",
+        ("records", ["prereg_kit.lock", "prereg_kit.anchors", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal", "prereg_kit.gradient_seal",
                      "prereg_kit.look_chain", "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
         ("analysis", ["prereg_kit.notebook", "prereg_kit.verified", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.robustness", "prereg_kit.verdicts", "prereg_kit.gradient_tests", "prereg_kit.sequential_looks",
                       "prereg_kit.gradient_synth", "prereg_kit.extrapolated", "prereg_kit.analyze", "prereg_kit.task_aggregates", "prereg_kit.synth"]),
