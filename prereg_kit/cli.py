@@ -154,7 +154,10 @@ def timestamp_cmd(study_dir: Annotated[Path, typer.Argument(help="Study folder o
 @app.command()
 @handles_errors
 def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
-           tsa_ca: TsaCaOpt = None, as_json: JsonOpt = False) -> None:
+           tsa_ca: TsaCaOpt = None, as_json: JsonOpt = False,
+           head: Annotated[str | None, typer.Option(
+               "--head", metavar="SHA256",
+               help="The chain's head hash the author shared: fail unless an entry of the chain has it.")] = None) -> None:
     """Check the lock chain, the plan, its git anchors and timestamps, the seals, the run timing and the design.
 
     Every run folder must be one the plan names and every sealed file as it was sealed.
@@ -164,7 +167,7 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     from .verify import verify_study
 
     notes: list[str] = []
-    rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes))
+    rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes), head=head)
     if as_json:  # the findings are the document; the exit code as without --json
         from .cli_json import verify_record
 

@@ -70,6 +70,7 @@ def verify_record(rep, notes: list[str]) -> dict:
         "runs": None if audit is None else audit.n_runs,
         "devices": {} if audit is None or not audit.devices else plain(dict(audit.devices.counts)),
         "sealed_runs": [] if rep.seals is None else sorted(rep.seals.sealed),
+        "anchors": rep.anchors,  # head (index, kind, time, hash), shared_head (--head), git coverage
     }
 
 
