@@ -85,6 +85,7 @@ class GitHistory:
     last_commit: str | None = None
     last_date: str | None = None
     covered: int = 0  # entries of the working chain that the newest committed version holds
+    restarts: int = 0  # committed versions replaced by a chain from a later lock
     violations: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     info: list[str] = field(default_factory=list)
@@ -148,7 +149,8 @@ def check_git_history(chain: Chain) -> GitHistory:
     n = len(chain.entries)
     log.debug("%s: %d committed version(s) compared", lp, res.commits)
     if not res.violations:
-        res.info.append(f"git: {lp.name} in {res.commits} commit(s), each a prefix of the next; entries 0–{res.covered - 1} "
+        again = f" (started again from a later lock {res.restarts} time(s))" if res.restarts else ""
+        res.info.append(f"git: {lp.name} in {res.commits} commit(s), each a prefix of the next{again}; entries 0–{res.covered - 1} "
                         f"as committed in {sha[:12]} ({date}) are unchanged"
                         + (f"; entries {res.covered}–{n - 1} not committed yet" if res.covered < n else ""))
     return res
@@ -160,6 +162,17 @@ def _compare(res: GitHistory, lp, old: tuple[str, str, list[dict[str, Any]]], ne
     if i is None:
         return
     kind = entries[i].get("kind", "?")
+    if i == 0 and new and new[0].get("kind") == "lock" and str(new[0].get("time", "")) > max(
+            str(e.get("time", "")) for e in entries):
+        # A lock entry later than everything the old chain holds is a new preregistration under
+        # the same path, not an edit of the old one: runs started before it fail the audit, and no
+        # shared head of the old chain is in it. Shown on every verify, never silent. A lock entry
+        # rewritten with its old time (or any earlier one) is an edit: a violation, below.
+        res.restarts += 1
+        res.warnings.append(f"{lp}: the chain was started again from a new lock in {where} (the chain as committed "
+                            f"in {sha[:12]} ({date}) is kept in git's history): a reader holding the earlier "
+                            "chain's head sees it is gone")
+        return
     what = "is gone from" if i >= len(new) else "differs in"
     res.violations.append(f"{lp}: entry {i} ({kind}) as committed in {sha[:12]} ({date}) {what} {where}: "
                           "a committed entry was rewritten (the chain may only grow)")

@@ -17,6 +17,7 @@ from test_integrity import _rewrite_parquet, _study
 from typer.testing import CliRunner
 
 from prereg_kit.anchors import check_shared_head, parse_head
+from prereg_kit.canonical import content_hash
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
 from prereg_kit.lock import append_entries, entry_hash, read_chain, serialize
@@ -181,3 +182,25 @@ def test_deleted_look_entries_are_caught_by_git_and_by_the_shared_head(tmp_path)
                    "a committed entry was rewritten (the chain may only grow)"]
     assert check_shared_head(forged, shared).entry is None
     assert any("the shared head" in line and "is no entry of the chain" in line for line in rep.violations)
+
+
+def test_a_chain_started_again_from_a_later_lock_is_a_warning_and_a_rewritten_lock_a_violation(repo):
+    """A study re-locked later under the same path (a new preregistration: its runs must start
+    after the new lock) is shown on every verify with the commit that held the old chain; the lock
+    entry rewritten with its own time (the plan edited, the chain rehashed) is a violation."""
+    study = repo / "study"
+    sha = _commit(repo, "study/plan.toml", "study/plan.lock")
+    original = json.loads((study / "plan.lock").read_text())["entries"]
+    later = (datetime.fromisoformat(original[-1]["time"].replace("Z", "+00:00")) + timedelta(days=1))
+    restarted = [dict(original[0], time=later.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))]
+    _rehash(study / "plan.lock", restarted)
+    rep = verify_study(study)
+    again = [w for w in rep.warnings if "the chain was started again from a new lock" in w]
+    assert len(again) == 1 and f"as committed in {sha[:12]} (" in again[0]
+    assert not [v for v in rep.violations if "as committed in" in v]
+    content = {**original[0]["content"], "title": "edited after the runs"}
+    edited = [dict(original[0], content=content, content_sha256=content_hash(content))] + original[1:]
+    _rehash(study / "plan.lock", edited)
+    v = verify_study(study).violations
+    bad = [line for line in v if "as committed in" in line]
+    assert len(bad) == 1 and "entry 0 (lock)" in bad[0] and "a committed entry was rewritten" in bad[0], v
