@@ -38,8 +38,8 @@ LAYERS = {
         ("output", ["prereg_kit.plots", "prereg_kit.aggregate_plots", "prereg_kit.extrapolation_plots", "prereg_kit.gradient_report", "prereg_kit.report_tex", "prereg_kit.report_html", "prereg_kit.report_figures", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.status"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
-        ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli_base",
-                     "prereg_kit.cli_json", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.cli", "prereg_kit.__main__"]),
+        ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli",
+                     "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],
     "prereg_kit.integrations": [
@@ -76,7 +76,7 @@ LAYERS = {
     ],
 }
 COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands", "prereg_kit.integrations.evaluations_file",
-            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
+            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli.commands", "prereg_kit.cli.run", "prereg_kit.cli.status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 # Deferred imports outside command modules that keep the start-up of `prereg lock` and `prereg
 # verify` light, (importer, imported) each: the recipe check of every plan reaches the trainer's
