@@ -90,7 +90,7 @@ def test_figures_leave_matplotlib_global_state_alone():
         "def snapshot():  # reading rcParams['backend'] would itself resolve a backend through pyplot\n"
         "    return {k: dict.__getitem__(matplotlib.rcParams, k) for k in matplotlib.rcParams if k != 'backend'}\n"
         "backend, rc = matplotlib.rcParams._get_backend_or_none(), snapshot()\n"
-        "import prereg_kit.plots as plots, figures\n"
+        "import prereg_kit.report.plots as plots, figures\n"
         "for m in pkgutil.iter_modules(figures.__path__, 'figures.'):\n"
         "    importlib.import_module(m.name)\n"
         "fig, ax = plots.subplots(figsize=(2, 2))\n"

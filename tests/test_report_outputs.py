@@ -28,8 +28,8 @@ from prereg_kit.report import (
     printed_test,
     write_report,
 )
-from prereg_kit.report_html import render_html
-from prereg_kit.report_tex import contrasts_tex, tex_test
+from prereg_kit.report.html import render_html
+from prereg_kit.report.tex import contrasts_tex, tex_test
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPLORATORY = '''

@@ -252,7 +252,7 @@ def test_flag_shows_in_report_html_and_console(dry):
     assert f"{MARK} The verdict changes under a robustness test named in the plan: P1 (wilcoxon: inconclusive)." in md
     row = next(line for line in md.splitlines() if line.startswith("| P1 "))
     assert MARK in row
-    from prereg_kit.report_html import render_html
+    from prereg_kit.report.html import render_html
     page = render_html(md, {})  # a dry run's page: nothing bold
     assert "P1 (wilcoxon: inconclusive)" in page and f"<td>gain {MARK}</td>" in page
     from rich.console import Console

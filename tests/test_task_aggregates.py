@@ -66,7 +66,7 @@ def test_aggregates_equal_their_definitions_on_the_scores(study):
 
 
 def test_performance_profile_figure_from_the_study(study, tmp_path):
-    from prereg_kit.aggregate_plots import performance_profile_figure
+    from prereg_kit.report.aggregate_plots import performance_profile_figure
 
     a = study_aggregates(study, n_resamples=200)
     path = performance_profile_figure(a.profiles, tmp_path / "profile.png", title="S33 (synthetic)")
