@@ -34,8 +34,9 @@ LAYERS = {
         ("records", ["prereg_kit.lock", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal", "prereg_kit.gradient_seal",
                      "prereg_kit.look_chain", "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
         ("analysis", ["prereg_kit.notebook", "prereg_kit.verified", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.robustness", "prereg_kit.verdicts", "prereg_kit.gradient_tests", "prereg_kit.sequential_looks",
-                      "prereg_kit.gradient_synth", "prereg_kit.extrapolated", "prereg_kit.analyze", "prereg_kit.task_aggregates", "prereg_kit.synth"]),
-        ("output", ["prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
+                      "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.extrapolated", "prereg_kit.analyze",
+                      "prereg_kit.task_aggregates", "prereg_kit.simulate.synth"]),
+        ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.status"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
         ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli",

@@ -17,7 +17,6 @@ import pytest
 from rich.console import Console
 
 from prereg_kit.analyze import analyze_study
-from prereg_kit.dryrun import dry_run
 from prereg_kit.plan import load_plan
 from prereg_kit.report import (
     cannot_change,
@@ -30,6 +29,7 @@ from prereg_kit.report import (
 )
 from prereg_kit.report.html import render_html
 from prereg_kit.report.tex import contrasts_tex, tex_test
+from prereg_kit.simulate.dryrun import dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPLORATORY = '''

@@ -13,11 +13,11 @@ from plans import ANALYSIS_PLAN
 from statsmodels.stats.multitest import multipletests
 
 from prereg_kit import stats
-from prereg_kit.dryrun import dry_run
 from prereg_kit.plan import validate_plan
 from prereg_kit.plan.load import PlanError
 from prereg_kit.report import console_table, printed_test, render_markdown
 from prereg_kit.robustness import MARK, reading_of, robust_columns, robustness_table
+from prereg_kit.simulate.dryrun import dry_run
 from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 

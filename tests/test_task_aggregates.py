@@ -22,7 +22,7 @@ def study(tmp_path_factory):
     # the start and at B), a synthetic study from its plan. Smaller than the registry's (12 of its
     # 24 seeds, 60, 80 and 70 problems instead of 200, 1543 and 1319): the claims are about which
     # reading each score is and what each aggregate computes, not about sizes (a third of the time)
-    from prereg_kit.dryrun import dry_run
+    from prereg_kit.simulate.dryrun import dry_run
 
     d = tmp_path_factory.mktemp("agg")
     text = (REGISTRY / "S33" / "plan.toml").read_text()

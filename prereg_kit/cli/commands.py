@@ -277,7 +277,7 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
                     "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = None,
                 as_json: JsonOpt = False) -> None:
     """Simulate the plan on synthetic run logs with chosen effects; report what it would conclude."""
-    from ..dryrun import dry_run, parse_pairs
+    from ..simulate.dryrun import dry_run, parse_pairs
 
     res = dry_run(plan, parse_pairs(effect or [], "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
                   n_resamples=resamples or None, time_ratio=parse_pairs(time_ratio or [], "--time-ratio", "mc_k4=0.3"),
