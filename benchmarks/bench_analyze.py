@@ -133,7 +133,7 @@ def main() -> None:
     from prereg_kit.plan import load_plan
     from prereg_kit.report import write_report
     from prereg_kit.runlog import load_study
-    from prereg_kit.synth import generate_study
+    from prereg_kit.simulate.synth import generate_study
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="prereg-bench-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,7 @@ def _generate(root: Path, plan_hash: str, B: int, seeds: range, n_main: int, n_f
     ``k`` of the whole study starts ``k`` minutes after ``started_at``, so chunks of seeds written
     apart are the same runs as one call for all seeds."""
     from prereg_kit.seal import seal_runs
-    from prereg_kit.synth import generate_study
+    from prereg_kit.simulate.synth import generate_study
 
     first = started_at + timedelta(minutes=4 * seeds.start)
     out = generate_study(root, study="bench", plan_hash=plan_hash,

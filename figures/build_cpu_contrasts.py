@@ -8,8 +8,8 @@ from pathlib import Path
 
 from figures.cpu_studies import registry_study
 from prereg_kit.analyze import analyze_study
-from prereg_kit.plots import forest_plot
 from prereg_kit.report import contrast_table
+from prereg_kit.report.plots import forest_plot
 
 OUTPUT = "cpu_contrasts.md"
 DESCRIPTION = "CPU studies: every contrast from `prereg analyze` of their run logs, in Tables 3-4's layout, with forest plots (cpu_forest_<study>.png)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from figures.cpu_studies import primary_curves
-from prereg_kit.plots import subplots, time_unit
+from prereg_kit.report.plots import subplots, time_unit
 
 OUTPUT = "cpu_accuracy_curves.png"
 DESCRIPTION = "CPU studies: held-out accuracy against generated tokens and training time, per configuration (run logs)"
@@ -53,7 +53,7 @@ def draw(study_dirs: list[Path]):
 
 def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
     from figures.cpu_studies import registry_study
-    from prereg_kit.plots import save
+    from prereg_kit.report.plots import save
 
     fig, _ = draw(study_dirs if study_dirs is not None else [registry_study(s) for s in STUDIES])
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

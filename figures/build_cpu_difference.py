@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from figures.cpu_studies import primary_curves
-from prereg_kit.plots import difference_figure
+from prereg_kit.report.plots import difference_figure
 
 OUTPUT = "cpu_difference_vs_time.png"
 DESCRIPTION = "CPU studies: primary differences (treatment − control) against training time, mean and 95% band (paper 1 Figure 3's form)"
@@ -18,7 +18,7 @@ STUDIES = ("cpu-grpo", "cpu-interventions")
 
 
 def draw(study_dirs: list[Path]):
-    """The figure and its data (:func:`prereg_kit.plots.difference_figure`): each study's primary
+    """The figure and its data (:func:`prereg_kit.report.plots.difference_figure`): each study's primary
     token-read contrasts, treatment − control over training time."""
     import pandas as pd
 
@@ -34,7 +34,7 @@ def draw(study_dirs: list[Path]):
 
 def build(out_dir: Path, study_dirs: list[Path] | None = None) -> Path:
     from figures.cpu_studies import registry_study
-    from prereg_kit.plots import save
+    from prereg_kit.report.plots import save
 
     fig, _ = draw(study_dirs if study_dirs is not None else [registry_study(s) for s in STUDIES])
     Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from figures.cpu_studies import primary_curves
-from prereg_kit.plots import subplots
+from prereg_kit.report.plots import subplots
 
 OUTPUT = "cpu_multireward.png"
 DESCRIPTION = ("CPU multi-reward study: accuracy and negative-answer rate against generated tokens per aggregation rule "
@@ -76,7 +76,7 @@ def draw(study: Path):
 
 def build(out_dir: Path, study_dir: Path | None = None) -> Path:
     from figures.cpu_studies import registry_study
-    from prereg_kit.plots import save
+    from prereg_kit.report.plots import save
 
     fig, _ = draw(Path(study_dir) if study_dir is not None else registry_study(STUDY))
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

@@ -15,7 +15,7 @@ import numpy as np
 
 from figures.cpu_studies import primary_curves
 from prereg_kit import readings as rd
-from prereg_kit.plots import subplots
+from prereg_kit.report.plots import subplots
 
 OUTPUT = "cpu_selection_panels.png"
 DESCRIPTION = "CPU intervention study: gain of the critic filter (and its random-choice control) over outcome-only GRPO against the change in mixed groups and against the candidates' mean predicted success (paper 1 Figure 4's form)"
@@ -77,7 +77,7 @@ def draw(study: Path):
 
 def build(out_dir: Path, study_dir: Path | None = None) -> Path:
     from figures.cpu_studies import registry_study
-    from prereg_kit.plots import save
+    from prereg_kit.report.plots import save
 
     fig, _ = draw(study_dir if study_dir is not None else registry_study(STUDY))
     return save(fig, Path(out_dir) / OUTPUT, dpi=110)

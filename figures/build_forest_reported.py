@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from figures.paper_tables import PrintedRow, printed_test, value
-from prereg_kit.plots import subplots
+from prereg_kit.report.plots import subplots
 
 OUTPUT = "figure7_forest.png"
 DESCRIPTION = ("Figures 7-8 (figure7_forest.png, figure8_forest.png): forest plots of every matched-compute "

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from analyses.kl import approx_kl, gaussian_mode_kl, mode_dropping_kl
-from prereg_kit.plots import save, subplots
 from prereg_kit.progress import shown_path
+from prereg_kit.report.plots import save, subplots
 
 OUTPUT = "p2_fig8_gaussian_kl.png"
 DESCRIPTION = ("Paper 2 Figure 8: forward vs reverse KL of a Gaussian probe with an invented mode (eps=5%) "

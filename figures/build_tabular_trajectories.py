@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from analyses.tabular import iterations_to_reach, run_recursion, sampled_trajectory
-from prereg_kit.plots import save, subplots
 from prereg_kit.progress import shown_path
+from prereg_kit.report.plots import save, subplots
 
 OUTPUT = "p2_fig3_tabular_trajectories.png"
 DESCRIPTION = ("Paper 2 Figure 3: exact tabular recursion pi_t(a_j|x) under GRPO, Dr.GRPO, MO-GRPO, exact PG "

@@ -23,9 +23,11 @@ def __getattr__(name: str):
     elif name == "verify":
         import prereg_kit.verify  # callable: pk.verify(study) is verify_study(study)
     elif name == "stats":
-        import prereg_kit.stats
+        import prereg_kit.stats  # noqa: F401 - the module itself is the attribute
     elif name == "plots":
-        import prereg_kit.plots  # noqa: F401 - the module itself is the attribute
+        from .report import plots
+
+        return plots
     elif name in _API:
         from . import api
 

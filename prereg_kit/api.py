@@ -21,13 +21,13 @@ import pandas as pd
 
 from .analyze import Analysis
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS
-from .dryrun import DryRun
-from .dryrun import dry_run as _dry_run
 from .errors import PreregError
 from .notebook import Shown
 from .plan import load_plan
 from .report import TARGET_SHARES
 from .report import write_report as _write_report
+from .simulate.dryrun import DryRun
+from .simulate.dryrun import dry_run as _dry_run
 from .verify import VerifyReport
 
 __all__ = ["Analysis", "DryRun", "Report", "VerifyReport", "dry_run", "load_plan", "load_report", "write_report"]

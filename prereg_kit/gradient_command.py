@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import PreregError, ViolationError
-from .gradient_report import gradient_markdown
 from .gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
 from .gradient_tests import gradient_results
 from .jobs import require_locked
 from .lock import read_chain
 from .plan import load_plan
+from .report.gradient import gradient_markdown
 from .runners import load_runner
 
 

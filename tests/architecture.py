@@ -28,6 +28,7 @@ deferral rule (import-linter).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -293,3 +294,20 @@ def long_modules(mods: Mapping[str, Module], max_lines: int) -> list[str]:
         if n > max_lines and "lines" not in (ast.get_docstring(ast.parse(text)) or ""):
             out.append(f"{m.name}: {n} lines")
     return sorted(out)
+
+
+def missing_from_doc(root: Path, package: str, doc: str) -> list[str]:
+    """Modules of ``package`` that ``doc`` does not name: a module by its name in backticks and,
+    inside a folder, the folder too (`` `folder/` ``, or a path ending so); a folder's
+    ``__init__`` by the folder. Code blocks do not count."""
+    doc = re.sub(r"```.*?```", "", doc, flags=re.S)
+    names = set(re.findall(r"`([^`\n]+)`", doc))
+    out = []
+    for p in sorted((root / package).rglob("*.py")):
+        rel = p.relative_to(root / package)
+        folder = "/".join(rel.parts[:-1]) + "/" if len(rel.parts) > 1 else None
+        has_folder = folder is None or any(n == folder or n.endswith("/" + folder) for n in names)
+        named = has_folder if rel.name == "__init__.py" and folder else has_folder and rel.stem in names
+        if not named:
+            out.append(rel.as_posix())
+    return out

@@ -4,7 +4,7 @@ profiles it cannot put on one axis."""
 import numpy as np
 import pytest
 
-from prereg_kit.aggregate_plots import (
+from prereg_kit.report.aggregate_plots import (
     draw_performance_profile,
     performance_profile_figure,
 )

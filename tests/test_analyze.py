@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from prereg_kit import stats
 from prereg_kit.analyze import analyze_study
 from prereg_kit.cli import app
-from prereg_kit.dryrun import MARKER, configuration_effects, dry_run
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import load_plan
 from prereg_kit.report import format_p
+from prereg_kit.simulate.dryrun import MARKER, configuration_effects, dry_run
 
 EFFECTS = {"P1": 0.06, "P2": 0.0}
 

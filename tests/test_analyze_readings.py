@@ -12,7 +12,7 @@ import pytest
 from plans import SMALL_PLAN
 
 from prereg_kit import stats
-from prereg_kit.dryrun import dry_run
+from prereg_kit.simulate.dryrun import dry_run
 
 CONTRASTS = [("FH", 'at = "first_half"', "secondary"), ("SH", 'at = "second_half"', "secondary"),
              ("ALL", 'at = "all_evals"', "secondary"), ("TT", 'at = "to_target"', "exploratory"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from architecture import check, cycles, long_modules, scan
+from architecture import check, cycles, long_modules, missing_from_doc, scan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,12 +34,13 @@ LAYERS = {
         ("records", ["prereg_kit.lock", "prereg_kit.anchors", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal", "prereg_kit.gradient_seal",
                      "prereg_kit.look_chain", "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
         ("analysis", ["prereg_kit.notebook", "prereg_kit.verified", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.robustness", "prereg_kit.verdicts", "prereg_kit.gradient_tests", "prereg_kit.sequential_looks",
-                      "prereg_kit.gradient_synth", "prereg_kit.extrapolated", "prereg_kit.analyze", "prereg_kit.task_aggregates", "prereg_kit.synth"]),
-        ("output", ["prereg_kit.plots", "prereg_kit.aggregate_plots", "prereg_kit.extrapolation_plots", "prereg_kit.gradient_report", "prereg_kit.report_tex", "prereg_kit.report_html", "prereg_kit.report_figures", "prereg_kit.report", "prereg_kit.dryrun", "prereg_kit.registry",
+                      "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.extrapolated", "prereg_kit.analyze",
+                      "prereg_kit.task_aggregates", "prereg_kit.simulate.synth"]),
+        ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.status"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
-        ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli_base",
-                     "prereg_kit.cli_json", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.cli", "prereg_kit.__main__"]),
+        ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli",
+                     "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],
     "prereg_kit.integrations": [
@@ -76,7 +77,7 @@ LAYERS = {
     ],
 }
 COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands", "prereg_kit.integrations.evaluations_file",
-            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli_run", "prereg_kit.cli_status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
+            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli.commands", "prereg_kit.cli.run", "prereg_kit.cli.status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 # Deferred imports outside command modules that keep the start-up of `prereg lock` and `prereg
 # verify` light, (importer, imported) each: the recipe check of every plan reaches the trainer's
@@ -259,3 +260,16 @@ def test_a_sub_package_with_its_own_key_may_sit_above_another_package(tmp_path):
     (root / "app/low.py").write_text("X = 1\nimport app.plug.x\n")
     problems = check(scan(root, list(packages)), packages=packages, layers=layers)
     assert "app.low:2: imports app.plug.x: app may not use app.plug" in problems, problems
+
+
+def test_every_core_module_is_named_in_the_architecture_doc():
+    missing = missing_from_doc(ROOT, "prereg_kit", (ROOT / "docs" / "architecture.md").read_text())
+    assert missing == [], f"name these in docs/architecture.md: {missing}"
+
+
+def test_the_doc_check_fails_on_a_module_missing(tmp_path):
+    _package(tmp_path, {"app/__init__.py": "", "app/a.py": "", "app/sub/__init__.py": "", "app/sub/b.py": ""})
+    assert missing_from_doc(tmp_path, "app", "`__init__`, `a`, `sub/` (`b`)") == []
+    assert missing_from_doc(tmp_path, "app", "`__init__`, `sub/` (`b`)") == ["a.py"]
+    assert missing_from_doc(tmp_path, "app", "`__init__`, `a`, `b`") == ["sub/__init__.py", "sub/b.py"]
+    assert missing_from_doc(tmp_path, "app", "`a`, `sub/`\n```\n`b`\n```") == ["__init__.py", "sub/b.py"]

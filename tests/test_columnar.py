@@ -18,7 +18,7 @@ from prereg_kit.readings.pairing import _NO_CRN, _modal
 from prereg_kit.readings.points import _runs
 from prereg_kit.runlog import RunLogError, find_runs, load_study
 from prereg_kit.runlog.study import _load
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 
 
 @pytest.fixture(scope="module")

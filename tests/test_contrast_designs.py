@@ -16,10 +16,10 @@ from statsmodels.stats.weightstats import ttost_ind
 
 from prereg_kit import stats
 from prereg_kit.checks import read_checks
-from prereg_kit.dryrun import configuration_effects, dry_run
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.plan import validate_plan
 from prereg_kit.report import render_markdown
+from prereg_kit.simulate.dryrun import configuration_effects, dry_run
 
 HEAD = """\
 [study]

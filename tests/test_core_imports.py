@@ -7,7 +7,7 @@ import sys
 
 CORE = ["prereg_kit", "prereg_kit.plan", "prereg_kit.lock", "prereg_kit.verify", "prereg_kit.audit",
         "prereg_kit.runlog", "prereg_kit.readings", "prereg_kit.stats", "prereg_kit.analyze", "prereg_kit.report",
-        "prereg_kit.dryrun", "prereg_kit.synth", "prereg_kit.cli", "prereg_kit.timestamp", "prereg_kit.jobs",
+        "prereg_kit.simulate.dryrun", "prereg_kit.simulate.synth", "prereg_kit.cli", "prereg_kit.timestamp", "prereg_kit.jobs",
         "prereg_kit.runners"]
 
 
@@ -90,7 +90,7 @@ def test_figures_leave_matplotlib_global_state_alone():
         "def snapshot():  # reading rcParams['backend'] would itself resolve a backend through pyplot\n"
         "    return {k: dict.__getitem__(matplotlib.rcParams, k) for k in matplotlib.rcParams if k != 'backend'}\n"
         "backend, rc = matplotlib.rcParams._get_backend_or_none(), snapshot()\n"
-        "import prereg_kit.plots as plots, figures\n"
+        "import prereg_kit.report.plots as plots, figures\n"
         "for m in pkgutil.iter_modules(figures.__path__, 'figures.'):\n"
         "    importlib.import_module(m.name)\n"
         "fig, ax = plots.subplots(figsize=(2, 2))\n"

@@ -309,8 +309,8 @@ def test_dry_run_and_analyze_write_a_line_every_few_seconds_to_a_log(monkeypatch
     (or progress=False) gets nothing of this."""
     import time
 
-    from prereg_kit.dryrun import _note
     from prereg_kit.progress import progress_lines as _progress_lines
+    from prereg_kit.simulate.dryrun import _note
 
     now = iter(range(0, 1000, 3))  # 3 fake seconds per call of the clock
     monkeypatch.setattr(time, "monotonic", lambda: next(now))

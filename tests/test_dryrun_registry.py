@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from prereg_kit.analyze import analyze_study
 from prereg_kit.cli import app
-from prereg_kit.dryrun import dry_run
 from prereg_kit.errors import PreregError
+from prereg_kit.simulate.dryrun import dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "registry"

@@ -367,7 +367,7 @@ def test_prereg_and_the_local_launcher_never_import_submitit_or_ray():
     import subprocess
     import sys
 
-    code = ("import sys, prereg_kit.cli, prereg_kit.cli_run, trainer.plugin, trainer.launch\n"
+    code = ("import sys, prereg_kit.cli, prereg_kit.cli.run, trainer.plugin, trainer.launch\n"
             "bad = [m for m in ('submitit', 'ray') if m in sys.modules]\n"
             "assert not bad, bad\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

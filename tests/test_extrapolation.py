@@ -27,7 +27,7 @@ from prereg_kit.readings.extrapolation import (
     usable,
 )
 from prereg_kit.runlog import load_study
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 # ------------------------------------------------------------------------------ the curve at e·t
@@ -259,7 +259,7 @@ batches = 8
 def test_the_dry_run_reads_a_numeric_e_and_a_synthetic_test_reference(tmp_path):
     from pathlib import Path
 
-    from prereg_kit.dryrun import dry_run
+    from prereg_kit.simulate.dryrun import dry_run
 
     text = (Path(__file__).resolve().parents[1] / "registry" / "cpu-grpo" / "plan.toml").read_text()
     path = tmp_path / "plan.toml"

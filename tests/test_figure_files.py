@@ -14,9 +14,10 @@ import pytest
 from matplotlib.collections import PathCollection
 from PIL import Image
 
-from prereg_kit import extrapolation_plots, gradient_report, plots
 from prereg_kit.gradient_tests import GradientResults
 from prereg_kit.readings.extrapolation import Extrapolation
+from prereg_kit.report import extrapolation_plots, plots
+from prereg_kit.report import gradient as gradient_report
 
 THUMB = (48, 16)  # width, height of the grey thumbnail a reference keeps
 # rendered by the plain way (tight_layout, then savefig(bbox_inches="tight") per file) at dpi 120:

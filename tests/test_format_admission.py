@@ -32,7 +32,7 @@ from prereg_kit.runlog import (
     validate_frame,
 )
 from prereg_kit.seal import seal_runs
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 from prereg_kit.verify import verify_study
 
 PLAN = """\

@@ -66,7 +66,7 @@ def test_problem_accuracy_rows_equal_a_sort_of_all_keys(tmp_path):
     from prereg_kit.readings import problem_accuracy
     from prereg_kit.readings.base import RUN
     from prereg_kit.runlog import load_study
-    from prereg_kit.synth import generate_study
+    from prereg_kit.simulate.synth import generate_study
 
     generate_study(tmp_path, configurations={"control": 0.0, "treatment": 0.02}, seeds=range(12),
                    budget_tokens=100_000, eval_every=50_000, eval_sets={"math200": 7}, rng=2)
@@ -82,7 +82,7 @@ def test_strict_accuracy_of_drift_flags_equals_its_curve(tmp_path):
     the strict accuracy curve, on rows in folder order and shuffled."""
     from prereg_kit.readings import accuracy_curve, drift_flags
     from prereg_kit.runlog import load_study
-    from prereg_kit.synth import generate_study
+    from prereg_kit.simulate.synth import generate_study
 
     generate_study(tmp_path, configurations={"control": 0.0, "treatment": 0.02}, seeds=range(11),
                    budget_tokens=100_000, eval_every=50_000, eval_sets={"math200": 9}, rng=6)

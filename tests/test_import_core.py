@@ -14,6 +14,7 @@ from importfiles import IMPORT_PLAN, N_STEPS, T_RUN, locked_study, prereg_app, w
 from typer.testing import CliRunner
 
 from prereg_kit import cli
+from prereg_kit.cli import commands as cli_commands
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.integrations import command
 from prereg_kit.integrations.importing import ImportedRun, place_evaluations, write_imported_run
@@ -179,7 +180,7 @@ def test_entry_point_group_wires_prereg_import(monkeypatch):
             return command.app
 
     app = typer.Typer()
-    monkeypatch.setattr(cli, "app", app)
+    monkeypatch.setattr(cli_commands, "app", app)
     import importlib.metadata as md
 
     monkeypatch.setattr(md, "entry_points", lambda group: [EP()] if group == "prereg_kit.commands" else [])

@@ -41,7 +41,7 @@ from prereg_kit.lock import (
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunBusyError, RunLock, RunLogError, RunLogWriter, RunMeta, read_run, run_busy, run_dir
 from prereg_kit.seal import seal_runs
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 from prereg_kit.verify import verify_study
 
 PLAN = plan_text(id="trust", comparator="ctl", treatment="trt", seeds='"0-3"', tokens=100_000, eval_every="B/4",

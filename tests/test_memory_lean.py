@@ -16,7 +16,7 @@ from prereg_kit.readings.pairing import _evaluations_read
 from prereg_kit.runlog import load_study
 from prereg_kit.runlog.memory import release_memory
 from prereg_kit.runlog.text import sorted_categories, text_codes
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 
 
 @pytest.fixture(scope="module")

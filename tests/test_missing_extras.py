@@ -20,7 +20,7 @@ import typer
 from plans import lock_at
 from typer.testing import CliRunner
 
-from prereg_kit.cli_base import handles_errors
+from prereg_kit.cli.base import handles_errors
 from prereg_kit.errors import extra_for
 
 ROOT = Path(__file__).resolve().parents[1]

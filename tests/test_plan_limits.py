@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plans import SMALL_PLAN
 
-from prereg_kit import cli_base
 from prereg_kit.cli import app
+from prereg_kit.cli import base as cli_base
 from prereg_kit.errors import PlanError
 from prereg_kit.plan import (
     MAX_DEPTH,

@@ -17,11 +17,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 from plans import plan_text
 
-from prereg_kit import extrapolation_plots, gradient_report, plots
-from prereg_kit.dryrun import dry_run
 from prereg_kit.gradient_tests import GradientResults
 from prereg_kit.readings.extrapolation import Extrapolation
-from prereg_kit.report import write_report
+from prereg_kit.report import extrapolation_plots, plots, write_report
+from prereg_kit.report import gradient as gradient_report
+from prereg_kit.simulate.dryrun import dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ("forest", "accuracy", "difference_vs_time")
@@ -277,7 +277,7 @@ def test_every_report_figure_keeps_its_legends_off_the_data_of_every_panel(repor
     (the report's own figures, the extrapolation, the gradient tests and the performance profile)."""
     from figcheck import layout_problems
 
-    from prereg_kit.aggregate_plots import draw_performance_profile
+    from prereg_kit.report.aggregate_plots import draw_performance_profile
     from prereg_kit.stats import performance_profile
 
     _, figs, _ = reports

@@ -97,7 +97,7 @@ def test_the_package_names_are_the_documented_ones():
     import prereg_kit.analyze as analyze_module  # the module every import names is what pk.analyze calls
 
     assert pk.analyze is analyze_module and callable(pk.analyze) and callable(pk.verify)
-    assert pk.PreregError.__name__ == "PreregError" and pk.plots.__name__ == "prereg_kit.plots"
+    assert pk.PreregError.__name__ == "PreregError" and pk.plots.__name__ == "prereg_kit.report.plots"
     assert {"analyze", "load_report", "write_report", "dry_run", "verify", "load_plan", "stats", "plots",
             "PreregError"} <= set(dir(pk))
     with pytest.raises(AttributeError, match="has no attribute 'analyse'"):

@@ -12,7 +12,7 @@ from prereg_kit.analyze import UNSPLIT, configuration_summary
 from prereg_kit.readings import accuracy_curve, read_at_tokens
 from prereg_kit.readings.points import _at_budget, _frame, _runs
 from prereg_kit.runlog import load_study
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 
 
 def old_read_at_tokens(curves, budget):

@@ -17,7 +17,6 @@ import pytest
 from rich.console import Console
 
 from prereg_kit.analyze import analyze_study
-from prereg_kit.dryrun import dry_run
 from prereg_kit.plan import load_plan
 from prereg_kit.report import (
     cannot_change,
@@ -28,8 +27,9 @@ from prereg_kit.report import (
     printed_test,
     write_report,
 )
-from prereg_kit.report_html import render_html
-from prereg_kit.report_tex import contrasts_tex, tex_test
+from prereg_kit.report.html import render_html
+from prereg_kit.report.tex import contrasts_tex, tex_test
+from prereg_kit.simulate.dryrun import dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPLORATORY = '''

@@ -13,11 +13,11 @@ from plans import ANALYSIS_PLAN
 from statsmodels.stats.multitest import multipletests
 
 from prereg_kit import stats
-from prereg_kit.dryrun import dry_run
 from prereg_kit.plan import validate_plan
 from prereg_kit.plan.load import PlanError
 from prereg_kit.report import console_table, printed_test, render_markdown
 from prereg_kit.robustness import MARK, reading_of, robust_columns, robustness_table
+from prereg_kit.simulate.dryrun import dry_run
 from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 
@@ -252,7 +252,7 @@ def test_flag_shows_in_report_html_and_console(dry):
     assert f"{MARK} The verdict changes under a robustness test named in the plan: P1 (wilcoxon: inconclusive)." in md
     row = next(line for line in md.splitlines() if line.startswith("| P1 "))
     assert MARK in row
-    from prereg_kit.report_html import render_html
+    from prereg_kit.report.html import render_html
     page = render_html(md, {})  # a dry run's page: nothing bold
     assert "P1 (wilcoxon: inconclusive)" in page and f"<td>gain {MARK}</td>" in page
     from rich.console import Console

@@ -32,7 +32,7 @@ from prereg_kit.lock import GUARD_TIMEOUT_ENV, chain_guard, guard_timeout, lock_
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunMeta, read_meta, write_meta
 from prereg_kit.seal import seal_runs
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 from prereg_kit.verify import verify_study
 
 ROOT = Path(__file__).resolve().parents[1]

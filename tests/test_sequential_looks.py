@@ -295,7 +295,7 @@ def test_analyze_look_by_look_and_dry_run_power(tmp_path):
     from typer.testing import CliRunner
 
     from prereg_kit.cli import app
-    from prereg_kit.dryrun import dry_run
+    from prereg_kit.simulate.dryrun import dry_run
 
     plan = _plan(tmp_path, members='["C1"]', futility="conditional-power")
     assert plan.sequential.looks == [3, 6]

@@ -200,7 +200,7 @@ def test_a_usage_error_raised_by_a_command_is_typers_own():
     import typer
     from typer.testing import CliRunner
 
-    from prereg_kit.cli_base import handles_errors
+    from prereg_kit.cli.base import handles_errors
 
     app = typer.Typer()
 

@@ -15,7 +15,7 @@ from prereg_kit.readings import (
     problem_accuracy,
 )
 from prereg_kit.runlog import load_study, read_run
-from prereg_kit.synth import generate_study
+from prereg_kit.simulate.synth import generate_study
 
 B = 1_000_000
 
@@ -121,7 +121,7 @@ def test_deterministic_and_rng_sensitive(tmp_path):
 
 
 def test_levels_log_lengths_and_group_shares(synth, tmp_path):
-    from prereg_kit.synth import problem_levels
+    from prereg_kit.simulate.synth import problem_levels
 
     info, st = synth
     ev = st.evals

@@ -22,7 +22,7 @@ def study(tmp_path_factory):
     # the start and at B), a synthetic study from its plan. Smaller than the registry's (12 of its
     # 24 seeds, 60, 80 and 70 problems instead of 200, 1543 and 1319): the claims are about which
     # reading each score is and what each aggregate computes, not about sizes (a third of the time)
-    from prereg_kit.dryrun import dry_run
+    from prereg_kit.simulate.dryrun import dry_run
 
     d = tmp_path_factory.mktemp("agg")
     text = (REGISTRY / "S33" / "plan.toml").read_text()
@@ -66,7 +66,7 @@ def test_aggregates_equal_their_definitions_on_the_scores(study):
 
 
 def test_performance_profile_figure_from_the_study(study, tmp_path):
-    from prereg_kit.aggregate_plots import performance_profile_figure
+    from prereg_kit.report.aggregate_plots import performance_profile_figure
 
     a = study_aggregates(study, n_resamples=200)
     path = performance_profile_figure(a.profiles, tmp_path / "profile.png", title="S33 (synthetic)")

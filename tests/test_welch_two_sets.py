@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from prereg_kit.dryrun import dry_run
 from prereg_kit.errors import PlanError
 from prereg_kit.plan import validate_plan
+from prereg_kit.simulate.dryrun import dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,8 +20,8 @@ from typing import Annotated, Any, Callable
 
 import typer
 
-from ..cli_base import handles_errors
-from ..cli_json import JsonOpt
+from ..cli.base import handles_errors
+from ..cli.jsonout import JsonOpt
 from ..errors import PreregError
 
 app = typer.Typer(name="import", help="Import a run another trainer wrote (verl, OpenRLHF, TRL, trackers) into a locked study.",
@@ -69,8 +69,8 @@ def check_study(study_dir: Path, configuration: str, seed: int, stage: str) -> N
 def finish(study_dir: Path, configuration: str, seed: int, run: Any, stage: str, as_json: bool = False) -> None:
     """Write an imported run and say where it went: one line and the importer's notes, or with
     ``as_json`` one JSON document (:func:`~.importing.import_summary`)."""
-    from ..cli_base import err, out
-    from ..cli_json import print_json
+    from ..cli.base import err, out
+    from ..cli.jsonout import print_json
     from .importing import import_summary, write_imported_run
 
     folder = write_imported_run(study_dir, configuration, seed, run, stage=stage)

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..cli_base import handles_errors, out
+from ..cli.base import handles_errors, out
 from ..errors import PreregError
 
 RECORD_KEYS = ("step", "eval_set", "problem_id", "input", "output", "answer", "tool_score")

@@ -14,8 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..cli_base import handles_errors
-from ..cli_json import JsonOpt
+from ..cli.base import handles_errors
+from ..cli.jsonout import JsonOpt
 from .tracker_presets import PRESETS, TrackerError
 
 Study = Annotated[Path, typer.Argument(help="the study folder (plan.toml, plan.lock, runs/)")]

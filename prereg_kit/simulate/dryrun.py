@@ -2,7 +2,7 @@
 
 Writes synthetic run logs for the plan (its configurations × main seeds, its budget and
 evaluation schedule, its evaluation sets, chosen true effects, realistic seed and problem
-variance; :mod:`prereg_kit.synth`), locks a copy of the plan beside them, and analyzes them with
+variance; :mod:`prereg_kit.simulate.synth`), locks a copy of the plan beside them, and analyzes them with
 the same code as ``prereg analyze``. With ``repeat = N`` it does this N more times on fresh
 synthetic data and reports, per contrast, how often each verdict came out: the power of each
 primary contrast by simulation (or its false-positive rate when the true effect is zero).
@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from .analyze import Analysis, analyze_study
-from .errors import PreregError
-from .gradient_seal import result_folder, seal_gradient
-from .gradient_synth import write_synthetic_result
-from .lock import lock_plan, parse_time
-from .plan import PLAN_FILE, Plan, load_plan
-from .progress import progress as _progress
-from .report import write_report
-from .runlog.schema import ITERATION_COLUMNS
-from .seal import seal_runs
-from .sequential_looks import looks_of_differences, looks_power, per_seed_differences
+from ..analyze import Analysis, analyze_study
+from ..errors import PreregError
+from ..gradient_seal import result_folder, seal_gradient
+from ..lock import lock_plan, parse_time
+from ..plan import PLAN_FILE, Plan, load_plan
+from ..progress import progress as _progress
+from ..report import write_report
+from ..runlog.schema import ITERATION_COLUMNS
+from ..seal import seal_runs
+from ..sequential_looks import looks_of_differences, looks_power, per_seed_differences
+from .gradient import write_synthetic_result
 from .synth import generate_study
 
 MARKER = ".prereg-dry-run"

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtrit
 
-from .errors import writing
+from ..errors import writing
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not with the report
     from matplotlib.figure import Figure

@@ -18,13 +18,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from . import __version__
-from .cli_base import RUNNER_HELP, PreregGroup, err, handles_errors, out, out_console
-from .cli_base import seed_list as _seed_list
-from .cli_json import JsonOpt, print_json
-from .cli_run import run
-from .cli_status import status
-from .errors import PreregError
+from .. import __version__
+from ..errors import PreregError
+from .base import RUNNER_HELP, PreregGroup, err, handles_errors, out, out_console
+from .base import seed_list as _seed_list
+from .jsonout import JsonOpt, print_json
+from .run import run as run_command
+from .status import status as status_command
 
 # PreregGroup: flags without `<bool>`, arguments as STUDY_DIR in every --help
 app = typer.Typer(name="prereg", help="Preregister, lock, run and analyze matched-compute RL training studies.",
@@ -48,7 +48,7 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_version, 
 def new(study_dir: Annotated[Path, typer.Argument(help="Folder for the new study.")],
         force: Annotated[bool, typer.Option(help="Overwrite an existing plan.toml.")] = False) -> None:
     """Write a commented template plan into STUDY_DIR/plan.toml."""
-    from .plan import PLAN_FILE  # the plan's models (pydantic) only for commands that read one: --help starts fast
+    from ..plan import PLAN_FILE  # the plan's models (pydantic) only for commands that read one: --help starts fast
 
     target = study_dir / PLAN_FILE
     if target.exists() and not force:
@@ -70,9 +70,9 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
     """Timestamp the lock chain's head into STUDY/timestamps/ (no-op when ``url`` is None)."""
     if url is None:
         return
-    from .lock import read_chain
-    from .plan import resolve_plan_path
-    from .timestamp import digest_of, stamp_entry, verify_receipt
+    from ..lock import read_chain
+    from ..plan import resolve_plan_path
+    from ..timestamp import digest_of, stamp_entry, verify_receipt
 
     plan_path = resolve_plan_path(plan)
     head = read_chain(plan_path).head
@@ -84,8 +84,8 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
 
 def _print_runs(plan: Path) -> None:
     """What the plan names to run, one line per stage: a seed typo shows as a count."""
-    from .jobs import run_summary
-    from .plan import load_plan
+    from ..jobs import run_summary
+    from ..plan import load_plan
 
     out.print(escape("\n".join(f"  {line}" for line in run_summary(load_plan(plan).plan))), soft_wrap=True)
 
@@ -95,8 +95,8 @@ def _print_runs(plan: Path) -> None:
 def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
          timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Validate and lock a plan: write plan.lock beside it (a no-op if already locked unchanged); say what it runs."""
-    from .lock import lock_plan
-    from .recipecheck import gate
+    from ..lock import lock_plan
+    from ..recipecheck import gate
 
     notes: list[str] = []  # "recipe not checked: ..." when the plan's trainer is not installed
     res = lock_plan(plan, check=gate(notes))
@@ -120,9 +120,9 @@ def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study fold
           reason: Annotated[str, typer.Option("--reason", "-r", help="Why the plan changed (required).")] = "",
           timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Record a dated, reasoned amendment of a locked plan (chained by hash)."""
-    from .diff import describe
-    from .lock import amend_plan
-    from .recipecheck import gate
+    from ..diff import describe
+    from ..lock import amend_plan
+    from ..recipecheck import gate
 
     notes: list[str] = []
     res = amend_plan(plan, reason, check=gate(notes))
@@ -163,13 +163,13 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     Every run folder must be one the plan names and every sealed file as it was sealed.
     Exit 0 clean, 1 violations, 2 unusable input.
     """
-    from .recipecheck import gate
-    from .verify import verify_study
+    from ..recipecheck import gate
+    from ..verify import verify_study
 
     notes: list[str] = []
     rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes), head=head)
     if as_json:  # the findings are the document; the exit code as without --json
-        from .cli_json import verify_record
+        from .jsonout import verify_record
 
         print_json(verify_record(rep, notes))
         raise typer.Exit(rep.exit_code)
@@ -196,7 +196,7 @@ def seal(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.toml
     trainer are sealed with this command before `prereg analyze`. Runs sealed before are left as
     they are; a run whose files changed since its seal is refused. Exit 0, 1 if any run was refused.
     """
-    from .seal import seal_runs
+    from ..seal import seal_runs
 
     res = seal_runs(study_dir)
     for key in res.sealed:
@@ -227,13 +227,13 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     Exit 1 if the preregistration checks fail (plan changed, runs before the lock); 2 for
     unusable input (no lock, unpaired runs, corrupt logs).
     """
-    from .analyze import analyze_study
-    from .report import write_report
+    from ..analyze import analyze_study
+    from ..report import write_report
 
     a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None, tsa_ca=tsa_ca,
                       look=look or None, **({"progress": False} if as_json else {}))
     if a.sequential is not None:  # the look enters the lock chain before any report is written
-        from .look_chain import record_look
+        from ..look_chain import record_look
 
         sq = a.sequential
         state = "not recorded (exploratory)"
@@ -245,7 +245,7 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     target = out or Path(study_dir) / "report"
     files = write_report(a, target)
     if as_json:  # the record results.json holds; notes also on stderr, as without --json
-        from .report import results_record
+        from ..report import results_record
 
         print_json(results_record(a))
         for n in a.notes:
@@ -260,7 +260,7 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
 
 
 def _print_contrasts(a) -> None:
-    from .report import console_table
+    from ..report import console_table
 
     out_console.print(console_table(a))
 
@@ -280,14 +280,14 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
                     "--update-ratio", help="CONFIG=X: optimizer updates per token relative to the others.")] = None,
                 as_json: JsonOpt = False) -> None:
     """Simulate the plan on synthetic run logs with chosen effects; report what it would conclude."""
-    from .dryrun import dry_run, parse_pairs
+    from ..simulate.dryrun import dry_run, parse_pairs
 
     res = dry_run(plan, parse_pairs(effect or [], "--effect", "C1=0.02"), out=out, repeat=repeat, seed=seed,
                   n_resamples=resamples or None, time_ratio=parse_pairs(time_ratio or [], "--time-ratio", "mc_k4=0.3"),
                   update_ratio=parse_pairs(update_ratio or [], "--update-ratio", "mc_k4=0.1"), **({"progress": False} if as_json else {}))
     if as_json:  # the synthetic analysis's results record, with the true effects and power.csv's rows
-        from .cli_json import frame_records
-        from .report import results_record
+        from ..report import results_record
+        from .jsonout import frame_records
 
         print_json({**results_record(res.analysis), "effects": res.effects,
                     "power": None if res.power is None else frame_records(res.power),
@@ -314,8 +314,8 @@ def dry_run_cmd(plan: Annotated[Path, typer.Argument(help="plan.toml or its stud
     out_console.print(escape(f"synthetic study: {res.folder}; report: {res.folder / 'report' / 'report.md'}"))
 
 
-app.command()(run)  # prereg_kit/cli_run.py
-app.command("status")(status)  # prereg_kit/cli_status.py
+app.command("run")(run_command)  # prereg_kit/cli/run.py
+app.command("status")(status_command)  # prereg_kit/cli/status.py
 
 
 @app.command("gradient-test")
@@ -324,10 +324,10 @@ def gradient_test_cmd(study_dir: Annotated[Path, typer.Argument(help="Study fold
                       test: Annotated[list[str] | None, typer.Option("--test", help="Gradient test id (repeatable); default all.")] = None,
                       runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None) -> None:
     """Run the locked plan's gradient tests through the trainer and seal each result into the lock chain."""
-    from .plan import resolve_plan_path
+    from ..plan import resolve_plan_path
 
     resolve_plan_path(study_dir)  # a wrong path is named before the trainer's modules load
-    from .gradient_command import run_gradient_tests, summary_lines
+    from ..gradient_command import run_gradient_tests, summary_lines
 
     done = run_gradient_tests(study_dir, test, runner_name=runner, log=lambda m: err.print(escape(m), soft_wrap=True))
     out.print(escape("\n".join(summary_lines(study_dir, [e["test"] for e in done]))), soft_wrap=True)
@@ -339,7 +339,7 @@ def probe(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
           stage: Annotated[str, typer.Option(help="Stage whose runs are the probe (one configuration per learning rate).")] = "pilot",
           eval_set: Annotated[str | None, typer.Option("--eval-set", help="Development set (default: the plan's first).")] = None) -> None:
     """The learning-rate stability probe: each rate's runs collapsed or degraded, and the largest stable rate."""
-    from .probe import probe_study
+    from ..probe import probe_study
 
     out.print(escape("\n".join(probe_study(study_dir, stage=stage, eval_set=eval_set).lines())))
 
@@ -355,8 +355,8 @@ def registry_cmd(root: Annotated[Path, typer.Option(
     from rich.markup import escape
     from rich.table import Table
 
-    from .registry import default_root, registry_states
-    from .runners import configuration_problems, load_runner
+    from ..registry import default_root, registry_states
+    from ..runners import configuration_problems, load_runner
 
     base = root or default_root()
     states = registry_states(base)
@@ -369,7 +369,7 @@ def registry_cmd(root: Annotated[Path, typer.Option(
         not_checked = "the installed trainer does not say which configurations it can run"
     bad = sum(not s.plan_valid or bool(s.reported_error) for s in states)
     if as_json:
-        from .cli_json import registry_record
+        from .jsonout import registry_record
 
         print_json(registry_record(base, states, problems, getattr(backend, "name", runner or ""), not_checked, why))
         raise typer.Exit(2 if bad else 0)
@@ -418,14 +418,14 @@ def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders
     from rich.markup import escape
     from rich.table import Table
 
-    from .registry import default_root, recheck
+    from ..registry import default_root, recheck
 
     if not studies and not all_:
         raise PreregError("name one or more studies, or use --all")
     base = root or default_root()
     res = recheck(base, None if all_ else list(studies))
     if as_json:
-        from .cli_json import recheck_record
+        from .jsonout import recheck_record
 
         print_json(recheck_record(res, [r for r in res.rows if r.mismatch or not mismatches]))
         raise typer.Exit(res.exit_code)
@@ -468,8 +468,8 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     """Anchor election: a probe per channel, reverse/forward KL from the base; writes election.json."""
     from rich.markup import escape
 
-    from .plan import resolve_plan_path
-    from .runners import load_runner
+    from ..plan import resolve_plan_path
+    from ..runners import load_runner
 
     resolve_plan_path(study_dir)  # a wrong path is named before the trainer (and torch) loads
     backend = load_runner(runner, command="elect")

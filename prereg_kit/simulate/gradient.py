@@ -26,9 +26,9 @@ import pandas as pd
 
 from analyses.gradient import project_out
 
-from . import __version__
-from .plan import GradientTest, Plan
-from .plan.gradient import CONTINUATION_RULES, RECIPE_DEFAULTS, credit_of, resolved_spec, rollout_of, with_variants
+from .. import __version__
+from ..plan import GradientTest, Plan
+from ..plan.gradient import CONTINUATION_RULES, RECIPE_DEFAULTS, credit_of, resolved_spec, rollout_of, with_variants
 
 DIM = 64  # dimensions of the made-up parameter space
 WHOLE_COMPLETION_RULES = ("outcome", "rloo", "prm_reward", "prm_baseline")  # credit constant within a completion

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from .errors import writing
+from ..errors import writing
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 CSS = """

@@ -38,9 +38,9 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from . import __version__
-from .audit import split_device
-from .runlog import RunLogWriter, RunMeta, run_dir
+from .. import __version__
+from ..audit import split_device
+from ..runlog import RunLogWriter, RunMeta, run_dir
 
 T = TypeVar("T")
 

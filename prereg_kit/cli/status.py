@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from .cli_base import handles_errors, out
+from .base import handles_errors, out
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -45,7 +45,7 @@ def render(st) -> Table:
     """The table of one :class:`~prereg_kit.status.StudyStatus`, with the totals as its caption."""
     from rich.table import Table  # lock and verify print no table
 
-    from .status import BLIND_NOTE
+    from ..status import BLIND_NOTE
 
     tab = Table(title=f"{escape(st.study)} · stage {st.stage} · {escape(st.plan)}", title_justify="left",
                 caption_justify="left")
@@ -85,7 +85,7 @@ def status(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding
            watch: Annotated[float | None, typer.Option("--watch", min=0.05, help="Refresh every SECONDS until every run is complete or failed (Ctrl-C ends it).")] = None,
            parallel: Annotated[int | None, typer.Option("--parallel", min=1, help="Runs at once, for the study's time left (default: those running now).")] = None) -> None:
     """Progress of every run of a stage: state, tokens / B, iteration, evaluations, time, time left, job, holder."""
-    from .status import StatusCache, study_status
+    from ..status import StatusCache, study_status
 
     cache = StatusCache()
 

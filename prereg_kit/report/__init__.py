@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..errors import writing
+from ..plan import COLLAPSE_K, format_tokens
+from ..robustness import MARK, flag_lines, json_lists, robustness_table
 from . import plots
-from .errors import writing
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
-from .gradient_report import gradient_markdown, write_gradient
-from .plan import COLLAPSE_K, format_tokens
-from .report_figures import is_target, report_figures
-from .report_html import write_html
-from .report_tex import contrasts_tex
-from .robustness import MARK, flag_lines, json_lists, robustness_table
+from .figures import is_target, report_figures
+from .gradient import gradient_markdown, write_gradient
+from .html import write_html
+from .tex import contrasts_tex
 
 if TYPE_CHECKING:
-    from .analyze import Analysis
+    from ..analyze import Analysis
 
 
 _METHOD_WORDS = {"holm": "Holm-adjusted", "hochberg": "Hochberg-adjusted", "hommel": "Hommel-adjusted",

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..readings.extrapolation import HEURISTIC, Extrapolation
 from .plots import decorate, legend_outside, marked, save_all, subplots, token_unit, tokens_label
-from .readings.extrapolation import HEURISTIC, Extrapolation
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .analyze import Analysis
+    from ..analyze import Analysis
 
 
 def extrapolation(x: Extrapolation, *, ax=None, title: str | None = None, treatment: str = "treatment",

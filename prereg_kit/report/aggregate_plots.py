@@ -2,7 +2,7 @@
 for each configuration the share of run × task scores above τ, with its pointwise stratified-
 bootstrap band, from :func:`prereg_kit.stats.performance_profile`; the legend (a line per
 configuration, an entry for the bands) to the right of the panel. Drawn on a figure pyplot never
-sees (:func:`prereg_kit.plots.subplots`)."""
+sees (:func:`prereg_kit.report.plots.subplots`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..stats import PerformanceProfile
 from .plots import band_entry, legend_outside, save, subplots
-from .stats import PerformanceProfile
 
 
 def draw_performance_profile(profiles: Mapping[str, PerformanceProfile], *, title: str,

@@ -1,4 +1,4 @@
-"""The report's figures of one analysis (``prereg_kit.plots``): the forest plot of every contrast,
+"""The report's figures of one analysis (``prereg_kit.report.plots``): the forest plot of every contrast,
 the accuracy curves, and the primary differences, each drawn along the axis its contrast is read
 on — matched generated tokens, training time or updates — with the reading the table makes marked
 on it (the point and the table's Δ [95% CI]), so the figure and the table show one reading. Every
@@ -17,7 +17,7 @@ import pandas as pd
 from . import plots
 
 if TYPE_CHECKING:
-    from .analyze import Analysis
+    from ..analyze import Analysis
 
 
 def is_target(row) -> bool:

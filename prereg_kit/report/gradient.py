@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ..errors import writing
+from ..gradient_tests import NOT_RUN, REFUSED, Z_PASS, GradientResults
 from . import plots
-from .errors import writing
-from .gradient_tests import NOT_RUN, REFUSED, Z_PASS, GradientResults
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

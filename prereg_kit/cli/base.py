@@ -1,6 +1,6 @@
 """What every ``prereg`` command shares: the consoles, the error handler, option parsing helpers.
 
-Command modules (``cli``, ``cli_run``, ``cli_status``) import from here, so a command can live in
+Command modules (``cli``, ``cli.run``, ``cli.status``) import from here, so a command can live in
 a module of its own without importing ``cli`` (which imports them).
 """
 
@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from .errors import DISK_FULL, PreregError, disk_full_line, extra_for
+from ..errors import DISK_FULL, PreregError, disk_full_line, extra_for
 
 
 def _console(stderr: bool = False) -> Console:
