@@ -137,6 +137,22 @@ def test_writers_of_extrapolation_and_gradient_figures_write_png_and_pdf(tmp_pat
     assert ref() is None
 
 
+
+def test_the_same_figure_gives_the_same_pdf_bytes_on_every_run(tmp_path):
+    """A second `make figures` or `prereg analyze` writes the same files: the PDF carries no
+    creation date (matplotlib writes the time of the save unless told not to)."""
+    import time
+
+    written = []
+    for k in range(2):
+        c, seeds = _contrasts(3)
+        written.append([p.read_bytes() for p in plots.save_all(plots.forest(c, seeds), tmp_path / f"{k}" / "f.png")])
+        if k == 0:
+            time.sleep(1.1)  # the date has seconds: a second save in the same second would hide it
+    assert written[0] == written[1] and b"/CreationDate" not in written[0][1]
+    one = plots.save(plots.forest(*_contrasts(3)), tmp_path / "one.pdf")
+    assert b"/CreationDate" not in one.read_bytes()
+
 def test_figures_draw_on_the_users_axes_and_leave_the_figure_to_them():
     fig, axes = plots.subplots(2, 3, figsize=(14, 7))
     before = [ax.get_position().bounds for ax in axes.flat]

@@ -65,8 +65,14 @@ def save(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, fl
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=rect)
     with writing(path):
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")  # long titles and labels are never cut off
+        fig.savefig(path, dpi=dpi, bbox_inches="tight", metadata=_metadata(path))  # long titles and labels are never cut off
     return path
+
+
+def _metadata(path: Path) -> dict | None:
+    """A PDF without its creation date, so that the same figure gives the same bytes on every
+    run (a PNG carries no date)."""
+    return {"CreationDate": None} if path.suffix.lower() == VECTOR else None
 
 
 def save_all(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float, float] | None = None) -> list[Path]:
@@ -80,7 +86,7 @@ def save_all(fig, path: Path, *, dpi: int = 120, rect: tuple[float, float, float
         fig.savefig(path, dpi=dpi, bbox_inches=box)
     pdf = path.with_suffix(VECTOR)
     with writing(pdf):
-        fig.savefig(pdf, bbox_inches=box)
+        fig.savefig(pdf, bbox_inches=box, metadata=_metadata(pdf))
     return [path, pdf]
 
 
