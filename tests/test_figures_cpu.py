@@ -176,6 +176,9 @@ def test_multireward_builder(tmp_path):
     assert rate.groupby("configuration")["accuracy"].mean().round(3).to_dict() == {"critic_filter": 0.75, "outcome": 0.125, "random_choice": 0.125}
 
     fig, data = draw(d)
+    # the title says what is drawn, not a verdict the preregistered test did not give
+    title = fig.get_suptitle()
+    assert "the report's contrasts test them" in title and "does not" not in title and "drifts" not in title
     acc_ax, rate_ax, kl_ax = fig.axes
     assert acc_ax.get_ylabel() == "held-out accuracy (fraction)"
     assert rate_ax.get_ylabel() == "negative-answer rate (fraction of samples)"
