@@ -6,7 +6,7 @@ only from a locked, unchanged plan (:func:`prereg_kit.jobs.require_locked`), onc
 trainer behind the ``prereg_kit.runners`` entry point measures it
 (``runner.gradient_test(study_dir, test_id, *, log) -> str``, writing
 ``gradient/<id>/batches.parquet`` and ``meta.json``); the core then seals the result into the
-lock chain (:mod:`prereg_kit.gradient_seal`) so that ``prereg verify`` and ``prereg analyze``
+lock chain (:mod:`prereg_kit.chain.gradient_seal`) so that ``prereg verify`` and ``prereg analyze``
 detect any later edit.
 """
 
@@ -16,11 +16,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from .chain.gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
+from .chain.lock import read_chain
 from .errors import PreregError, ViolationError
-from .gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
 from .gradient_tests import gradient_results
 from .jobs import require_locked
-from .lock import read_chain
 from .plan import load_plan
 from .report.gradient import gradient_markdown
 from .runners import load_runner

@@ -28,11 +28,11 @@ PACKAGES = {
 LAYERS = {
     "prereg_kit": [
         ("foundation", ["prereg_kit.__init__", "prereg_kit.errors", "prereg_kit.canonical", "prereg_kit.tomlpos",
-                        "prereg_kit.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
+                        "prereg_kit.chain.__init__", "prereg_kit.chain.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
                         "prereg_kit.callables"]),
         ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
-        ("records", ["prereg_kit.lock", "prereg_kit.anchors", "prereg_kit.runlog", "prereg_kit.timestamp", "prereg_kit.seal", "prereg_kit.gradient_seal",
-                     "prereg_kit.look_chain", "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
+        ("records", ["prereg_kit.chain.lock", "prereg_kit.chain.anchors", "prereg_kit.runlog", "prereg_kit.chain.timestamp", "prereg_kit.chain.seal", "prereg_kit.chain.gradient_seal",
+                     "prereg_kit.chain.look_chain", "prereg_kit.audit", "prereg_kit.design", "prereg_kit.jobs", "prereg_kit.verify"]),
         ("analysis", ["prereg_kit.notebook", "prereg_kit.verified", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.robustness", "prereg_kit.verdicts", "prereg_kit.gradient_tests", "prereg_kit.sequential_looks",
                       "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.extrapolated", "prereg_kit.analyze",
                       "prereg_kit.task_aggregates", "prereg_kit.simulate.synth"]),

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from plans import SMALL_PLAN, amend_at, lock_at
 
-from prereg_kit.lock import read_chain
+from prereg_kit.chain.lock import read_chain
 from prereg_kit.runlog import RunMeta, run_dir, write_meta
 from prereg_kit.verify import verify_study
 

@@ -14,9 +14,9 @@ from test_trainer_multireward import mr_study
 from typer.testing import CliRunner
 
 from prereg_kit.audit import audit_runs
+from prereg_kit.chain.lock import lock_plan, read_chain
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
-from prereg_kit.lock import lock_plan, read_chain
 from trainer.core.reward_step import make_rewarder
 from trainer.elect import probe_jobs, sequence_kl
 

@@ -26,9 +26,7 @@ from plans import clock_at, lock_at, plan_text
 from typer.testing import CliRunner
 
 from prereg_kit.analyze import analyze_study
-from prereg_kit.cli import app
-from prereg_kit.errors import PreregError, ViolationError
-from prereg_kit.lock import (
+from prereg_kit.chain.lock import (
     amend_plan,
     append_entries,
     entry_hash,
@@ -38,9 +36,11 @@ from prereg_kit.lock import (
     serialize,
     utc_now,
 )
+from prereg_kit.chain.seal import seal_runs
+from prereg_kit.cli import app
+from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunBusyError, RunLock, RunLogError, RunLogWriter, RunMeta, read_run, run_busy, run_dir
-from prereg_kit.seal import seal_runs
 from prereg_kit.simulate.synth import generate_study
 from prereg_kit.verify import verify_study
 
@@ -211,7 +211,7 @@ def test_resealing_is_a_no_op_and_a_changed_run_is_never_resealed(sealed):
 def test_a_second_seal_forged_into_the_chain_is_caught(sealed):
     """Someone appends a fresh seal of an edited run through the library (bypassing `prereg seal`)."""
     _rewrite_parquet(sealed / "runs" / "ctl" / "seed-0" / "evals.parquet", lambda df: df.assign(correct=df["samples"]))
-    from prereg_kit.seal import _seal_fields
+    from prereg_kit.chain.seal import _seal_fields
 
     append_entries(sealed, lambda chain: [_seal_fields(sealed, sealed / "runs" / "ctl" / "seed-0")], what="a test")
     v = verify_study(sealed).violations
@@ -547,7 +547,7 @@ def test_a_chain_rewritten_after_its_timestamp_is_caught(tmp_path, tsa):
     CliRunner().invoke(app, ["timestamp", str(d), "--tsa", tsa.url])
     assert verify_study(d).exit_code == 0
     _rewrite_parquet(d / "runs" / "trt" / "seed-0" / "evals.parquet", lambda df: df.assign(correct=df["samples"]))
-    from prereg_kit.seal import run_files
+    from prereg_kit.chain.seal import run_files
 
     doc = json.loads((d / "plan.lock").read_text())
     prev = None

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.cli import app
-from prereg_kit.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.plan import load_plan
 from prereg_kit.registry import (
     ReportedRow,

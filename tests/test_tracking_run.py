@@ -26,8 +26,8 @@ from test_tracking import (
 )
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.cli import app
-from prereg_kit.lock import lock_plan
 from prereg_kit.runlog import TRACKER_RECORD, read_meta, read_run
 from trainer.core.tracking import tensorboard_dir
 

@@ -18,8 +18,8 @@ import torch
 from plans import run_plan
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.cli import app
-from prereg_kit.lock import lock_plan
 from prereg_kit.runlog import read_meta, read_run
 from trainer.launch import plan_jobs, stage_run_dir
 

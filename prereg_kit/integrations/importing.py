@@ -37,9 +37,10 @@ import pandas as pd
 
 from .. import __version__
 from ..audit import check_device, main_run_problems, plan_entry_at, split_device
+from ..chain.lock import read_chain
+from ..chain.seal import seal_runs
 from ..errors import PreregError, ViolationError
 from ..jobs import require_locked
-from ..lock import read_chain
 from ..plan import load_plan
 from ..runlog import (
     STAGE_SECONDS,
@@ -53,7 +54,6 @@ from ..runlog import (
     utc_now,
     write_meta,
 )
-from ..seal import seal_runs
 from .jsonlines import written
 
 STEP_SECONDS = "seconds_step"  # one unsplit training time per iteration, for a trainer that does not split stages
