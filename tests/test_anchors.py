@@ -23,7 +23,7 @@ from prereg_kit.chain.look_chain import look_chain_problems, record_look
 from prereg_kit.chain.seal import run_files, seal_runs
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
        "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "PATH": "/usr/bin:/bin:/usr/local/bin"}

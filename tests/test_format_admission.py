@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 
 from prereg_kit.analyze import UNSPLIT, analyze_study
-from prereg_kit.audit import trainer_violations
 from prereg_kit.chain.lock import lock_plan, parse_time
 from prereg_kit.chain.seal import seal_runs
 from prereg_kit.errors import PreregError, ViolationError
@@ -33,7 +32,8 @@ from prereg_kit.runlog import (
     validate_frame,
 )
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verify import verify_study
+from prereg_kit.study.audit import trainer_violations
+from prereg_kit.study.verify import verify_study
 
 PLAN = """\
 [study]

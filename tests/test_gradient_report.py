@@ -23,7 +23,7 @@ from prereg_kit.gradient_tests import _summaries, efficiency_value, gradient_res
 from prereg_kit.plan import load_plan
 from prereg_kit.simulate.dryrun import dry_run
 from prereg_kit.simulate.gradient import synthetic_batches, write_synthetic_result
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 cli = CliRunner()
 

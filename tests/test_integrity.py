@@ -42,7 +42,7 @@ from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunBusyError, RunLock, RunLogError, RunLogWriter, RunMeta, read_run, run_busy, run_dir
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 PLAN = plan_text(id="trust", comparator="ctl", treatment="trt", seeds='"0-3"', tokens=100_000, eval_every="B/4",
                  configurations="[configurations.ctl]\n[configurations.trt]\noverrides = { learning_rate = 2e-6 }\n",
@@ -589,7 +589,7 @@ def test_an_unreachable_tsa_is_one_line_and_locks_anyway(study):
 
 
 def test_election_probes_are_expected_where_the_election_names_them(sealed):
-    from prereg_kit.design import unexpected_runs
+    from prereg_kit.study.design import unexpected_runs
 
     plan = load_plan(sealed).plan
     probe = sealed / "stages" / "calibration" / "probe-correct" / "seed-0"

@@ -24,7 +24,7 @@ from prereg_kit.registry import (
     registry_states,
     study_dirs,
 )
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 PAPER_STUDIES = ["equal-iteration"] + [f"S{i:02d}" for i in range(1, 36)]

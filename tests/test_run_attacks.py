@@ -33,7 +33,7 @@ from prereg_kit.errors import LockError, PreregError, ViolationError
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunMeta, read_meta, write_meta
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = plan_text(id="attacks", comparator="ctl", treatment="trt", seeds='"0-3"', tokens=100_000, eval_every="B/4",

@@ -371,7 +371,7 @@ def test_tracker_output_leaves_verify_and_the_seals_alone(real_runs):
     folder, a working file: `prereg verify` names no tracker folder and no seal covers tracker.json
     (tests/test_tracking_run.py verifies a study of complete, sealed runs)."""
     from prereg_kit.chain.seal import UNSEALED, run_files
-    from prereg_kit.verify import verify_study
+    from prereg_kit.study.verify import verify_study
 
     study, specs = real_runs
     assert {p.name for p in study.iterdir()} >= {"tensorboard", "mlruns"}

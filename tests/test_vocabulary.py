@@ -182,7 +182,7 @@ def _locked(tmp_path: Path, text: str) -> Path:
 
 
 def test_each_run_gets_its_configurations_budget_and_seeds(tmp_path):
-    from prereg_kit.jobs import planned_runs
+    from prereg_kit.study.jobs import planned_runs
     from trainer.launch import plan_jobs
 
     study = _locked(tmp_path, CFG_BUDGETS)

@@ -20,8 +20,8 @@ import trainer
 from prereg_kit.chain.lock import read_chain
 from prereg_kit.chain.seal import code_sha256, seal_runs, sealed_not_complete
 from prereg_kit.errors import PreregError
-from prereg_kit.jobs import require_locked
 from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir, utc_now
+from prereg_kit.study.jobs import require_locked
 from trainer.config import RunSpec, derive_seed
 from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters, Schedule, StageClock
@@ -55,7 +55,7 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
 
     The run folder's one-writer lock is taken before anything of the run is read and held until
     the seal is written, so a second process on the same run stops at once and loses nothing.
-    A main-stage run refuses an unlocked or changed plan (``prereg_kit.jobs.require_locked``), and
+    A main-stage run refuses an unlocked or changed plan (``prereg_kit.study.jobs.require_locked``), and
     a run the lock chain seals already (``prereg_kit.chain.seal.sealed_not_complete``), as the launchers
     do, so a run process started by hand obeys the lock as well."""
     if spec.stage == "main":

@@ -84,8 +84,8 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
 
 def _print_runs(plan: Path) -> None:
     """What the plan names to run, one line per stage: a seed typo shows as a count."""
-    from ..jobs import run_summary
     from ..plan import load_plan
+    from ..study.jobs import run_summary
 
     out.print(escape("\n".join(f"  {line}" for line in run_summary(load_plan(plan).plan))), soft_wrap=True)
 
@@ -164,7 +164,7 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     Exit 0 clean, 1 violations, 2 unusable input.
     """
     from ..recipecheck import gate
-    from ..verify import verify_study
+    from ..study.verify import verify_study
 
     notes: list[str] = []
     rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes), head=head)
