@@ -129,7 +129,7 @@ def main() -> None:
         args.seeds, args.resamples = min(args.seeds, 6), min(args.resamples, 2_000)
 
     from prereg_kit.analyze import analyze_study
-    from prereg_kit.lock import lock_plan, utc_now
+    from prereg_kit.chain.lock import lock_plan, utc_now
     from prereg_kit.plan import load_plan
     from prereg_kit.report import write_report
     from prereg_kit.runlog import load_study
@@ -152,7 +152,7 @@ def main() -> None:
                    updates_per_token={"outcome": 600 / B, "mc_k4": 50 / B, "mc_k1": 160 / B, "filter": 600 / B},
                    time_per_token={"outcome": 1.3e-4, "mc_k4": 0.4e-4, "mc_k1": 0.6e-4, "filter": 1.5e-4},
                    continuation_share={"outcome": 0.0, "mc_k4": 0.91, "mc_k1": 0.70, "filter": 0.0}, rng=0, started_at=now + timedelta(seconds=1))
-    from prereg_kit.seal import seal_runs
+    from prereg_kit.chain.seal import seal_runs
     seal_runs(root)  # as `prereg seal` would: analyze refuses unsealed runs
     t_gen = time.perf_counter() - t0
 

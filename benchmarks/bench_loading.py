@@ -54,7 +54,7 @@ print(wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 
 
 def _plan(root: Path, seeds: int, n_main: int, n_further: int, resamples: int):
-    from prereg_kit.lock import lock_plan
+    from prereg_kit.chain.lock import lock_plan
     from prereg_kit.plan import load_plan
 
     root.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ def _generate(root: Path, plan_hash: str, B: int, seeds: range, n_main: int, n_f
     """Write (and seal) the runs of ``seeds``. The runs of a seed depend on the seed only, and run
     ``k`` of the whole study starts ``k`` minutes after ``started_at``, so chunks of seeds written
     apart are the same runs as one call for all seeds."""
-    from prereg_kit.seal import seal_runs
+    from prereg_kit.chain.seal import seal_runs
     from prereg_kit.simulate.synth import generate_study
 
     first = started_at + timedelta(minutes=4 * seeds.start)
@@ -90,7 +90,7 @@ def make_study(root: Path, seeds: int, n_main: int, n_further: int, resamples: i
     """Lock the plan and write ``4 * seeds`` sealed runs; with ``jobs`` > 1, chunks of ``chunk``
     seeds in that many processes (each seals its chunk as it finishes it: one lock-chain append
     per chunk, so sealing overlaps the other processes' writing)."""
-    from prereg_kit.lock import utc_now
+    from prereg_kit.chain.lock import utc_now
 
     pf = _plan(root, seeds, n_main, n_further, resamples)
     B = pf.plan.budget.tokens

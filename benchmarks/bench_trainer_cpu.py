@@ -90,7 +90,7 @@ def main() -> None:
 
     import torch
 
-    from prereg_kit.lock import lock_plan
+    from prereg_kit.chain.lock import lock_plan
     from prereg_kit.plan import load_plan
     from prereg_kit.runlog import read_run
     from trainer.config import EvalSetSpec, RunSpec, config_of, updated

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from prereg_kit.analyze import study_curves
 from prereg_kit.errors import PreregError
-from prereg_kit.jobs import stage_runs
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunLogError, read_meta, uses_elected_anchor
+from prereg_kit.study.jobs import stage_runs
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "registry"

@@ -21,7 +21,9 @@ def __getattr__(name: str):
     if name == "analyze":
         import prereg_kit.analyze  # callable: pk.analyze(study) is analyze_study(study)
     elif name == "verify":
-        import prereg_kit.verify  # callable: pk.verify(study) is verify_study(study)
+        from .study import verify  # callable: pk.verify(study) is verify_study(study)
+
+        return verify
     elif name == "stats":
         import prereg_kit.stats  # noqa: F401 - the module itself is the attribute
     elif name == "plots":

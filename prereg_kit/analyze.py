@@ -3,9 +3,9 @@
 Dense-rewards paper §2.3, §C.1 (budget, evaluation, verifiers, statistics), App. D, App. F. Steps:
 
 1. verify the lock chain, the plan, the seals of the runs and the run-timing audit
-   (``prereg_kit.verify``); refuse on violations unless ``exploratory`` (then every result is
+   (``prereg_kit.study.verify``); refuse on violations unless ``exploratory`` (then every result is
    labelled exploratory);
-2. load the run logs (main stage) and enforce the plan's design (``prereg_kit.design``): a run log
+2. load the run logs (main stage) and enforce the plan's design (``prereg_kit.study.design``): a run log
    that cannot be read, a planned run that is missing (unless the plan allows missing seeds) or an
    evaluation on other problems than the plan's is a violation, named run by run, before any
    reading is made; then apply the plan's admission rules (completed runs, minimum iteration,
@@ -45,7 +45,6 @@ import numpy as np
 import pandas as pd
 
 from . import readings as rd
-from .audit import DeviceSummary, device_summary, run_devices
 from .callables import callable_module
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
 from .contrast_designs import comparison_label, welch_statistics
@@ -60,8 +59,9 @@ from .progress import progress as _progress
 from .readings.designs import design_readings
 from .robustness import robust_columns
 from .sequential_looks import SequentialLook, read_look
+from .study.audit import DeviceSummary, device_summary, run_devices
+from .study.verified import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401 - study_curves: public here too
 from .verdicts import NOT_READ, PREDICTION_READING, adjust_and_read, contrast_statistics, read_hypotheses  # noqa: F401
-from .verified import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401 - study_curves: public here too
 
 UNSPLIT = "unavailable (time not split by stage)"  # never invented from an unsplit step time
 

@@ -28,7 +28,7 @@ from .report import TARGET_SHARES
 from .report import write_report as _write_report
 from .simulate.dryrun import DryRun
 from .simulate.dryrun import dry_run as _dry_run
-from .verify import VerifyReport
+from .study.verify import VerifyReport
 
 __all__ = ["Analysis", "DryRun", "Report", "VerifyReport", "dry_run", "load_plan", "load_report", "write_report"]
 

@@ -17,7 +17,7 @@
 stops them after iterations 0–2), measures tokens per iteration and the base model's truncation
 share (iteration 0), and writes the result into the plan — the completion limit when the rule
 raises it (B measured at 380 would then be wrong: the stage's runs are moved aside and the stage
-must run again at 768), else B — as a dated amendment of a locked plan (``prereg_kit.lock``), or
+must run again at 768), else B — as a dated amendment of a locked plan (``prereg_kit.chain.lock``), or
 into the plan alone while it is not yet locked. Nothing is written silently: every change is
 printed and, once locked, chained with its reason.
 """
@@ -32,8 +32,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
+from .chain.lock import amend_plan, lock_path
 from .errors import PreregError, writing
-from .lock import amend_plan, lock_path
 from .plan import load_plan, parse_tokens
 from .runlog import read_run, run_dir
 from .tomlpos import key_lines

@@ -2,11 +2,11 @@
 
 A gradient test is a measurement at one fixed policy (dense-rewards paper §2.4, Appendix A,
 Appendix I), preregistered in ``[[gradient_tests]]`` like any contrast: it runs
-only from a locked, unchanged plan (:func:`prereg_kit.jobs.require_locked`), once per test. The
+only from a locked, unchanged plan (:func:`prereg_kit.study.jobs.require_locked`), once per test. The
 trainer behind the ``prereg_kit.runners`` entry point measures it
 (``runner.gradient_test(study_dir, test_id, *, log) -> str``, writing
 ``gradient/<id>/batches.parquet`` and ``meta.json``); the core then seals the result into the
-lock chain (:mod:`prereg_kit.gradient_seal`) so that ``prereg verify`` and ``prereg analyze``
+lock chain (:mod:`prereg_kit.chain.gradient_seal`) so that ``prereg verify`` and ``prereg analyze``
 detect any later edit.
 """
 
@@ -16,14 +16,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from .chain.gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
+from .chain.lock import read_chain
 from .errors import PreregError, ViolationError
-from .gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
 from .gradient_tests import gradient_results
-from .jobs import require_locked
-from .lock import read_chain
 from .plan import load_plan
 from .report.gradient import gradient_markdown
 from .runners import load_runner
+from .study.jobs import require_locked
 
 
 def run_gradient_tests(study_dir: str | Path, tests: list[str] | None, runner: Any = None, *, runner_name: str | None = None,

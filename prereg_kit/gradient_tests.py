@@ -1,6 +1,6 @@
 """A study's gradient tests read from their sealed results: the tidy tables of the report.
 
-For each ``[[gradient_tests]]`` entry whose result is sealed (``prereg_kit.gradient_seal``), the
+For each ``[[gradient_tests]]`` entry whose result is sealed (``prereg_kit.chain.gradient_seal``), the
 per-batch inner products in ``gradient/<id>/batches.parquet`` are summarized again here — never
 taken from the trainer — with the plan's ``[statistics]`` resamples, seed and confidence
 (dense-rewards paper §2.4, App. A "Alignment" and "Efficiency", Table 6):
@@ -33,9 +33,9 @@ import pandas as pd
 
 from analyses.gradient_stats import alignment_summary, continuation_fit, relative_efficiency
 
+from .chain.gradient_seal import BATCHES_FILE, GRADIENT_DIR, check_gradient_seals, read_result_meta, sealed_tests
+from .chain.lock import read_chain
 from .errors import PreregError, ViolationError
-from .gradient_seal import BATCHES_FILE, GRADIENT_DIR, check_gradient_seals, read_result_meta, sealed_tests
-from .lock import read_chain
 from .plan import GradientTest, Plan, resolve_plan_path
 from .plan.gradient import credit_of, with_variants
 

@@ -109,7 +109,7 @@ def _check_with(pf: PlanFile, name: str, found) -> RecipeCheck:
 
 
 def gate(notes: list[str]):
-    """A ``check`` for :func:`prereg_kit.lock.lock_plan` and friends: refuses a plan with recipe
+    """A ``check`` for :func:`prereg_kit.chain.lock.lock_plan` and friends: refuses a plan with recipe
     problems; a note that the recipe was not checked is appended to ``notes``."""
 
     def check(pf: PlanFile) -> None:

@@ -19,8 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .chain.lock import check_plan, lock_path, read_chain
 from .errors import PreregError
-from .lock import check_plan, lock_path, read_chain
 from .plan import PLAN_FILE, Plan, load_plan, read_toml, resolve_plan_path
 from .stats import from_summary
 from .stats.summary import parse_p

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from . import stats
+from .chain.lock import Chain, read_chain
+from .chain.look_chain import FINAL, STOP, look_entries
 from .errors import PreregError
-from .lock import Chain, read_chain
-from .look_chain import FINAL, STOP, look_entries
 from .plan import Plan
 from .plan.sequential import sequential_ids
 from .stats.group_sequential import (

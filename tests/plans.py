@@ -207,21 +207,21 @@ def run_plan(*, configurations: str, tokens: int | str, eval_every: str, samples
 @contextmanager
 def clock_at(t: datetime):
     """Entries appended to a lock chain inside this block are dated ``t``: the chain reads the time
-    from ``prereg_kit.lock.utc_now`` only (no caller can pass one), so tests that need a lock in
+    from ``prereg_kit.chain.lock.utc_now`` only (no caller can pass one), so tests that need a lock in
     the past set that clock."""
-    with mock.patch("prereg_kit.lock.utc_now", return_value=t):
+    with mock.patch("prereg_kit.chain.lock.utc_now", return_value=t):
         yield
 
 
 def lock_at(plan, t: datetime):
-    from prereg_kit.lock import lock_plan
+    from prereg_kit.chain.lock import lock_plan
 
     with clock_at(t):
         return lock_plan(plan)
 
 
 def amend_at(plan, reason: str, t: datetime):
-    from prereg_kit.lock import amend_plan
+    from prereg_kit.chain.lock import amend_plan
 
     with clock_at(t):
         return amend_plan(plan, reason)

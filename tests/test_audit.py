@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 from plans import SMALL_PLAN, amend_at, lock_at
 
-from prereg_kit.lock import read_chain
+from prereg_kit.chain.lock import read_chain
 from prereg_kit.runlog import RunMeta, run_dir, write_meta
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 H = timedelta(hours=1)

@@ -37,7 +37,7 @@ def _runs(root: Path) -> dict[str, tuple[pd.DataFrame, pd.DataFrame, object]]:
 
 
 def test_chunks_write_the_same_sealed_runs(bl, tmp_path):
-    from prereg_kit.lock import read_chain
+    from prereg_kit.chain.lock import read_chain
 
     bl.make_study(tmp_path / "one", 3, 4, 5, 100)
     bl.make_study(tmp_path / "chunks", 3, 4, 5, 100, chunk=1)

@@ -242,8 +242,8 @@ def test_run_summary_counts_as_the_trainer_runs():
     counted, and named."""
     from plans import SMALL_PLAN
 
-    from prereg_kit.jobs import run_summary, stage_summary
     from prereg_kit.plan import parse_toml, validate_plan
+    from prereg_kit.study.jobs import run_summary, stage_summary
 
     def plan_of(text):
         return validate_plan(parse_toml(text.encode()))

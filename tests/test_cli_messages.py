@@ -100,7 +100,7 @@ def test_a_missing_argument_is_named_in_capitals():
 def test_an_import_names_a_missing_input_file_as_typed(tmp_path, monkeypatch):
     from plans import SMALL_PLAN
 
-    from prereg_kit.lock import lock_plan
+    from prereg_kit.chain.lock import lock_plan
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()

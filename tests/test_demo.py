@@ -47,7 +47,7 @@ def test_the_demo_is_cpu_grpo_at_demo_size_and_nothing_else():
 def test_the_demo_plan_locks_and_its_warm_start_is_the_shipped_one(tmp_path):
     """The demo locks as committed, and the warm start its recipe asks for is the one shipped (a
     change of the warm-start settings or their key would make every demo build it again)."""
-    from prereg_kit.lock import lock_plan
+    from prereg_kit.chain.lock import lock_plan
     from trainer.config import config_of
     from trainer.core.assets import task_files, warm_start_key
 
@@ -273,7 +273,7 @@ def test_main_stage_runs_may_run_side_by_side_on_a_cpu_but_never_share_a_gpu(tmp
 def test_the_templates_smoke_stage_is_short_and_the_template_locks(tmp_path):
     from importlib import resources
 
-    from prereg_kit.lock import lock_plan
+    from prereg_kit.chain.lock import lock_plan
 
     with resources.as_file(resources.files("prereg_kit") / "templates" / "plan.toml") as tpl:
         text = Path(tpl).read_text()

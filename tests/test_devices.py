@@ -17,12 +17,12 @@ from test_import_trackers_e2e import NO_CRN, _import
 from typer.testing import CliRunner
 
 from prereg_kit.analyze import analyze_study
-from prereg_kit.audit import check_device, device_summary, device_type, split_device
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import load_plan, validate_plan
 from prereg_kit.report import write_report
 from prereg_kit.runlog import read_meta
-from prereg_kit.verify import verify_study
+from prereg_kit.study.audit import check_device, device_summary, device_type, split_device
+from prereg_kit.study.verify import verify_study
 
 H200, A100 = "cuda:NVIDIA H200", "cuda:NVIDIA A100-SXM4-80GB"
 RUNNABLE = PLAN.replace("overrides = { lr = 2 }", "overrides = { learning_rate = 2e-6 }")  # passes `prereg verify`'s recipe check

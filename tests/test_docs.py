@@ -6,7 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from prereg_kit.lock import lock_plan, read_chain
+from prereg_kit.chain.lock import lock_plan, read_chain
 from prereg_kit.plan import validate_plan
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

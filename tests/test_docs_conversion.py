@@ -71,6 +71,6 @@ def test_the_section_runs_and_the_study_reads(tmp_path, monkeypatch):
     assert (at5["tokens"] == 2000).all() and at5["train_seconds"].iloc[0] == pytest.approx(5 * 2.5)
     assert (ev["samples"] == 2).all() and ev["correct_strict"].le(ev["correct"]).all()
     assert read_meta(ns["folder"]).trainer == "my-trainer" and read_meta(study / "runs" / "A" / "seed-0").trainer == "verl"
-    from prereg_kit.lock import read_chain
+    from prereg_kit.chain.lock import read_chain
 
     assert {s["run"] for s in read_chain(study / "plan.toml").seals} == {"runs/A/seed-0", "runs/B/seed-0"}

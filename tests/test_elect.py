@@ -13,10 +13,10 @@ import torch
 from test_trainer_multireward import mr_study
 from typer.testing import CliRunner
 
-from prereg_kit.audit import audit_runs
+from prereg_kit.chain.lock import lock_plan, read_chain
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
-from prereg_kit.lock import lock_plan, read_chain
+from prereg_kit.study.audit import audit_runs
 from trainer.core.reward_step import make_rewarder
 from trainer.elect import probe_jobs, sequence_kl
 
@@ -98,7 +98,7 @@ def test_prereg_elect_end_to_end(tmp_path, trainer_cache):
     """T-step probes, election.json, reuse; a real main run records the election's hash, and an
     edit of election.json afterwards is a violation of `prereg verify`."""
     from prereg_kit.runlog import election_sha256, read_meta
-    from prereg_kit.verify import verify_study
+    from prereg_kit.study.verify import verify_study
     from trainer.launch import plan_jobs
     from trainer.loop import train
 

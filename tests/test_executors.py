@@ -12,9 +12,9 @@ import pytest
 from plans import run_plan
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import amend_plan, lock_plan
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
-from prereg_kit.lock import amend_plan, lock_plan
 from prereg_kit.runlog import read_job_record
 from trainer.executors.options import RayOptions, SlurmOptions, check_gpu_share, check_local_jobs, executor_options
 

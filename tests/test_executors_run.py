@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from test_executors import tiny_plan
 
-from prereg_kit.lock import lock_plan
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.runlog import read_job_record, read_meta, read_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from plans import lock_at, plan_text
 
+from prereg_kit.chain.seal import seal_runs
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import load_study
-from prereg_kit.seal import seal_runs
 from prereg_kit.simulate.synth import generate_study
 
 LOCKED = datetime(2025, 1, 1, tzinfo=timezone.utc)  # before the synthetic runs start

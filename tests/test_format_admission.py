@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 from prereg_kit.analyze import UNSPLIT, analyze_study
-from prereg_kit.audit import trainer_violations
+from prereg_kit.chain.lock import lock_plan, parse_time
+from prereg_kit.chain.seal import seal_runs
 from prereg_kit.errors import PreregError, ViolationError
-from prereg_kit.lock import lock_plan, parse_time
 from prereg_kit.plan import load_plan
 from prereg_kit.readings import accuracy_curve, check_pairing, drift_flags, refuse_unlogged, runs_without
 from prereg_kit.report import write_report
@@ -31,9 +31,9 @@ from prereg_kit.runlog import (
     utc_now,
     validate_frame,
 )
-from prereg_kit.seal import seal_runs
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verify import verify_study
+from prereg_kit.study.audit import trainer_violations
+from prereg_kit.study.verify import verify_study
 
 PLAN = """\
 [study]

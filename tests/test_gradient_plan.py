@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from prereg_kit.chain.lock import amend_plan, lock_plan
 from prereg_kit.errors import PreregError
-from prereg_kit.jobs import require_locked
-from prereg_kit.lock import amend_plan, lock_plan
 from prereg_kit.plan import load_plan, validate_plan
 from prereg_kit.plan.gradient import resolved_spec
-from prereg_kit.verify import verify_study
+from prereg_kit.study.jobs import require_locked
+from prereg_kit.study.verify import verify_study
 
 BASE = """\
 [study]

@@ -215,7 +215,7 @@ def test_a_run_is_recorded_under_the_plan_entry_in_force_when_it_started(tmp_pat
     plan = study / "plan.toml"
     plan.write_text(plan.read_text().replace("learning_rate = 2e-6", "learning_rate = 3e-6"))  # B only
     amend_at(plan, "B's learning rate", T_LOCK + timedelta(days=2))
-    from prereg_kit.lock import read_chain
+    from prereg_kit.chain.lock import read_chain
     from prereg_kit.runlog import read_meta
 
     chain = read_chain(plan)

@@ -26,9 +26,7 @@ from plans import clock_at, lock_at, plan_text
 from typer.testing import CliRunner
 
 from prereg_kit.analyze import analyze_study
-from prereg_kit.cli import app
-from prereg_kit.errors import PreregError, ViolationError
-from prereg_kit.lock import (
+from prereg_kit.chain.lock import (
     amend_plan,
     append_entries,
     entry_hash,
@@ -38,11 +36,13 @@ from prereg_kit.lock import (
     serialize,
     utc_now,
 )
+from prereg_kit.chain.seal import seal_runs
+from prereg_kit.cli import app
+from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunBusyError, RunLock, RunLogError, RunLogWriter, RunMeta, read_run, run_busy, run_dir
-from prereg_kit.seal import seal_runs
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 PLAN = plan_text(id="trust", comparator="ctl", treatment="trt", seeds='"0-3"', tokens=100_000, eval_every="B/4",
                  configurations="[configurations.ctl]\n[configurations.trt]\noverrides = { learning_rate = 2e-6 }\n",
@@ -211,7 +211,7 @@ def test_resealing_is_a_no_op_and_a_changed_run_is_never_resealed(sealed):
 def test_a_second_seal_forged_into_the_chain_is_caught(sealed):
     """Someone appends a fresh seal of an edited run through the library (bypassing `prereg seal`)."""
     _rewrite_parquet(sealed / "runs" / "ctl" / "seed-0" / "evals.parquet", lambda df: df.assign(correct=df["samples"]))
-    from prereg_kit.seal import _seal_fields
+    from prereg_kit.chain.seal import _seal_fields
 
     append_entries(sealed, lambda chain: [_seal_fields(sealed, sealed / "runs" / "ctl" / "seed-0")], what="a test")
     v = verify_study(sealed).violations
@@ -547,7 +547,7 @@ def test_a_chain_rewritten_after_its_timestamp_is_caught(tmp_path, tsa):
     CliRunner().invoke(app, ["timestamp", str(d), "--tsa", tsa.url])
     assert verify_study(d).exit_code == 0
     _rewrite_parquet(d / "runs" / "trt" / "seed-0" / "evals.parquet", lambda df: df.assign(correct=df["samples"]))
-    from prereg_kit.seal import run_files
+    from prereg_kit.chain.seal import run_files
 
     doc = json.loads((d / "plan.lock").read_text())
     prev = None
@@ -589,7 +589,7 @@ def test_an_unreachable_tsa_is_one_line_and_locks_anyway(study):
 
 
 def test_election_probes_are_expected_where_the_election_names_them(sealed):
-    from prereg_kit.design import unexpected_runs
+    from prereg_kit.study.design import unexpected_runs
 
     plan = load_plan(sealed).plan
     probe = sealed / "stages" / "calibration" / "probe-correct" / "seed-0"

@@ -163,7 +163,7 @@ def test_the_trainer_waits_as_the_environment_says():
 
 
 def test_a_seal_skips_the_note_being_renewed_but_nothing_else(tmp_path):
-    from prereg_kit.seal import run_files
+    from prereg_kit.chain.seal import run_files
 
     f = tmp_path / "run"
     f.mkdir()

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from plans import SMALL_PLAN, amend_at, lock_at
 
+from prereg_kit.chain.lock import amend_plan, check_plan, entry_hash, lock_plan, read_chain, serialize
 from prereg_kit.errors import LockError, PlanError, PreregError, ViolationError
-from prereg_kit.lock import amend_plan, check_plan, entry_hash, lock_plan, read_chain, serialize
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 

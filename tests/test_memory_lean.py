@@ -10,13 +10,13 @@ import pyarrow as pa
 import pytest
 
 from prereg_kit import readings as rd
-from prereg_kit.design import _runs_in_order
 from prereg_kit.plan import ReadingPoint
 from prereg_kit.readings.pairing import _evaluations_read
 from prereg_kit.runlog import load_study
 from prereg_kit.runlog.memory import release_memory
 from prereg_kit.runlog.text import sorted_categories, text_codes
 from prereg_kit.simulate.synth import generate_study
+from prereg_kit.study.design import _runs_in_order
 
 
 @pytest.fixture(scope="module")

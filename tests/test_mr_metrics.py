@@ -15,14 +15,14 @@ from test_readings import TRT, frame, run_rows
 from typer.testing import CliRunner
 
 from prereg_kit.analyze import analyze_study
+from prereg_kit.chain.seal import seal_runs
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.plan import load_plan
 from prereg_kit.readings import PairingError, ReadingError, accuracy_curve, problem_accuracy, relative_accuracy_curves
 from prereg_kit.report import write_report
 from prereg_kit.runlog import RunLogWriter, RunMeta, election_sha256, run_dir
-from prereg_kit.seal import seal_runs
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 T0 = datetime(2026, 2, 1, 12, 0, tzinfo=timezone.utc)
 H = timedelta(hours=1)

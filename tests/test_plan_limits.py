@@ -417,12 +417,12 @@ def test_verify_reports_an_invalid_edit_as_unusable_not_only_changed(tmp_path):
 
 
 def test_unexpected_exception_is_one_line_exit_3(monkeypatch, tmp_path):
-    import prereg_kit.lock
+    import prereg_kit.chain.lock
 
     def broken(*a, **k):
         raise ValueError("boom\nsecond line")
 
-    monkeypatch.setattr(prereg_kit.lock, "lock_plan", broken)
+    monkeypatch.setattr(prereg_kit.chain.lock, "lock_plan", broken)
     res = _cli("lock", tmp_path, code=cli_base.INTERNAL_ERROR)
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: internal error in prereg-kit: ValueError: boom second line (a bug;")
@@ -432,12 +432,12 @@ def test_unexpected_exception_is_one_line_exit_3(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("exc", [MemoryError, RecursionError])
 def test_exhausted_memory_or_stack_is_unusable_input(monkeypatch, tmp_path, exc):
-    import prereg_kit.lock
+    import prereg_kit.chain.lock
 
     def broken(*a, **k):
         raise exc()
 
-    monkeypatch.setattr(prereg_kit.lock, "lock_plan", broken)
+    monkeypatch.setattr(prereg_kit.chain.lock, "lock_plan", broken)
     res = _cli("lock", tmp_path, code=2)
     assert "too large or nested too deep" in res.output and len(res.output.strip().splitlines()) == 1
 

@@ -186,7 +186,7 @@ def _broken_evals(evals):
 @pytest.mark.parametrize("sizes", [{"math200": None, "aime": None}, {"math200": 12, "aime": 5},
                                    {"math200": 13, "aime": 6, "absent": None}])
 def test_problem_set_check_equals_per_evaluation(study, sizes):
-    from prereg_kit.design import eval_problem_violations
+    from prereg_kit.study.design import eval_problem_violations
     for ev in (study.evals, _broken_evals(study.evals)):
         new, old = eval_problem_violations(ev, _plan(**sizes)), old_eval_problem_violations(ev, _plan(**sizes))
         assert new == old

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 import prereg_kit.recipecheck as rc
 import prereg_kit.runners as runners
+from prereg_kit.chain.lock import lock_plan, read_chain
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError
-from prereg_kit.lock import lock_plan, read_chain
 from prereg_kit.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -81,8 +81,8 @@ def test_write_record_on_a_synthetic_study(tmp_path):
 
     from plans import lock_at
 
+    from prereg_kit.chain.seal import seal_runs
     from prereg_kit.plan import load_plan
-    from prereg_kit.seal import seal_runs
     from prereg_kit.simulate.synth import generate_study
 
     d = tmp_path / "s"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.cli import app
-from prereg_kit.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.plan import load_plan
 from prereg_kit.registry import (
     ReportedRow,
@@ -24,7 +24,7 @@ from prereg_kit.registry import (
     registry_states,
     study_dirs,
 )
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 PAPER_STUDIES = ["equal-iteration"] + [f"S{i:02d}" for i in range(1, 36)]

@@ -26,14 +26,14 @@ import pytest
 from plans import plan_text
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import GUARD_TIMEOUT_ENV, chain_guard, guard_timeout, lock_plan, read_chain, utc_now
+from prereg_kit.chain.seal import seal_runs
 from prereg_kit.cli import app
 from prereg_kit.errors import LockError, PreregError, ViolationError
-from prereg_kit.lock import GUARD_TIMEOUT_ENV, chain_guard, guard_timeout, lock_plan, read_chain, utc_now
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunMeta, read_meta, write_meta
-from prereg_kit.seal import seal_runs
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verify import verify_study
+from prereg_kit.study.verify import verify_study
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = plan_text(id="attacks", comparator="ctl", treatment="trt", seeds='"0-3"', tokens=100_000, eval_every="B/4",
@@ -176,7 +176,7 @@ def test_eight_processes_sealing_at_once_on_busy_cores_lose_nothing(tmp_path, mo
 def test_a_chain_held_past_the_bound_gives_up_in_one_line(tmp_path, caplog):
     d = _study(tmp_path, seal=False, seeds=[0])
     before = (d / "plan.lock").read_bytes()
-    with chain_guard(d), caplog.at_level(logging.WARNING, logger="prereg_kit.lock"):
+    with chain_guard(d), caplog.at_level(logging.WARNING, logger="prereg_kit.chain.lock"):
         with pytest.raises(LockError, match=r"held the lock chain for over 0.6 s; nothing was written .*"
                                             + GUARD_TIMEOUT_ENV):
             with chain_guard(d, timeout_s=0.6):
@@ -327,7 +327,7 @@ def test_a_full_disk_at_a_run_log_append_is_one_line(study, monkeypatch):
 
 def test_a_full_disk_the_writers_did_not_name_is_still_one_line(study, monkeypatch):
     """A write outside the named places: the file where the system names it, else said so."""
-    import prereg_kit.lock as lock
+    import prereg_kit.chain.lock as lock
 
     def full(*args, **kwargs):
         raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), str(study / "plan.lock"))

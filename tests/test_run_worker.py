@@ -279,7 +279,7 @@ def test_the_launcher_replaces_a_worker_that_retires_or_dies_and_never_hands_it_
 def test_runs_are_queued_seed_major():
     # early seeds of every configuration first: a sequential plan's first look completes first, and
     # each worker's first (cold) run is not always the first configuration's
-    from prereg_kit.jobs import PlannedRun
+    from prereg_kit.study.jobs import PlannedRun
     from trainer.launch import seed_major
 
     runs = [PlannedRun(c, s, "main", None) for c, s in [("A", 0), ("A", 1), ("A", 2), ("B", 5), ("B", 6)]]

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from plans import SMALL_PLAN, amend_at, clock_at, lock_at
 
+from prereg_kit.chain.lock import append_entries, entry_hash, read_chain, serialize
+from prereg_kit.chain.look_chain import look_chain_problems, record_look, stopped_run_findings
 from prereg_kit.errors import PlanError, ViolationError
-from prereg_kit.lock import append_entries, entry_hash, read_chain, serialize
-from prereg_kit.look_chain import look_chain_problems, record_look, stopped_run_findings
 from prereg_kit.plan import load_plan
 from prereg_kit.sequential_looks import look_units, looks_of_differences, looks_power, rule_changes
 from prereg_kit.stats.group_sequential import conditional_power, look_threshold, repeated_p, sequential_holm

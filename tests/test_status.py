@@ -25,7 +25,7 @@ from prereg_kit.runlog import (
     run_dir,
     utc_now,
 )
-from prereg_kit.status import BLIND_NOTE, StatusCache, study_status
+from prereg_kit.study.status import BLIND_NOTE, StatusCache, study_status
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,9 +20,8 @@ import pytest
 from plans import amend_at, lock_at
 from tsa import LocalTSA, make_tsa_cert, resign
 
-from prereg_kit.errors import PreregError
-from prereg_kit.lock import entry_hash, read_chain, serialize
-from prereg_kit.timestamp import (
+from prereg_kit.chain.lock import entry_hash, read_chain, serialize
+from prereg_kit.chain.timestamp import (
     TimestampError,
     build_request,
     check_receipts,
@@ -31,6 +30,7 @@ from prereg_kit.timestamp import (
     request_timestamp,
     verify_receipt,
 )
+from prereg_kit.errors import PreregError
 
 pytest.importorskip("rfc3161_client", reason="the 'timestamp' extra is not installed")
 

@@ -18,9 +18,9 @@ import pytest
 from plans import run_plan
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.cli import app
 from prereg_kit.errors import MissingExtraError, PreregError
-from prereg_kit.lock import lock_plan
 from prereg_kit.runlog import PROGRESS_COLUMNS, TRACKER_RECORD
 from trainer.core.budget import TRAIN_STAGES, Counters
 from trainer.core.tracking import (
@@ -370,8 +370,8 @@ def test_tracker_output_leaves_verify_and_the_seals_alone(real_runs):
     """The trackers write beside runs/ (wandb/, mlruns/, tensorboard/) and tracker.json in a run
     folder, a working file: `prereg verify` names no tracker folder and no seal covers tracker.json
     (tests/test_tracking_run.py verifies a study of complete, sealed runs)."""
-    from prereg_kit.seal import UNSEALED, run_files
-    from prereg_kit.verify import verify_study
+    from prereg_kit.chain.seal import UNSEALED, run_files
+    from prereg_kit.study.verify import verify_study
 
     study, specs = real_runs
     assert {p.name for p in study.iterdir()} >= {"tensorboard", "mlruns"}

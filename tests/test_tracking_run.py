@@ -26,8 +26,8 @@ from test_tracking import (
 )
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.cli import app
-from prereg_kit.lock import lock_plan
 from prereg_kit.runlog import TRACKER_RECORD, read_meta, read_run
 from trainer.core.tracking import tensorboard_dir
 
@@ -67,7 +67,7 @@ def _wandb_history(study: Path, run_dir: Path) -> tuple[list[dict], list[int]]:
 def test_a_main_stage_with_two_workers_tracks_each_run_blind_and_still_verifies(tmp_path, cache, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from prereg_kit.verify import verify_study
+    from prereg_kit.study.verify import verify_study
 
     study = make_study(tmp_path, cache, monkeypatch)
     lock_plan(study / "plan.toml")

@@ -15,8 +15,8 @@ import torch
 from plans import run_plan
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import lock_plan, read_chain
 from prereg_kit.cli import app
-from prereg_kit.lock import lock_plan, read_chain
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import read_run
 from trainer.launch import plan_jobs

@@ -279,7 +279,7 @@ def _prereg_run(study: Path, hash_seed: str) -> tuple[Path, float]:
 def _cpu_grpo_copy(folder: Path) -> Path:
     """The committed plan with its lock chain up to its last plan entry (the committed runs'
     seals stay behind: the rerun seals its own run)."""
-    from prereg_kit.lock import read_chain, serialize
+    from prereg_kit.chain.lock import read_chain, serialize
 
     folder.mkdir(parents=True)
     shutil.copy(CPU_GRPO / "plan.toml", folder / "plan.toml")

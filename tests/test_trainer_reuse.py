@@ -209,7 +209,7 @@ overrides = { credit = "critic_td", checkpoint_every = 2, keep_checkpoint = true
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> Path:
-    from prereg_kit.lock import lock_plan
+    from prereg_kit.chain.lock import lock_plan
 
     d = tmp_path_factory.mktemp("reuse") / "study"
     d.mkdir()

@@ -18,8 +18,8 @@ import torch
 from plans import run_plan
 from typer.testing import CliRunner
 
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.cli import app
-from prereg_kit.lock import lock_plan
 from prereg_kit.runlog import read_meta, read_run
 from trainer.launch import plan_jobs, stage_run_dir
 
@@ -204,7 +204,7 @@ def test_two_prereg_run_processes_on_one_study(tmp_path, cache):
     per_eval = ev.groupby("eval_index").size()
     assert per_eval.index.tolist() == list(range(len(per_eval))) and (per_eval == 6).all()
     assert ev["tokens"].max() == it["tokens_total"].sum()
-    from prereg_kit.verify import verify_study
+    from prereg_kit.study.verify import verify_study
 
     rep = verify_study(study)
     assert rep.exit_code == 0, rep.violations

@@ -25,6 +25,7 @@ from transformers import TrainerControl
 from trl import GRPOConfig
 
 import prereg_kit.integrations.trl as trlmod
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.errors import PreregError
 from prereg_kit.integrations.trl import PreregCallback, check_args
 from prereg_kit.integrations.trl_rewards import (
@@ -32,7 +33,6 @@ from prereg_kit.integrations.trl_rewards import (
     VerifierReward,
     reward_functions,
 )
-from prereg_kit.lock import lock_plan
 from prereg_kit.runlog import (
     ITERATION_COLUMNS,
     read_meta,

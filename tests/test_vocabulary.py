@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from plans import SMALL_PLAN
 
+from prereg_kit.chain.lock import lock_plan
 from prereg_kit.errors import PlanError, PreregError
-from prereg_kit.lock import lock_plan
 from prereg_kit.plan import load_plan, validate_plan
 from prereg_kit.readings import ReadingPoint, accuracy_curve, paired_readings, read_at_tokens
 from prereg_kit.runners import configuration_problems
@@ -182,7 +182,7 @@ def _locked(tmp_path: Path, text: str) -> Path:
 
 
 def test_each_run_gets_its_configurations_budget_and_seeds(tmp_path):
-    from prereg_kit.jobs import planned_runs
+    from prereg_kit.study.jobs import planned_runs
     from trainer.launch import plan_jobs
 
     study = _locked(tmp_path, CFG_BUDGETS)

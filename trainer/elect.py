@@ -21,7 +21,7 @@ iterations and tokens each probe took. Difference from the paper: the probes use
 
 The record also holds the plan's hashes and lock state at election time; runs with
 ``anchor = "elected"`` record the sha256 of the file they read, and ``prereg verify`` flags a main
-run whose election file changed afterwards (``prereg_kit.audit``).
+run whose election file changed afterwards (``prereg_kit.study.audit``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any, Callable, Sequence
 
 from prereg_kit import __version__
 from prereg_kit.errors import PreregError
-from prereg_kit.jobs import lock_state
 from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import ELECTION_FILE, read_meta, read_run, run_dir, utc_now
+from prereg_kit.study.jobs import lock_state
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, config_of, derive_seed, recipe_of, updated
 from trainer.core.assets import prepare_assets
 from trainer.core.evaluate import load_eval_sets

@@ -8,7 +8,7 @@
   another process is writing (its one-writer lock is held: another ``prereg run``, a cluster job)
   is not started, and ``prereg run`` exits 1 naming the holder; should two launchers still race
   to the same run, the trainer's own lock stops the second one before it reads anything.
-* A main-stage run seals itself into the plan's lock chain when it completes (``prereg_kit.seal``).
+* A main-stage run seals itself into the plan's lock chain when it completes (``prereg_kit.chain.seal``).
   A run the chain seals already but whose folder is gone or incomplete (deleted, or rerun over)
   is refused before anything runs: no new run could match its seal.
 * SIGTERM stops the runs as Ctrl-C does: every worker gets SIGTERM (its run marks itself
@@ -45,13 +45,13 @@ from typing import Callable, Iterator, Sequence
 
 from prereg_kit import __version__
 from prereg_kit.calibrate import CALIBRATION_ITERATIONS
+from prereg_kit.chain.lock import read_chain
+from prereg_kit.chain.seal import sealed_not_complete
 from prereg_kit.errors import PreregError, ViolationError
-from prereg_kit.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
-from prereg_kit.lock import read_chain
 from prereg_kit.plan import PlanFile
 from prereg_kit.runlog import RunLogError, check_inside, read_meta, record_exited, record_started, run_busy
-from prereg_kit.seal import sealed_not_complete
 from prereg_kit.stages import is_blind
+from prereg_kit.study.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets
 from trainer.core.program_judge import judge_meta
@@ -106,7 +106,7 @@ def plan_jobs(study_dir: str | Path, stage: str = "main", configs: Sequence[str]
     """The runs of a stage (optionally a subset), each with its spec and whether it is done;
     ``trackers``: the live trackers every run logs to (``trainer.core.tracking``). A main run that
     the lock chain seals but that is not complete on disk (deleted, or rerun over) is refused,
-    one line each, before anything is run (``prereg_kit.seal.sealed_not_complete``)."""
+    one line each, before anything is run (``prereg_kit.chain.seal.sealed_not_complete``)."""
     pf, runs = stage_runs(study_dir, stage, configs, seeds)  # main runs: locked, unchanged plan
     runs = seed_major(runs)
     plan = pf.plan

@@ -17,11 +17,11 @@ import torch
 
 import prereg_kit
 import trainer
+from prereg_kit.chain.lock import read_chain
+from prereg_kit.chain.seal import code_sha256, seal_runs, sealed_not_complete
 from prereg_kit.errors import PreregError
-from prereg_kit.jobs import require_locked
-from prereg_kit.lock import read_chain
 from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir, utc_now
-from prereg_kit.seal import code_sha256, seal_runs, sealed_not_complete
+from prereg_kit.study.jobs import require_locked
 from trainer.config import RunSpec, derive_seed
 from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters, Schedule, StageClock
@@ -55,8 +55,8 @@ def train(spec: RunSpec, progress: Callable[[dict], None] = lambda info: None) -
 
     The run folder's one-writer lock is taken before anything of the run is read and held until
     the seal is written, so a second process on the same run stops at once and loses nothing.
-    A main-stage run refuses an unlocked or changed plan (``prereg_kit.jobs.require_locked``), and
-    a run the lock chain seals already (``prereg_kit.seal.sealed_not_complete``), as the launchers
+    A main-stage run refuses an unlocked or changed plan (``prereg_kit.study.jobs.require_locked``), and
+    a run the lock chain seals already (``prereg_kit.chain.seal.sealed_not_complete``), as the launchers
     do, so a run process started by hand obeys the lock as well."""
     if spec.stage == "main":
         require_locked(spec.study_dir)
@@ -122,7 +122,7 @@ def _train(spec: RunSpec, progress: Callable[[dict], None], lock: RunLock) -> Co
 
 
 def seal_run(spec: RunSpec) -> None:
-    """Seal the completed main run into the plan's lock chain (``prereg_kit.seal``). A main-stage
+    """Seal the completed main run into the plan's lock chain (``prereg_kit.chain.seal``). A main-stage
     run trained outside the study's ``runs/`` (a copy, a test) is never analyzed and is not sealed."""
     if Path(spec.run_dir).resolve() != run_dir(spec.study_dir, spec.configuration, spec.seed).resolve():
         print(f"note: {spec.run_dir} is not the study's run folder for this run: not sealed", file=sys.stderr)

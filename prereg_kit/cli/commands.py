@@ -70,9 +70,9 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
     """Timestamp the lock chain's head into STUDY/timestamps/ (no-op when ``url`` is None)."""
     if url is None:
         return
-    from ..lock import read_chain
+    from ..chain.lock import read_chain
+    from ..chain.timestamp import digest_of, stamp_entry, verify_receipt
     from ..plan import resolve_plan_path
-    from ..timestamp import digest_of, stamp_entry, verify_receipt
 
     plan_path = resolve_plan_path(plan)
     head = read_chain(plan_path).head
@@ -84,8 +84,8 @@ def _stamp_head(plan: Path, url: str | None, tsa_ca: Path | None) -> None:
 
 def _print_runs(plan: Path) -> None:
     """What the plan names to run, one line per stage: a seed typo shows as a count."""
-    from ..jobs import run_summary
     from ..plan import load_plan
+    from ..study.jobs import run_summary
 
     out.print(escape("\n".join(f"  {line}" for line in run_summary(load_plan(plan).plan))), soft_wrap=True)
 
@@ -95,7 +95,7 @@ def _print_runs(plan: Path) -> None:
 def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folder.")],
          timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Validate and lock a plan: write plan.lock beside it (a no-op if already locked unchanged); say what it runs."""
-    from ..lock import lock_plan
+    from ..chain.lock import lock_plan
     from ..recipecheck import gate
 
     notes: list[str] = []  # "recipe not checked: ..." when the plan's trainer is not installed
@@ -120,8 +120,8 @@ def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study fold
           reason: Annotated[str, typer.Option("--reason", "-r", help="Why the plan changed (required).")] = "",
           timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Record a dated, reasoned amendment of a locked plan (chained by hash)."""
+    from ..chain.lock import amend_plan
     from ..diff import describe
-    from ..lock import amend_plan
     from ..recipecheck import gate
 
     notes: list[str] = []
@@ -164,7 +164,7 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     Exit 0 clean, 1 violations, 2 unusable input.
     """
     from ..recipecheck import gate
-    from ..verify import verify_study
+    from ..study.verify import verify_study
 
     notes: list[str] = []
     rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes), head=head)
@@ -196,7 +196,7 @@ def seal(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.toml
     trainer are sealed with this command before `prereg analyze`. Runs sealed before are left as
     they are; a run whose files changed since its seal is refused. Exit 0, 1 if any run was refused.
     """
-    from ..seal import seal_runs
+    from ..chain.seal import seal_runs
 
     res = seal_runs(study_dir)
     for key in res.sealed:
@@ -233,7 +233,7 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None, tsa_ca=tsa_ca,
                       look=look or None, **({"progress": False} if as_json else {}))
     if a.sequential is not None:  # the look enters the lock chain before any report is written
-        from ..look_chain import record_look
+        from ..chain.look_chain import record_look
 
         sq = a.sequential
         state = "not recorded (exploratory)"

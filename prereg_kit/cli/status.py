@@ -1,6 +1,6 @@
 """``prereg status``: a table of every run of a stage, its totals, ``--json`` and ``--watch``.
 
-The reading is :mod:`prereg_kit.status`'s; this module only draws it. During the main stage the
+The reading is :mod:`prereg_kit.study.status`'s; this module only draws it. During the main stage the
 table has no accuracy column and says the study is blind until it is analyzed.
 """
 
@@ -42,10 +42,10 @@ def _t(s: float | None) -> str:
 
 
 def render(st) -> Table:
-    """The table of one :class:`~prereg_kit.status.StudyStatus`, with the totals as its caption."""
+    """The table of one :class:`~prereg_kit.study.status.StudyStatus`, with the totals as its caption."""
     from rich.table import Table  # lock and verify print no table
 
-    from ..status import BLIND_NOTE
+    from ..study.status import BLIND_NOTE
 
     tab = Table(title=f"{escape(st.study)} · stage {st.stage} · {escape(st.plan)}", title_justify="left",
                 caption_justify="left")
@@ -85,7 +85,7 @@ def status(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding
            watch: Annotated[float | None, typer.Option("--watch", min=0.05, help="Refresh every SECONDS until every run is complete or failed (Ctrl-C ends it).")] = None,
            parallel: Annotated[int | None, typer.Option("--parallel", min=1, help="Runs at once, for the study's time left (default: those running now).")] = None) -> None:
     """Progress of every run of a stage: state, tokens / B, iteration, evaluations, time, time left, job, holder."""
-    from ..status import StatusCache, study_status
+    from ..study.status import StatusCache, study_status
 
     cache = StatusCache()
 

@@ -8,14 +8,14 @@ evaluation x set x problem. :func:`write_imported_run` places it in the study as
 
 - the configuration and seed must be ones the plan's stage runs (dense-rewards paper §2.3, C.1:
   seeds and configurations are fixed before the runs), and a main-stage import needs a locked,
-  unchanged plan (:func:`prereg_kit.jobs.require_locked`);
+  unchanged plan (:func:`prereg_kit.study.jobs.require_locked`);
 - a run folder that already holds files is never overwritten, and a run is written only inside
   the study (a symbolic link on the way to its folder is refused before anything is written);
 - each evaluation is placed at the compute spent before it: cumulative generated tokens,
   training seconds and updates after the iterations it follows (dense-rewards paper §2.3: accuracy is
   read at matched generated tokens), 0 for the evaluation before training;
 - the run's start time must be known, and a main run must have started after the plan was locked
-  (dense-rewards paper §C.1): the import asks the audit's own rule (:func:`prereg_kit.audit.main_run_problems`)
+  (dense-rewards paper §C.1): the import asks the audit's own rule (:func:`prereg_kit.study.audit.main_run_problems`)
   before it writes, so a run trained before the lock is refused at import with both times named;
   the run is recorded under the plan entry in force when it started;
 - the run is written through :class:`prereg_kit.runlog.RunLogWriter` (so it is validated like
@@ -36,10 +36,9 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..audit import check_device, main_run_problems, plan_entry_at, split_device
+from ..chain.lock import read_chain
+from ..chain.seal import seal_runs
 from ..errors import PreregError, ViolationError
-from ..jobs import require_locked
-from ..lock import read_chain
 from ..plan import load_plan
 from ..runlog import (
     STAGE_SECONDS,
@@ -53,7 +52,8 @@ from ..runlog import (
     utc_now,
     write_meta,
 )
-from ..seal import seal_runs
+from ..study.audit import check_device, main_run_problems, plan_entry_at, split_device
+from ..study.jobs import require_locked
 from .jsonlines import written
 
 STEP_SECONDS = "seconds_step"  # one unsplit training time per iteration, for a trainer that does not split stages

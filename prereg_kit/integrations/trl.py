@@ -54,11 +54,11 @@ from typing import Any
 import pandas as pd
 
 from prereg_kit import __version__
+from prereg_kit.chain.seal import seal_runs
 from prereg_kit.errors import PreregError
-from prereg_kit.jobs import planned_runs, require_locked
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunLogWriter, RunMeta, read_table, utc_now
-from prereg_kit.seal import seal_runs
+from prereg_kit.study.jobs import planned_runs, require_locked
 from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters, Schedule
 from trainer.core.evaluate import accuracy, load_eval_sets

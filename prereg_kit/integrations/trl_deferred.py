@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from prereg_kit.chain.seal import seal_runs
 from prereg_kit.errors import PreregError
-from prereg_kit.jobs import stage_runs
 from prereg_kit.runlog import RunLogWriter, read_meta, utc_now
-from prereg_kit.seal import seal_runs
+from prereg_kit.study.jobs import stage_runs
 from trainer.core.assets import prepare_assets
 from trainer.core.budget import Counters
 from trainer.core.evaluate import evaluate, load_eval_sets

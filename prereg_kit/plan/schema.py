@@ -53,7 +53,7 @@ class Study(_Model):
     # a study whose runs came from more than one trainer (meta.trainer) is refused unless preregistered
     mixed_trainers: bool = False
     # time-matched contrasts (time, control-time, time_to_target) whose main runs ran on more than
-    # one device type (prereg_kit.audit.device_type) are refused unless preregistered
+    # one device type (prereg_kit.study.audit.device_type) are refused unless preregistered
     mixed_devices: bool = False
 
     _seeds_ok = field_validator("seeds")(_check_seeds)

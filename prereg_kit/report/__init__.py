@@ -307,7 +307,7 @@ def results_record(a: Analysis) -> dict:
         "checks": _records(a.checks),
         "check_seeds": _records(a.check_seeds),
         "notes": a.notes + a.devices.notes,
-        "devices": a.devices.counts,  # device type -> main runs (prereg_kit.audit.device_type)
+        "devices": a.devices.counts,  # device type -> main runs (prereg_kit.study.audit.device_type)
         # stated only when off, so the results of studies that use them read as before
         **({} if plan.evaluation.common_random_numbers else {"common_random_numbers": False}),
         **({"sequential": {"look": a.sequential.look, "of": a.sequential.of, "decision": a.sequential.decision,

@@ -99,7 +99,7 @@ def election_sha256(study_dir: str | Path) -> str:
 
     A run with ``anchor = "elected"`` records it in :attr:`RunMeta.election_sha256` when it starts
     (multi-reward paper §5.1: the anchor is fixed before joint training); ``prereg verify`` flags a
-    main run whose recorded hash differs from the file's (``prereg_kit.audit``).
+    main run whose recorded hash differs from the file's (``prereg_kit.study.audit``).
     """
     import hashlib
 

@@ -39,8 +39,8 @@ import pandas as pd
 from scipy.special import expit
 
 from .. import __version__
-from ..audit import split_device
 from ..runlog import RunLogWriter, RunMeta, run_dir
+from ..study.audit import split_device
 
 T = TypeVar("T")
 
@@ -238,7 +238,7 @@ def generate_study(
     ``"differ"`` logs a different sampling seed per configuration (the outcomes still use common
     random numbers) and ``"unknown"`` logs none. ``devices``: ``meta.device`` of every run, per
     configuration, or per configuration a ``{seed: device}`` naming each of its seeds;
-    ``"cpu (<model>)"`` is written as device ``cpu`` with ``meta.cpu`` (``prereg_kit.audit.device_type``).
+    ``"cpu (<model>)"`` is written as device ``cpu`` with ``meta.cpu`` (``prereg_kit.study.audit.device_type``).
     """
     configs = list(configurations)
     seeds = [int(s) for s in seeds]

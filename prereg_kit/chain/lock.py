@@ -13,7 +13,7 @@ runs, later edits were dated amendments, and the timing was audited. ``plan.lock
   without ``hash``. Changing any earlier entry breaks the chain.
 
 Completed runs are *sealed* into the same chain (entries of kind ``seal``, written by
-:mod:`prereg_kit.seal`): the hashes of a run's files, chained after the plan entries they ran
+:mod:`prereg_kit.chain.seal`): the hashes of a run's files, chained after the plan entries they ran
 under. Every entry's time is the clock's at the moment it is appended — no caller can choose it —
 and times never decrease along the chain. Appends take an OS lock beside the file
 (``.plan.lock.guard``), so runs that finish at once, or an amendment during runs, never lose an
@@ -25,7 +25,7 @@ The file itself is written in one canonical JSON form, so any hand edit, even of
 is detected. Someone who rewrites the whole chain consistently is not detected by the file alone:
 the git commit recorded in each entry (:func:`check_git_anchors`: the commit must exist no later
 than the entry and hold the plan it hashed), git's history of ``plan.lock`` and the head a reader
-holds (:mod:`prereg_kit.anchors`) and external timestamps (:mod:`prereg_kit.timestamp`) are the
+holds (:mod:`prereg_kit.chain.anchors`) and external timestamps (:mod:`prereg_kit.chain.timestamp`) are the
 outside anchors; ``docs/locking.md`` states what each layer catches.
 """
 
@@ -41,12 +41,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import __version__
-from .canonical import canonical_json, content_hash, normalized, sha256_hex
-from .diff import changed_keys, describe
-from .errors import LockError, PreregError, ViolationError, writing
+from .. import __version__
+from ..canonical import canonical_json, content_hash, normalized, sha256_hex
+from ..diff import changed_keys, describe
+from ..errors import LockError, PreregError, ViolationError, writing
+from ..plan import PlanFile, load_plan, read_toml, resolve_plan_path
 from .gitinfo import blob_sha256, commit_time, git_status, in_work_tree
-from .plan import PlanFile, load_plan, read_toml, resolve_plan_path
 
 FORMAT = "prereg-lock/1"
 PLAN_KINDS = ("lock", "amendment")

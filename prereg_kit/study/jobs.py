@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import PreregError, ViolationError
-from .lock import check_plan, lock_path, read_chain
-from .plan import Plan, PlanFile, format_tokens, load_plan
-from .plan.designs import seed_text
-from .runlog import run_dir
+from ..chain.lock import check_plan, lock_path, read_chain
+from ..errors import PreregError, ViolationError
+from ..plan import Plan, PlanFile, format_tokens, load_plan
+from ..plan.designs import seed_text
+from ..runlog import run_dir
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import PreregError
-from .lock import Chain, format_time, parse_time
-from .look_chain import look_chain_problems, stopped_run_findings
-from .plan import Contrast, Plan, validate_plan
-from .runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta, uses_elected_anchor
+from ..chain.lock import Chain, format_time, parse_time
+from ..chain.look_chain import look_chain_problems, stopped_run_findings
+from ..errors import PreregError
+from ..plan import Contrast, Plan, validate_plan
+from ..runlog import ELECTION_FILE, RunLogError, RunMeta, election_sha256, find_runs, read_meta, uses_elected_anchor
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A gradient test's result (``STUDY/gradient/<id>/``: ``batches.parquet`` and ``meta.json``, the
 results contract of docs/gradient-tests.md) is evidence only while nobody edited it, so when
-``prereg gradient-test`` has it, it is **sealed** as a completed run is (:mod:`prereg_kit.seal`):
+``prereg gradient-test`` has it, it is **sealed** as a completed run is (:mod:`prereg_kit.chain.seal`):
 an entry of kind ``gradient`` appended to ``plan.lock`` with
 
 - ``test`` (the test id), ``result`` (``gradient/<id>``), ``plan_hash`` (the content hash the test
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .errors import PreregError, ViolationError
+from .. import __version__
+from ..errors import PreregError, ViolationError
+from ..plan import resolve_plan_path
 from .lock import Chain, append_entries, parse_time
-from .plan import resolve_plan_path
 from .seal import _first_difference, run_files
 
 GRADIENT_DIR = "gradient"

@@ -3,7 +3,7 @@
 The dense-rewards paper's preregistration audit (§2.3, §C.1 "Preregistration") asks that a
 study's results come from the runs it locked in advance. A run log on disk is only evidence while
 nobody edited it, so when a main-stage run completes, its files are **sealed**: an entry of kind
-``seal`` is appended to ``plan.lock`` (under the chain's OS lock, :func:`prereg_kit.lock.append_entries`;
+``seal`` is appended to ``plan.lock`` (under the chain's OS lock, :func:`prereg_kit.chain.lock.append_entries`;
 the run is read and its files hashed before the lock is taken, so that the lock is held only to
 append) with
 
@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import __version__
-from .errors import PreregError
+from .. import __version__
+from ..errors import PreregError
+from ..plan import resolve_plan_path
+from ..runlog import JOB_RECORD, META_FILE, RunLogError, find_runs, read_meta
+from ..runlog.schema import TRACKER_RECORD
 from .lock import Chain, append_entries, format_time, parse_time
-from .plan import resolve_plan_path
-from .runlog import JOB_RECORD, META_FILE, RunLogError, find_runs, read_meta
-from .runlog.schema import TRACKER_RECORD
 
 # Working files of a run folder that are not evidence: the launcher's stderr log, the one-writer
 # lock and its holder note, the executor's job record (written again after the run ends), the live
@@ -94,7 +94,7 @@ def _seal_fields(study_dir: Path, folder: Path) -> dict[str, Any]:
     if meta.status != "complete":
         raise PreregError(f"{folder}: run status is '{meta.status}': only a complete run is sealed")
     try:  # never seal what the analysis cannot read
-        from .runlog import read_run  # pyarrow only when there are runs to check
+        from ..runlog import read_run  # pyarrow only when there are runs to check
 
         bad = [p for p in read_run(folder).problems if p.kind != "status"]
     except RunLogError as e:
@@ -258,7 +258,7 @@ def check_seals(study_dir: str | Path, chain: Chain) -> SealCheck:
         if meta.status != "complete":
             continue
         try:  # an unsealed run is read, so that a log that cannot be sealed names its real cause
-            from .runlog import read_run  # pyarrow only when there are runs to check
+            from ..runlog import read_run  # pyarrow only when there are runs to check
 
             bad = [p for p in read_run(folder).problems if p.kind != "status"]
         except RunLogError as e:

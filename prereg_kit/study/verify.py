@@ -6,12 +6,12 @@ In order, so that the first line of a refusal names the first thing that went wr
 2. the plan file against its last plan entry;
 3. the outside anchors: the head the reader holds (``--head``), git's history of ``plan.lock``
    (every committed version a prefix of the next and of the file) and the git commits recorded in
-   the plan entries (``prereg_kit.anchors``, ``prereg_kit.lock.check_git_anchors``);
-4. external timestamps of the chain, when the study has any (``prereg_kit.timestamp``);
-5. the seals of completed runs (``prereg_kit.seal``) and of gradient-test results
-   (``prereg_kit.gradient_seal``): every sealed file as it was sealed;
-6. the run-timing audit (``prereg_kit.audit``);
-7. the design: no run folder the locked plan does not name (``prereg_kit.design``).
+   the plan entries (``prereg_kit.chain.anchors``, ``prereg_kit.chain.lock.check_git_anchors``);
+4. external timestamps of the chain, when the study has any (``prereg_kit.chain.timestamp``);
+5. the seals of completed runs (``prereg_kit.chain.seal``) and of gradient-test results
+   (``prereg_kit.chain.gradient_seal``): every sealed file as it was sealed;
+6. the run-timing audit (``prereg_kit.study.audit``);
+7. the design: no run folder the locked plan does not name (``prereg_kit.study.design``).
 
 Exit codes: 0 clean (warnings allowed: comment-only edits), 1 violations, 2 unusable input.
 """
@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .anchors import check_git_history, check_shared_head, entry_summary, parse_head
+from ..callables import callable_module
+from ..chain.anchors import check_git_history, check_shared_head, entry_summary, parse_head
+from ..chain.gradient_seal import check_gradient_seals
+from ..chain.lock import Chain, check_git_anchors, check_plan, read_chain
+from ..chain.seal import SealCheck, check_seals
+from ..chain.timestamp import StudyTimestamps, check_study_timestamps
+from ..errors import PreregError
+from ..plan import PlanFile, load_plan, resolve_plan_path, validate_plan
+from ..runlog import ELECTION_FILE, election_sha256
 from .audit import AuditReport, audit_runs
-from .callables import callable_module
 from .design import unexpected_runs
-from .errors import PreregError
-from .gradient_seal import check_gradient_seals
-from .lock import Chain, check_git_anchors, check_plan, read_chain
-from .plan import PlanFile, load_plan, resolve_plan_path, validate_plan
-from .runlog import ELECTION_FILE, election_sha256
-from .seal import SealCheck, check_seals
-from .timestamp import StudyTimestamps, check_study_timestamps
 
 
 @dataclass

@@ -35,12 +35,10 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from .audit import device_type
-from .calibrate import CALIBRATION_ITERATIONS
-from .errors import PreregError
-from .jobs import planned_runs
-from .plan import load_plan
-from .runlog import (
+from ..calibrate import CALIBRATION_ITERATIONS
+from ..errors import PreregError
+from ..plan import load_plan
+from ..runlog import (
     EVALS,
     ITERATIONS,
     META_FILE,
@@ -55,8 +53,10 @@ from .runlog import (
     run_dir,
     utc_now,
 )
-from .runlog.writerlock import heartbeat_age, read_note
-from .stages import is_blind
+from ..runlog.writerlock import heartbeat_age, read_note
+from ..stages import is_blind
+from .audit import device_type
+from .jobs import planned_runs
 
 STATES = ("pending", "queued", "running", "stopped", "failed", "complete")
 BLIND_NOTE = "blind: accuracy and contrasts stay hidden until `prereg analyze`"

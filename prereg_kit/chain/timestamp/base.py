@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Union
 
-from ..errors import PreregError
+from ...errors import PreregError
 
 EXTRA_HINT = "pip install 'prereg-kit[timestamp]'"
 RECEIPT_SUFFIX = ".tsr"

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import ViolationError
+from ..errors import ViolationError
 from .lock import Chain, append_entries, parse_time
 
 LOOK = "look"

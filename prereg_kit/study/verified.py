@@ -1,8 +1,8 @@
 """The runs a study's analysis reads: verified, loaded, held to the plan's design, admitted.
 
 Dense-rewards paper §2.3, §C.1, App. D: before any reading, the lock chain, the plan, the runs'
-seals and the run-timing audit are verified (``prereg_kit.verify``); the run logs are loaded
-(main stage) and the plan's design is enforced (``prereg_kit.design``): an unreadable run log, a
+seals and the run-timing audit are verified (``prereg_kit.study.verify``); the run logs are loaded
+(main stage) and the plan's design is enforced (``prereg_kit.study.design``): an unreadable run log, a
 planned run that is missing (unless the plan allows missing seeds) or an evaluation on other
 problems than the plan's is a violation, named run by run. :func:`admitted_curves` then applies
 the plan's admission rules to one set's curves. ``prereg analyze`` (``prereg_kit.analyze``) and
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import readings as rd
+from .. import readings as rd
+from ..errors import PreregError, ViolationError
+from ..plan import Plan, PlanFile, load_plan, resolve_plan_path
+from ..runlog import StudyRuns, load_study
+from ..runlog.memory import release_memory
+from ..sequential_looks import restrict_to_look
 from .design import eval_problem_violations, missing_runs
-from .errors import PreregError, ViolationError
-from .plan import Plan, PlanFile, load_plan, resolve_plan_path
-from .runlog import StudyRuns, load_study
-from .runlog.memory import release_memory
-from .sequential_looks import restrict_to_look
 from .verify import verify_study
 
 HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
@@ -57,7 +57,7 @@ def check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[lis
 class VerifiedRuns:
     """A study's main-stage runs as the analysis admits them to be read: the lock verified, run
     start times audited, seals checked, the plan's design enforced (``prereg verify`` and
-    ``prereg_kit.design``). The main runs' evaluation rows are held once, by set, in ``sets``;
+    ``prereg_kit.study.design``). The main runs' evaluation rows are held once, by set, in ``sets``;
     ``runs.evals`` keeps their columns and no rows."""
 
     plan_path: Path
@@ -163,7 +163,7 @@ def _run_of(path: str) -> tuple[str, int]:
 
 
 def enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: bool, notes: list[str]) -> pd.DataFrame:
-    """Exactly the runs and evaluation problems the plan names (``prereg_kit.design``).
+    """Exactly the runs and evaluation problems the plan names (``prereg_kit.study.design``).
 
     Violations, in the order of their cause: run logs that cannot be read, planned runs that are
     missing, evaluations on other problems. Refused unless ``exploratory``; a missing run the

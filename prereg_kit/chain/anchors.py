@@ -14,7 +14,7 @@ author cannot rewrite as well catches it:
   up to it unchanged. It proves nothing about entries appended after it.
 
 The git plan-entry anchors (the commit each plan entry records) stay in
-:func:`prereg_kit.lock.check_git_anchors`; ``docs/locking.md`` states what each anchor proves.
+:func:`prereg_kit.chain.lock.check_git_anchors`; ``docs/locking.md`` states what each anchor proves.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import PreregError
+from ..errors import PreregError
 from .gitinfo import blob_at, git_status, path_commits
 from .lock import Chain
 
@@ -62,7 +62,7 @@ class HeadCheck:
 
 def check_shared_head(chain: Chain, head: str) -> HeadCheck:
     """Find the entry whose hash is ``head`` (already :func:`parse_head`-ed) in a chain that
-    :func:`prereg_kit.lock.read_chain` verified: found, the chain up to it is the one shared."""
+    :func:`prereg_kit.chain.lock.read_chain` verified: found, the chain up to it is the one shared."""
     lp, last = chain.path, chain.head
     for e in chain.entries:
         if e["hash"] == head:

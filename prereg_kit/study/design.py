@@ -30,11 +30,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..plan import Plan
+from ..runlog import ELECTION_FILE, META_FILE, RunLogError, read_meta
+from ..runlog.groups import group_numbers, rows_by_group
+from ..runlog.text import text_codes
 from .jobs import planned_runs
-from .plan import Plan
-from .runlog import ELECTION_FILE, META_FILE, RunLogError, read_meta
-from .runlog.groups import group_numbers, rows_by_group
-from .runlog.text import text_codes
 
 if TYPE_CHECKING:
     import pandas as pd
