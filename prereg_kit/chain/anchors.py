@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PreregError
-from .gitinfo import blob_at, git_status, path_commits
+from .gitinfo import blob_at, path_commits, repo_path
 from .lock import Chain
 
 log = logging.getLogger(__name__)
@@ -119,15 +119,15 @@ def check_git_history(chain: Chain) -> GitHistory:
     chain is skipped (a warning for the latter): the versions around it are compared instead.
     """
     lp = chain.path
-    st = git_status(lp)
-    res = GitHistory(in_repo=st is not None)
-    if st is None:
+    where = repo_path(lp)  # the history needs only the file's path in its repository
+    res = GitHistory(in_repo=where is not None)
+    if where is None:
         res.info.append(f"git: {lp.name} is not in a git work tree: git does not anchor the chain")
         return res
     commits = path_commits(lp) or []
     prev: tuple[str, str, list[dict[str, Any]]] | None = None
     for sha, date in commits:
-        data = blob_at(lp.parent, sha, st["path"])
+        data = blob_at(lp.parent, sha, where)
         if data is None:  # deleted in this commit: compare the versions around it
             continue
         entries = _entries(data)

@@ -28,13 +28,22 @@ def git_status(path: str | Path) -> dict | None:
     repository root (what ``git show COMMIT:PATH`` takes).
     """
     p = Path(path).resolve()
-    if _git(p.parent, "rev-parse", "--is-inside-work-tree") != "true":
+    where = repo_path(p)
+    if where is None:
         return None
     commit = _git(p.parent, "rev-parse", "--verify", "-q", "HEAD")
     tracked = _git(p.parent, "ls-files", "--error-unmatch", "--", p.name) is not None
     changes = _git(p.parent, "status", "--porcelain", "--", p.name)
-    prefix = _git(p.parent, "rev-parse", "--show-prefix") or ""
-    return {"commit": commit or None, "tracked": tracked, "clean": tracked and changes == "", "path": prefix + p.name}
+    return {"commit": commit or None, "tracked": tracked, "clean": tracked and changes == "", "path": where}
+
+
+def repo_path(path: str | Path) -> str | None:
+    """``path`` from its repository's root (what ``git show COMMIT:PATH`` takes), or None outside
+    a git work tree (two git calls, where :func:`git_status` makes five)."""
+    p = Path(path).resolve()
+    if _git(p.parent, "rev-parse", "--is-inside-work-tree") != "true":
+        return None
+    return (_git(p.parent, "rev-parse", "--show-prefix") or "") + p.name
 
 
 def in_work_tree(folder: str | Path) -> bool:
