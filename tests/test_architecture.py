@@ -36,7 +36,7 @@ LAYERS = {
         ("analysis", ["prereg_kit.notebook", "prereg_kit.study.verified", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.robustness", "prereg_kit.verdicts", "prereg_kit.gradient_tests", "prereg_kit.sequential_looks",
                       "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.extrapolated", "prereg_kit.analyze",
                       "prereg_kit.task_aggregates", "prereg_kit.simulate.synth"]),
-        ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry",
+        ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry", "prereg_kit.coverage",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.study.status"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
         ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli",

@@ -174,9 +174,45 @@ def test_recheck_row_flags_and_explains():
     off = ReportedRow(id="y", label="y", n=24, mean="+0.010", ci_low="+0.002", ci_high="+0.012", source="t")
     assert recheck_row("T", off).status == "inconsistent"  # mean off the interval's centre
     boot = ReportedRow(id="z", label="z", n=5, mean="-0.1", ci_low="-0.2", ci_high="-0.05", ci_kind="bootstrap", source="t")
-    assert recheck_row("T", boot).status == "not checkable"
+    assert recheck_row("T", boot).status == "no test"  # without d_z only the estimate's place is checked
     with pytest.raises(ValueError):
         ReportedRow(id="w", label="w", p=".05", source="t")  # a printed test without an interval
+
+
+def test_bootstrap_rows_are_checked_against_n_and_d_z():
+    # Table 17, α = 4: −0.105 [−0.144, −0.061], n = 6, d_z −1.83 (s ≈ 0.057, width ≈ 1.46 s)
+    row = ReportedRow(id="a4", label="a4", n=6, mean="-0.105", ci_low="-0.144", ci_high="-0.061", ci_kind="bootstrap",
+                      d_z="-1.83", source="t")
+    r = recheck_row("T", row)
+    assert r.status == "consistent" and r.tests[0]["test"] == "bootstrap_width" and r.tests[0]["match"]
+    # attacks: a d_z that gives another SD, an interval twice as wide, an estimate outside its interval
+    for bad in ({"d_z": "-0.90"}, {"ci_low": "-0.190", "ci_high": "-0.020"}, {"mean": "-0.150"}):
+        assert recheck_row("T", row.model_copy(update=bad)).status == "inconsistent", bad
+    assert recheck_row("T", row.model_copy(update={"d_z": "-0.90", "explanation": "typo"})).status == "explained"
+    # n = 3: the interval is the observed range, between √3·s and 2·s wide (Table 22's self-log-ratio row)
+    three = row.model_copy(update={"n": 3, "mean": "-0.313", "ci_low": "-0.355", "ci_high": "-0.275", "d_z": "-7.81"})
+    assert recheck_row("T", three).status == "consistent"
+    assert recheck_row("T", three.model_copy(update={"ci_low": "-0.365"})).status == "inconsistent"  # wider than 2·s
+    # a ratio without n (Table 6's efficiencies): the estimate inside its interval, nothing more
+    eff = ReportedRow(id="e", label="e", mean="1.56", ci_low="1.28", ci_high="2.03", unit="ratio", ci_kind="bootstrap", source="t")
+    assert recheck_row("T", eff).status == "no test"
+    assert recheck_row("T", eff.model_copy(update={"mean": "2.10"})).status == "inconsistent"
+
+
+def test_bootstrap_interval_recomputed_from_per_seed_values():
+    # §G.5: the disagreement gate minus ungated, five printed per-seed differences
+    row = ReportedRow(id="g", label="g", n=5, mean="+0.056", ci_low="+0.007", ci_high="+0.094", ci_kind="bootstrap",
+                      per_seed=["-0.035", "+0.050", "+0.070", "+0.080", "+0.115"], source="t")
+    r = recheck_row("T", row)
+    assert r.status == "consistent" and {t["test"] for t in r.tests} == {"bootstrap_low", "bootstrap_high"}
+    for bad in ({"ci_low": "+0.020"}, {"ci_high": "+0.110"}, {"mean": "+0.060"}, {"n": 6}):
+        assert recheck_row("T", row.model_copy(update=bad)).status == "inconsistent", bad
+
+
+def test_registry_bootstrap_rows_are_all_checked():
+    rows = [r for r in recheck(REGISTRY, ["equal-iteration", "S02"]).rows]
+    assert all(r.status in ("consistent", "no test") for r in rows)
+    assert sum(r.status == "consistent" for r in rows if r.study == "equal-iteration") >= 23
 
 
 def test_exact_holm_ranges_are_monotone_bounds():

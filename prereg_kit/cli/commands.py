@@ -349,13 +349,18 @@ def probe(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
 def registry_cmd(root: Annotated[Path, typer.Option(
         help="Registry folder (default: ./registry, else the repository's registry/).")] = None,
         why: Annotated[bool, typer.Option("--why", help="Name, for every configuration the trainer cannot run, why.")] = False,
-        runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None, as_json: JsonOpt = False) -> None:
+        runner: Annotated[str | None, typer.Option("--runner", help=RUNNER_HELP)] = None, as_json: JsonOpt = False,
+        coverage: Annotated[bool, typer.Option("--coverage", help="The papers' tables and figures the registry covers.")] = False) -> None:
     """List the registry's studies: plan valid, locked, runs, report, reported record, and how many
-    configurations the installed trainer can run."""
+    configurations the installed trainer can run; or, with --coverage, the papers' tables and figures."""
     from rich.markup import escape
     from rich.table import Table
 
     from ..registry import default_root, registry_states
+
+    if coverage:  # registry/coverage/*.toml: plans, contrasts and rechecked rows per table and figure
+        from .coverage import coverage_table
+        return coverage_table(root or default_root(), as_json)
     from ..runners import configuration_problems, load_runner
 
     base = root or default_root()

@@ -31,7 +31,15 @@ from .power_solve import PowerSolution, solve_power_paired
 from .sequential import SequentialBoundaries, classical_boundaries, crossing_probabilities, sequential_boundaries
 from .sequential_t import SequentialTBoundaries, sequential_t_boundaries, t_crossing_probabilities
 from .signflip import SignFlip, SignFlipInterval, sign_flip_ci, sign_flip_test
-from .summary import ReportedCheck, SummaryCheck, from_summary
+from .summary import (
+    BootstrapRecompute,
+    BootstrapSummaryCheck,
+    ReportedCheck,
+    SummaryCheck,
+    bootstrap_from_summary,
+    bootstrap_from_values,
+    from_summary,
+)
 from .summary_stats import TostSummary, tost_summary
 from .verdict import Verdict, verdict
 from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
@@ -70,6 +78,10 @@ __all__ = [
     "effect_size_paired",
     "effect_size_paired_arms",
     "from_summary",
+    "bootstrap_from_summary",
+    "bootstrap_from_values",
+    "BootstrapRecompute",
+    "BootstrapSummaryCheck",
     "holm",
     "noninferiority",
     "paired_t",
