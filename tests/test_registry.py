@@ -209,6 +209,31 @@ def test_bootstrap_interval_recomputed_from_per_seed_values():
         assert recheck_row("T", row.model_copy(update=bad)).status == "inconsistent", bad
 
 
+def test_p_values_printed_beside_d_z_are_recomputed_from_d_z_and_n():
+    # Table 17, α = 4: one-sided paired-t p = 0.0033 (§H.4) beside d_z −1.83, n = 6
+    row = ReportedRow(id="a4", label="a4", n=6, mean="-0.105", ci_low="-0.144", ci_high="-0.061", ci_kind="bootstrap",
+                      d_z="-1.83", dz_p_less="0.0033", source="t")
+    r = recheck_row("T", row)
+    assert r.status == "consistent" and r.tests[0]["test"] == "dz_p_less" and r.tests[0]["match"]
+    # attacks: a p that d_z and n cannot give, the wrong direction, a two-sided reading
+    for bad in ({"dz_p_less": "0.0040"}, {"dz_p_less": None, "dz_p_greater": "0.0033"},
+                {"dz_p_less": None, "dz_p": "0.0033"}):
+        assert recheck_row("T", row.model_copy(update=bad)).status == "inconsistent", bad
+    # a row without an interval is checkable through d_z alone (Table 24, α = 5: −0.092, d_z −0.77, n = 10)
+    bare = ReportedRow(id="s5", label="s5", n=10, mean="-0.092", d_z="-0.77", dz_p_less="0.02", source="t")
+    assert recheck_row("T", bare).status == "consistent"
+    assert recheck_row("T", bare.model_copy(update={"dz_p_less": "0.04"})).status == "inconsistent"
+    # TOST at the row's margin (Table 17, α = 0.25: paired-t TOST p = 0.025 at ±0.03)
+    tost = ReportedRow(id="t", label="t", n=14, mean="-0.005", ci_low="-0.026", ci_high="+0.018", ci_kind="bootstrap",
+                       d_z="-0.12", dz_tost_p="0.025", margin=0.03, source="t")
+    assert recheck_row("T", tost).status == "consistent"
+    assert recheck_row("T", tost.model_copy(update={"margin": 0.02})).status == "inconsistent"
+    with pytest.raises(ValueError, match="needs n and d_z"):
+        ReportedRow(id="w", label="w", n=10, dz_p=".05", source="t")
+    with pytest.raises(ValueError, match="needs the mean"):
+        ReportedRow(id="w", label="w", n=10, d_z="0.5", dz_tost_p=".05", source="t")
+
+
 def test_registry_bootstrap_rows_are_all_checked():
     rows = [r for r in recheck(REGISTRY, ["equal-iteration", "S02"]).rows]
     assert all(r.status in ("consistent", "no test") for r in rows)

@@ -77,6 +77,9 @@ def _results() -> dict[str, object]:
             "SequentialBoundaries": st.sequential_boundaries(2), "SignFlip": st.sign_flip_test(d),
             "SequentialTBoundaries": st.sequential_t_boundaries((2, 4), n_paths=4096),
             "SignFlipInterval": st.sign_flip_ci(d), "TostSummary": st.tost_summary(5, 0.006, 0.005, margin=0.02),
+            "DzPCheck": st.p_from_dz("0.23", 32, "0.100", test="greater"),
+            "BootstrapSummaryCheck": st.bootstrap_from_summary("-0.105", "-0.144", "-0.061", 6, "-1.83"),
+            "BootstrapRecompute": st.bootstrap_from_values(["-0.035", "+0.050", "+0.070"], "+0.028", "-0.035", "+0.070"),
             "WilcoxonPaired": st.wilcoxon_paired(d), "WilcoxonTost": st.wilcoxon_tost(d, -0.02, 0.02),
             "Aggregate": st.iqm(np.outer(np.linspace(0.2, 0.8, 6), np.ones(3)) + np.arange(3) * 0.01, n_resamples=50),
             "PerformanceProfile": st.performance_profile(np.outer(np.linspace(0.2, 0.8, 6), np.ones(3)), [0.3, 0.5], n_resamples=50)}

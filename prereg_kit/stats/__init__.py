@@ -40,7 +40,7 @@ from .summary import (
     bootstrap_from_values,
     from_summary,
 )
-from .summary_stats import TostSummary, tost_summary
+from .summary_stats import DzPCheck, TostSummary, p_from_dz, tost_summary
 from .verdict import Verdict, verdict
 from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
 from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_tost
@@ -54,6 +54,8 @@ __all__ = [
     "tost_from_stats",
     "TostSummary",
     "tost_summary",
+    "DzPCheck",
+    "p_from_dz",
     "Aggregate",
     "PerformanceProfile",
     "iqm",
