@@ -27,7 +27,8 @@ from prereg_kit.registry import (
 from prereg_kit.study.verify import verify_study
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
-PAPER_STUDIES = ["equal-iteration"] + [f"S{i:02d}" for i in range(1, 36)]
+H6_STUDIES = ["equal-iteration-7b", "equal-iteration-smollm3", "equal-iteration-prm", "equal-iteration-numina"]  # Tables 23-26
+PAPER_STUDIES = ["equal-iteration"] + [f"S{i:02d}" for i in range(1, 36)] + H6_STUDIES
 MR_GRIDS = ["mr-correct-brief", "mr-correct-negative", "mr-three-channel", "mr-code-fast", "mr-code-noop"]
 ALL_PLANS = sorted(REGISTRY.glob("*/plan.toml"))
 runner = CliRunner()
@@ -46,7 +47,7 @@ def test_every_paper_study_and_grid_is_in_the_registry():
     have = {d.name for d in study_dirs(REGISTRY)}
     assert set(PAPER_STUDIES + MR_GRIDS) <= have
     ids = {load_plan(REGISTRY / s).plan.study.id for s in PAPER_STUDIES}
-    assert ids == {"equal-iteration"} | {f"S{i}" for i in range(1, 36)}
+    assert ids == {"equal-iteration"} | {f"S{i}" for i in range(1, 36)} | set(H6_STUDIES)
 
 
 @pytest.mark.parametrize("plan", ALL_PLANS, ids=[p.parent.name for p in ALL_PLANS])
