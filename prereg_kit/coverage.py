@@ -9,12 +9,14 @@ with the plans and contrasts that hold it and the reported rows that ``prereg re
     title = "Share of the budget the critic filter needs"
     plans = ["S20", "S22"]             # registry studies (folder name or plan id)
     contrasts = ["S22:P1"]             # STUDY:CONTRAST, a contrast of that study's plan
+    checks = ["S21:C-calibration"]     # STUDY:CHECK, a manipulation check ([[checks]]) of that study's plan
     recheck = ["S22:T11-history"]      # STUDY:ROWID, a row of that study's reported.toml
     reason = "…"                       # optional: why the paper's own text keeps it from being covered
 
-An item is **covered** when it has at least one plan and one contrast and at least one recheck row
-whose recheck ran (any status but ``not checkable``), or a ``reason``. Every name is checked against
-the registry: an unknown study, contrast or row is an error naming the file and the item.
+An item is **covered** when it has at least one plan, one contrast or manipulation check (a reading
+within one configuration, such as the critic's calibration) and at least one recheck row whose
+recheck ran (any status but ``not checkable``), or a ``reason``. Every name is checked against the
+registry: an unknown study, contrast, check or row is an error naming the file and the item.
 ``prereg registry --coverage`` prints the table; see ``docs/registry.md``.
 """
 
@@ -44,6 +46,7 @@ class CoverageItem(BaseModel):
     title: str = Field(min_length=1)
     plans: list[str] = []
     contrasts: list[str] = []
+    checks: list[str] = []
     recheck: list[str] = []
     reason: str | None = Field(default=None, min_length=1)
 
@@ -68,6 +71,7 @@ class ItemCoverage:
     contrasts: list[str]
     recheck: list[str]
     reason: str | None
+    checks: list[str] = field(default_factory=list)  # STUDY:CHECK, manipulation checks read in place of a contrast
     row_status: dict[str, str] = field(default_factory=dict)  # STUDY:ROWID -> recheck status
 
     @property
@@ -77,11 +81,11 @@ class ItemCoverage:
 
     @property
     def status(self) -> str:
-        if self.plans and self.contrasts and self.checked_rows:
+        if self.plans and (self.contrasts or self.checks) and self.checked_rows:
             return "covered"
         if self.reason:
             return "reason"
-        if self.plans or self.contrasts or self.recheck:
+        if self.plans or self.contrasts or self.checks or self.recheck:
             return "partial"
         return "not covered"
 
@@ -137,6 +141,7 @@ class _Registry:
         self.root = root
         self._dirs: dict[str, Path] = {}
         self._contrasts: dict[Path, set[str]] = {}
+        self._checks: dict[Path, set[str]] = {}
         self._rows: dict[Path, dict[str, str]] = {}
 
     def study(self, name: str) -> Path:
@@ -148,8 +153,14 @@ class _Registry:
 
     def contrasts(self, d: Path) -> set[str]:
         if d not in self._contrasts:
-            self._contrasts[d] = {c.id for c in load_plan(d / PLAN_FILE).plan.contrasts}
+            plan = load_plan(d / PLAN_FILE).plan
+            self._contrasts[d] = {c.id for c in plan.contrasts}
+            self._checks[d] = {c.id for c in plan.checks}
         return self._contrasts[d]
+
+    def checks(self, d: Path) -> set[str]:
+        self.contrasts(d)
+        return self._checks[d]
 
     def rows(self, d: Path) -> dict[str, str]:
         if d not in self._rows:
@@ -188,6 +199,14 @@ def _check_item(reg: _Registry, path: Path, paper: str, item: CoverageItem) -> I
         d = study(s)
         if c not in reg.contrasts(d):
             raise PreregError(f"{where}: {ref}: the plan of {d.name} has no contrast {c!r}")
+    for ref in item.checks:
+        try:
+            s, c = _split(ref, "check")
+        except PreregError as e:
+            raise PreregError(f"{where}: {e.lines[0]}") from None
+        d = study(s)
+        if c not in reg.checks(d):
+            raise PreregError(f"{where}: {ref}: the plan of {d.name} has no manipulation check {c!r}")
     row_status = {}
     for ref in item.recheck:
         try:
@@ -203,7 +222,7 @@ def _check_item(reg: _Registry, path: Path, paper: str, item: CoverageItem) -> I
             raise PreregError(f"{where}: {ref}: {r!r} is an endpoint (a value without an interval), which recheck does not check")
         row_status[ref] = rows[r]
     return ItemCoverage(paper=paper, id=item.id, title=item.title, plans=list(item.plans), contrasts=list(item.contrasts),
-                        recheck=list(item.recheck), reason=item.reason, row_status=row_status)
+                        recheck=list(item.recheck), reason=item.reason, checks=list(item.checks), row_status=row_status)
 
 
 def coverage(root: str | Path) -> list[PaperCoverage]:
@@ -233,7 +252,7 @@ def coverage_record(base: Path, papers: list[PaperCoverage]) -> dict:
     return {
         "root": str(base),
         "papers": [{"paper": p.paper, "file": str(p.file), "items": [
-            {"id": i.id, "title": i.title, "plans": i.plans, "contrasts": i.contrasts, "recheck": i.recheck,
+            {"id": i.id, "title": i.title, "plans": i.plans, "contrasts": i.contrasts, "checks": i.checks, "recheck": i.recheck,
              "row_status": i.row_status, "reason": i.reason, "status": i.status, "covered": i.covered}
             for i in p.items]} for p in papers],
         "covered": sum(i.covered for i in items),

@@ -59,7 +59,9 @@ def test_the_registry_coverage_files_load_and_name_only_what_exists(registry_cov
     assert "dense-rewards" in papers
     dense = {i.id: i for i in papers["dense-rewards"].items}
     assert {"Table 3", "Table 13", "Table 17", "Figure 7", "Figure 17"} <= set(dense)
-    assert dense["Table 13"].status == "covered" and dense["Table 9"].status == "not covered"
+    assert dense["Table 13"].status == "covered" and dense["Table 9"].status == "covered"
+    assert dense["Table 9"].checks and not dense["Table 9"].contrasts  # read through manipulation checks
+    assert dense["Table 26"].status == "reason" and all(i.covered for i in dense.values())
     assert coverage_line(registry_coverage).endswith("tables and figures covered")
 
 
@@ -123,3 +125,28 @@ def test_cli_table_and_json(small):
     doc = json.loads(res.output)
     assert (doc["covered"], doc["total"]) == (2, 3) and doc["papers"][0]["items"][0]["row_status"] == {"S25:T3-k1": "consistent"}
     assert coverage_files(small / "nowhere") == []
+
+
+def test_a_manipulation_check_reads_in_place_of_a_contrast(small):
+    """Table 9 (the critic's calibration) is a reading within one configuration: a [[checks]] entry."""
+    (small / "S21").mkdir()
+    for f in ("plan.toml", "reported.toml"):
+        shutil.copyfile(REGISTRY / "S21" / f, small / "S21" / f)
+    item = 'title = "calibration"\nplans = ["S21"]\nchecks = ["S21:C-calibration"]\nrecheck = ["S21:T9-calibration-filter"]'
+    f = small / "coverage" / "dense-rewards.toml"
+    f.write_text(SMALL.replace('title = "calibration"', item))
+    (p,) = coverage(small)
+    t9 = {i.id: i for i in p.items}["Table 9"]
+    assert t9.status == "covered" and t9.checks == ["S21:C-calibration"]
+    res = runner.invoke(app, ["registry", "--coverage", "--json", "--root", str(small)])
+    assert json.loads(res.output)["papers"][0]["items"][1]["checks"] == ["S21:C-calibration"]
+    # attacks: an unknown check, a contrast named as a check, a check without a checked row
+    for bad, says in (('checks = ["S21:C-nope"]', "no manipulation check 'C-nope'"),
+                      ('checks = ["S21:P1"]', "no manipulation check 'P1'"),
+                      ('checks = ["C-calibration"]', "STUDY:CHECK")):
+        f.write_text(SMALL.replace('title = "calibration"', item.replace('checks = ["S21:C-calibration"]', bad)))
+        with pytest.raises(PreregError, match=says):
+            coverage(small)
+    f.write_text(SMALL.replace('title = "calibration"', item.replace('recheck = ["S21:T9-calibration-filter"]', "recheck = []")))
+    (p,) = coverage(small)
+    assert {i.id: i for i in p.items}["Table 9"].status == "partial"

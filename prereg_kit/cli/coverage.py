@@ -29,7 +29,7 @@ def coverage_table(base: Path, as_json: bool) -> None:
         for i in p.items:
             rows = f"{len(i.checked_rows)} of {len(i.recheck)}" if i.recheck else "—"
             status = {"reason": f"not coverable: {i.reason}"}.get(i.status, i.status)
-            t.add_row(*map(escape, (i.id, i.title, ", ".join(i.plans) or "—", ", ".join(i.contrasts) or "—", rows)),
+            t.add_row(*map(escape, (i.id, i.title, ", ".join(i.plans) or "—", ", ".join(i.contrasts + i.checks) or "—", rows)),
                       f"[{style[i.status]}]{escape(status)}[/{style[i.status]}]")
         out_console.print(t)
     out_console.print(coverage_line(papers))
