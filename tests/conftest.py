@@ -4,11 +4,19 @@ cache shared by every test of a worker process that trains the tiny model (docs/
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import pytest
 from plans import SMALL_PLAN
 from tsa import tsa, tsa_factory  # noqa: F401 - fixtures: a local TSA (RFC 3161) for any test file
+
+# One thread per test process: `make test` runs one worker per core, and a worker whose OpenMP
+# and BLAS pools (torch, numpy) hold a thread per core spins them against the other worker's: the
+# tiny model's tests took twice the CPU time. Set before numpy or torch is first imported (none of the
+# imports above loads them; and in every process a test starts, which inherits the environment).
+for _pool in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_pool] = "1"
 
 
 def pytest_collection_finish(session):

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -313,16 +313,50 @@ def test_a_full_disk_at_the_chain_append_is_one_line_and_the_chain_stays_whole(t
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to name a file descriptor's path")
-def test_a_full_disk_at_a_run_log_append_is_one_line(study, monkeypatch):
+def test_a_full_disk_at_a_run_log_append_is_one_line(tmp_path, monkeypatch):
+    """A trainer's append (JSON lines, as the built-in trainer logs every iteration)."""
+    from prereg_kit.errors import DiskFullError
+    from prereg_kit.runlog import RunLogWriter, RunMeta, run_dir
+
+    folder = run_dir(tmp_path, "grpo", 0)
+    meta = RunMeta(study="s", configuration="grpo", seed=0, plan_hash="a" * 64, started_at=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    w = RunLogWriter(folder, meta, fsync=False)
+    row = {"iteration": 0, "tokens_rollout": 100, "tokens_continuation": 0, "tokens_discarded": 0,
+           "seconds_selection": 0.0, "seconds_generation": 1.0, "seconds_credit": 0.5, "seconds_update": 0.25,
+           "seconds_weight_sync": 0.25, "updates": 1}
     with monkeypatch.context() as m:
         hit = _fail_writes_to(m, "write", "iterations.jsonl")
-        res = _cli("dry-run", str(study))
+        with pytest.raises(DiskFullError) as e:
+            w.log_iteration(row)
+    assert hit and str(e.value).splitlines() == [str(e.value)]
+    assert str(e.value).startswith(f"disk full writing {hit[0]}: No space left on device [errno {errno.ENOSPC}]")
+    assert str(e.value).endswith("(none of the rows were logged)")
+    assert Path(hit[0]).read_bytes() == b""  # nothing of the rows stayed behind
+    w.log_iteration(row)  # the space is back: the same row is logged, once
+    w.finish("complete")
+
+
+def test_a_full_disk_at_a_run_logged_in_one_go_is_one_line(study, monkeypatch):
+    """The dry run's synthetic runs go straight to Parquet: a full disk there is one line too."""
+    import pyarrow.parquet as pq
+
+    real, hit = pq.write_table, []
+
+    def full(table, where, *args, **kwargs):
+        if str(where).endswith("iterations.parquet.tmp"):
+            hit.append(str(where))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(table, where, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", full)
+    res = _cli("dry-run", str(study))
     assert hit and res.exit_code == 2, res.output
     lines = [ln for ln in res.output.strip().splitlines() if not ln.startswith("dry run: writing")]
     assert len(lines) == 1 and "Traceback" not in res.output
-    assert lines[0].startswith(f"error: disk full writing {hit[0]}: No space left on device [errno {errno.ENOSPC}]")
-    assert lines[0].endswith("(none of the rows were logged)")
-    assert Path(hit[0]).read_bytes() == b""  # nothing of the rows stayed behind
+    target = hit[0].removesuffix(".tmp")
+    assert lines[0].startswith(f"error: disk full writing {target}: No space left on device [errno {errno.ENOSPC}]")
+    assert lines[0].endswith("(the run was not written)")
+    assert not Path(hit[0]).exists()
 
 
 def test_a_full_disk_the_writers_did_not_name_is_still_one_line(study, monkeypatch):

@@ -92,6 +92,62 @@ def test_finish_compacts_and_removes_jsonl(tmp_path):
     assert len(read_run(folder, strict=True).evals) == 9
 
 
+def _write_buffered(folder: Path, n_it: int = 10, every: int = 5) -> RunLogWriter:
+    w = RunLogWriter(folder, meta(), fsync=False, buffered=True)
+    w.log_eval_rows(eval_rows(0, 0))
+    for i in range(n_it):
+        w.log_iteration(it_row(i))
+        if (i + 1) % every == 0:
+            w.log_eval_rows(eval_rows((i + 1) // every, i + 1))
+    return w
+
+
+def test_a_buffered_run_reads_as_the_same_run_written_through_json_lines(tmp_path):
+    plain, buffered = run_dir(tmp_path, "ctl", 0), run_dir(tmp_path / "b", "ctl", 0)
+    write_run(plain)
+    w = _write_buffered(buffered)
+    assert not list(buffered.glob("*.jsonl")) and not list(buffered.glob("*.parquet"))  # nothing before finish
+    w.finish("complete")
+    assert not list(buffered.glob("*.jsonl"))
+    a, b = read_run(plain, strict=True), read_run(buffered, strict=True)
+    assert a.problems == b.problems == []
+    pd.testing.assert_frame_equal(a.iterations, b.iterations)
+    pd.testing.assert_frame_equal(a.evals, b.evals)
+    # a buffered run resumes like any compacted run
+    r = RunLogWriter(buffered, meta(), resume=True, fsync=False)
+    r.log_iteration(it_row(10))
+    r.finish("complete")
+    assert list(read_run(buffered, strict=True).iterations["iteration"]) == list(range(11))
+
+
+def test_a_buffered_writer_checks_every_row_as_the_plain_one_does(tmp_path):
+    w = _write_buffered(run_dir(tmp_path, "ctl", 0))
+    with pytest.raises(RunLogError, match="already logged"):
+        w.log_eval_rows(eval_rows(2, 10))
+    with pytest.raises(RunLogError, match="out of order"):
+        w.log_eval_rows(eval_rows(1, 5))
+    with pytest.raises(RunLogError, match="not above the last logged"):
+        w.log_iteration(it_row(3))
+    with pytest.raises(RunLogError, match="field 'correct'"):
+        w.log_eval_rows([{**eval_rows(3, 15)[0], "correct": 9}])  # more correct than samples
+    with pytest.raises(ValueError, match="cannot resume"):
+        RunLogWriter(run_dir(tmp_path, "ctl", 1), meta(seed=1), resume=True, buffered=True)
+
+
+def test_a_buffered_run_that_fails_is_kept_as_json_lines_and_resumes(tmp_path):
+    folder = run_dir(tmp_path, "ctl", 0)
+    with pytest.raises(RuntimeError):
+        with _write_buffered(folder, n_it=4, every=2):
+            raise RuntimeError("boom")
+    assert read_meta(folder).status == "failed" and not list(folder.glob("*.parquet"))
+    run = read_run(folder)
+    assert len(run.iterations) == 4 and len(run.evals) == 9
+    w = RunLogWriter(folder, meta(), resume=True, at_iteration=4, fsync=False)
+    w.log_iteration(it_row(4))
+    w.finish("complete")
+    assert list(read_run(folder, strict=True).iterations["iteration"]) == list(range(5))
+
+
 def test_torn_last_line_is_reported_and_not_used(tmp_path):
     folder = run_dir(tmp_path, "ctl", 0)
     write_run(folder, finish=False)

@@ -278,7 +278,7 @@ def write_imported_run(study_dir: str | Path, configuration: str, seed: int, run
             raise ViolationError(f"{problems[0]} (start time from {run.start_source}); nothing imported")
     made = [p for p in [folder, *folder.parents] if study in p.parents and not p.exists()]
     try:
-        w = RunLogWriter(folder, meta)
+        w = RunLogWriter(folder, meta, buffered=True)  # a whole run at once: straight to Parquet
         try:
             w.log_iterations(iterations)
             w.log_eval_rows(evals)

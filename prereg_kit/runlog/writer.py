@@ -50,6 +50,30 @@ def _to_jsonl(df: pd.DataFrame) -> bytes:
     return text.encode()
 
 
+def _write_parquet(folder: Path, kind: str, df: pd.DataFrame, jsonl_bytes: int, *, fsync: bool, kept: str) -> Path:
+    """Write one table as ``<kind>.parquet``: to a temp name, fsynced, renamed. Its metadata records
+    the row count and the size of the JSON lines it stands for, so that a later append makes it
+    stale rather than wrong."""
+    pp = _parquet_path(folder, kind)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    info = {"format": FORMAT, "rows": len(df), "jsonl_bytes": jsonl_bytes}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARQUET_KEY: json.dumps(info).encode()})
+    tmp = pp.with_name(pp.name + ".tmp")
+    with writing(pp, kept):
+        try:
+            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+            if fsync:
+                with open(tmp, "rb+") as fh:
+                    os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    tmp.replace(pp)
+    if fsync:
+        _fsync_dir(folder)
+    return pp
+
+
 def finalize(folder: str | Path, *, keep_jsonl: bool = False, fsync: bool = True) -> list[Path]:
     """Compact a run's JSON lines into ``iterations.parquet`` and ``evals.parquet``.
 
@@ -69,24 +93,8 @@ def finalize(folder: str | Path, *, keep_jsonl: bool = False, fsync: bool = True
         df, lines = _load_jsonl(jp, kind)
         if lines.torn is not None:
             raise RunLogError(f"cannot finalize: {lines.torn}")
-        data = lines.data
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        info = {"format": FORMAT, "rows": len(df), "jsonl_bytes": len(data)}
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARQUET_KEY: json.dumps(info).encode()})
-        tmp = pp.with_name(pp.name + ".tmp")
-        with writing(pp, f"{jp.name} is kept: the run can be finished again"):
-            try:
-                pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
-                if fsync:
-                    with open(tmp, "rb+") as fh:
-                        os.fsync(fh.fileno())
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-        tmp.replace(pp)
-        if fsync:
-            _fsync_dir(folder)
-        written.append(pp)
+        written.append(_write_parquet(folder, kind, df, len(lines.data), fsync=fsync,
+                                      kept=f"{jp.name} is kept: the run can be finished again"))
         if not keep_jsonl and jp.exists():
             jp.unlink()
     if fsync:
@@ -116,6 +124,12 @@ class RunLogWriter:
     the evaluation of the checkpoint itself is kept. When the eval file's tail was torn and
     ``at_eval`` is not given, the whole interrupted batch (the last evaluation x set) is dropped.
     A run compacted by :meth:`finish` is re-expanded to JSON lines when resumed.
+
+    ``buffered=True`` is for a run logged in one go (the synthetic generator): the same checks,
+    but the rows are kept in memory and :meth:`finish` writes them straight to Parquet, with no
+    JSON lines to write and read back (and the floats as given, where JSON lines keep 15
+    digits). Nothing is on disk before ``finish``: a crash loses the run, which its maker writes
+    again; a run that ends in an error is written as JSON lines, as any other.
     """
 
     def __init__(
@@ -128,9 +142,13 @@ class RunLogWriter:
         at_eval: int | None = None,
         fsync: bool = True,
         lock: RunLock | None = None,
+        buffered: bool = False,
     ) -> None:
+        if buffered and resume:
+            raise ValueError("a buffered writer logs a new run in one go; it cannot resume one")
         self.folder = Path(folder)
         self.fsync = fsync
+        self._buffer: dict[str, list[pd.DataFrame]] | None = {k: [] for k in KINDS} if buffered else None
         self.repairs: list[LogProblem] = []
         # One writer per run: the caller's lock (the trainer holds it for the whole run), else our own.
         self._owns_lock = lock is None
@@ -162,7 +180,7 @@ class RunLogWriter:
             self.meta = meta.model_copy(update={"status": "running", "ended_at": None})
             self.folder.mkdir(parents=True, exist_ok=True)
             write_meta(self.folder, self.meta, fsync=fsync)
-            for k in KINDS:
+            for k in KINDS if self._buffer is None else ():
                 _jsonl_path(self.folder, k).touch()
             if fsync:
                 _fsync_dir(self.folder)
@@ -280,6 +298,10 @@ class RunLogWriter:
 
     def _append(self, kind: str, df: pd.DataFrame) -> None:
         self.lock.check()  # fencing: a writer whose lease was taken over writes nothing more
+        if self._buffer is not None:
+            self._buffer[kind].append(df)
+            self._lines[kind] += len(df)
+            return
         data = _to_jsonl(df)
         path = _jsonl_path(self.folder, kind)
         with writing(path, "none of the rows were logged"):
@@ -360,12 +382,29 @@ class RunLogWriter:
             raise RunLogError(f"{self.folder}: unknown status {status!r} (one of {', '.join(STATUSES)})")
         try:
             self.lock.check()
-            if compact:
+            if self._buffer is not None:
+                self._flush_buffer(parquet=compact)
+            elif compact:
                 finalize(self.folder, keep_jsonl=keep_jsonl, fsync=self.fsync)
             self.meta = self.meta.model_copy(update={"status": status, "ended_at": utc_now()})
             write_meta(self.folder, self.meta, fsync=self.fsync)
         finally:
             self._release()
+
+    def _flush_buffer(self, *, parquet: bool) -> None:
+        """A buffered run's rows to disk: as Parquet (a run that ends well), else as JSON lines."""
+        buffer, self._buffer = self._buffer, None
+        for kind in KINDS:
+            frames = buffer[kind]
+            if frames:
+                df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+            else:  # no rows of this kind: an empty table, as finalize writes from an empty file
+                df = validate_frame(pd.DataFrame({c.name: [] for c in SCHEMAS[kind]}), SCHEMAS[kind],
+                                    where=str(_parquet_path(self.folder, kind)))
+            if parquet:
+                _write_parquet(self.folder, kind, df, 0, fsync=self.fsync, kept="the run was not written")
+            else:
+                _atomic_write_bytes(_jsonl_path(self.folder, kind), _to_jsonl(df))
 
     def __enter__(self) -> "RunLogWriter":
         return self
