@@ -583,10 +583,9 @@ def family_holm_ranges(rows: list[ReportedRow], plan: Plan) -> dict[str, tuple[f
 def recheck_study(d: Path) -> list[CheckedRow]:
     """Recheck every row of one study folder's ``reported.toml`` against its plan."""
     rep = load_reported(d)
-    try:
-        plan = load_plan(d / PLAN_FILE).plan
-    except PreregError:
-        plan = None
+    # a study without a plan is rechecked from its rows alone; a plan that does not load is an
+    # error, never a silent fallback to default margins
+    plan = load_plan(d / PLAN_FILE).plan if (d / PLAN_FILE).exists() else None
     if plan is not None:
         ids = {c.id for c in plan.contrasts}
         bad = [r.id for r in rep.rows if r.contrast and r.contrast not in ids]

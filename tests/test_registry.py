@@ -336,6 +336,14 @@ def test_recheck_cli(small_registry):
     assert res.exit_code == 2 and "bogus" in res.output
 
 
+def test_a_plan_that_does_not_load_stops_its_recheck(small_registry):
+    """Never rechecked against default margins in place of the plan's own: the plan's error, named."""
+    plan = small_registry / "S25" / "plan.toml"
+    plan.write_text(plan.read_text().replace("[study]", "[study]\nbogus_key = 1", 1))
+    res = _run("recheck", "S25", "--root", small_registry)
+    assert res.exit_code == 2 and "plan.toml" in res.output and "bogus_key" in res.output, res.output
+
+
 def test_builders_run_on_small_inputs_and_reproduce(small_registry, tmp_path):
     from figures import build_forest_reported, build_recheck_table, build_table3_4
 
