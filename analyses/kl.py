@@ -118,3 +118,91 @@ def approx_kl(eps: float, separation: float, drift: float = 0.0) -> tuple[float,
     with l = log eps + separation^2/2 (at drift = 0; the paper adds drift^2/2 under drift)."""
     ell = math.log(eps) + 0.5 * separation**2
     return eps + 0.5 * drift**2, eps * (ell - 1.0) + 0.5 * drift**2
+
+
+def logratio_moments(p, q, *, points: int = 2**12 + 1) -> tuple[float, float]:
+    """Mean and variance of the per-sample log-ratio log p(x) − log q(x) under x ~ p.
+
+    The mean is D_KL(p || q); the variance sets the Monte-Carlo standard error sqrt(var / N) of an
+    N-sample estimate of it (the paper's N = 2048 estimates, App. B). Simpson's rule on ``points``
+    equally spaced points over [min mean − 12, max mean + 12] (unit-variance components: the mass
+    beyond is below 1e−32), vectorized, so a grid of cells costs milliseconds each.
+    """
+    from scipy.integrate import simpson
+
+    means = np.concatenate([_mixture(*p)[1], _mixture(*q)[1]])
+    x = np.linspace(means.min() - 12.0, means.max() + 12.0, points)
+    lp = mixture_logpdf(x, *p)
+    dens, r = np.exp(lp), lp - mixture_logpdf(x, *q)
+    mean = float(simpson(dens * r, x=x))
+    var = float(simpson(dens * (r - mean) ** 2, x=x))
+    return mean, max(var, 0.0)
+
+
+def _logratios(p, q, n: int, rng: np.random.Generator) -> tuple[float, float]:
+    x = mixture_sample(*p, n, rng)
+    r = mixture_logpdf(x, *p) - mixture_logpdf(x, *q)
+    return float(r.mean()), float(r.var(ddof=1))
+
+
+def detection_z(eps: float, drift: float, separation: float = 6.0, *, n: int = 2048, method: str = "exact",
+                seed: int = 0) -> tuple[float, float]:
+    """(z_fwd, z_rev): how far the invented mode moves each KL estimate beyond benign drift alone
+    (multi-reward paper App. B, "Detection under benign drift", Table B.2).
+
+    The probe with the mode on is (1−eps) N(drift,1) + eps N(separation,1), with it off N(drift,1),
+    the base N(0,1). Each KL is estimated from its own n samples (forward under the base, reverse
+    under the probe), and z = (KL_on − KL_off) / sqrt(SE_on² + SE_off²) with SE = sd(log-ratio)/√n:
+    the mode-on excess ("eps on top of drift²/2" forward, "eps(l−1) on top of drift²/2" reverse) in
+    units of the two estimates' sampling error. ``method="exact"``: the expected z from the
+    means and variances of the log-ratios by numerical integration (:func:`logratio_moments`); ``"mc"``: one draw of the four
+    n-sample estimates with ``np.random.default_rng(seed)``. A zero standard error with a positive
+    excess is z = +inf (nothing to swamp it). The z definition and the alarm level are our reading:
+    the paper's table is not in the text we have.
+    """
+    if not 0.0 < eps < 1.0:
+        raise ValueError("eps must lie in (0, 1)")
+    if n < 2:
+        raise ValueError("n must be at least 2")
+    base = ([1.0], [0.0])
+    on = ([1.0 - eps, eps], [drift, separation])
+    off = ([1.0], [drift])
+    pairs = {"fwd": ((base, on), (base, off)), "rev": ((on, base), (off, base))}
+    rng = np.random.default_rng(seed) if method == "mc" else None
+    if method not in ("exact", "mc"):
+        raise ValueError("method must be 'exact' or 'mc'")
+    out = []
+    for key in ("fwd", "rev"):
+        (p1, q1), (p0, q0) = pairs[key]
+        if method == "exact":
+            (m1, v1), (m0, v0) = logratio_moments(p1, q1), logratio_moments(p0, q0)
+        else:
+            (m1, v1), (m0, v0) = _logratios(p1, q1, n, rng), _logratios(p0, q0, n, rng)
+        se = math.sqrt((v1 + v0) / n)
+        diff = m1 - m0
+        out.append(diff / se if se > 0 else (math.inf if diff > 0 else 0.0))
+    return out[0], out[1]
+
+
+def detection_grid(drifts, epsilons, separation: float = 6.0, *, n: int = 2048, z_alarm: float = 5.0,
+                   method: str = "exact", seed: int = 0) -> dict:
+    """The z ≥ ``z_alarm`` alarm shares of KL_fwd and KL_rev over a (drift δ, eps ε) grid (App. B,
+    Table B.2: "over a (δ, ε) grid the z ≥ 5 alarm region covers 22% of the grid for KL_fwd and 63%
+    for KL_rev"; the grid itself is not printed in the text).
+
+    Returns ``z_fwd`` and ``z_rev`` (arrays, rows = drifts, columns = epsilons, from
+    :func:`detection_z`), ``alarm_fwd`` / ``alarm_rev`` (z ≥ z_alarm) and ``share_fwd`` /
+    ``share_rev`` (the alarmed fraction of the cells). ``method="mc"`` draws cell (i, j) with seed
+    ``seed + i·len(epsilons) + j``.
+    """
+    drifts, epsilons = list(drifts), list(epsilons)
+    if not drifts or not epsilons:
+        raise ValueError("the grid needs at least one drift and one eps")
+    zf = np.empty((len(drifts), len(epsilons)))
+    zr = np.empty_like(zf)
+    for i, d in enumerate(drifts):
+        for j, e in enumerate(epsilons):
+            zf[i, j], zr[i, j] = detection_z(e, d, separation, n=n, method=method, seed=seed + i * len(epsilons) + j)
+    af, ar = zf >= z_alarm, zr >= z_alarm
+    return {"z_fwd": zf, "z_rev": zr, "alarm_fwd": af, "alarm_rev": ar,
+            "share_fwd": float(af.mean()), "share_rev": float(ar.mean())}

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import PreregError
 from .plan import PLAN_FILE, load_plan
-from .registry import REPORTED_FILE, find_study, load_reported, recheck_study
+from .registry import REPORTED_FILE, find_study, recheck_study
 
 COVERAGE_DIR = "coverage"
 PAPERS = ("dense-rewards", "multi-reward")  # the short names of docs/papers.md
@@ -167,9 +167,9 @@ class _Registry:
             if not (d / REPORTED_FILE).exists():
                 self._rows[d] = {}
             else:
-                status = {r.row: r.status for r in recheck_study(d)}
-                rep = load_reported(d)
-                self._rows[d] = {r.id: status[r.id] for r in rep.rows} | {e.id: "endpoint" for e in rep.endpoints}
+                # rows and endpoints alike, by what recheck found (an endpoint without checks is
+                # "not checkable", which does not count as covering an item)
+                self._rows[d] = {r.row: r.status for r in recheck_study(d)}
         return self._rows[d]
 
 
@@ -218,8 +218,6 @@ def _check_item(reg: _Registry, path: Path, paper: str, item: CoverageItem) -> I
         if r not in rows:
             raise PreregError(f"{where}: {ref}: {d.name} has no reported row {r!r}"
                               + ("" if rows else f" (no {REPORTED_FILE})"))
-        if rows[r] == "endpoint":
-            raise PreregError(f"{where}: {ref}: {r!r} is an endpoint (a value without an interval), which recheck does not check")
         row_status[ref] = rows[r]
     return ItemCoverage(paper=paper, id=item.id, title=item.title, plans=list(item.plans), contrasts=list(item.contrasts),
                         recheck=list(item.recheck), reason=item.reason, checks=list(item.checks), row_status=row_status)

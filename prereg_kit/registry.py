@@ -8,12 +8,16 @@ the number of seeds, the mean, the 95% interval and the printed tests, each with
 (:func:`prereg_kit.stats.from_summary`) and lists the ones that do not match given their rounding.
 A mismatch that is a real inconsistency of the paper carries its ``explanation`` in the record;
 a percentile-bootstrap row is checked against its estimate, n and d_z, or recomputed from its
-per-seed values. See ``docs/registry.md``. The module runs past 500 lines (about 620) because the
-record's schema and the recheck of each of its keys are kept in one place.
+per-seed values; an endpoint printed without an interval (the multi-reward grids' single runs) is
+rechecked by its ``checks``, each recomputing it from other printed numbers of the paper (a ratio,
+a difference, a rounding, a stated ordering; :func:`check_endpoint`). See ``docs/registry.md``.
+The module runs past 500 lines (about 720) because the record's schema and the recheck of each of
+its keys, rows and endpoints, are kept in one place.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +38,33 @@ DZ_TEST_KEYS = {"dz_p": "two-sided", "dz_p_greater": "greater", "dz_p_less": "le
 STATUSES = ("consistent", "explained", "inconsistent", "no test", "not checkable")
 
 
+_NUMBER = r"[+-]?\d+(?:\.\d+)?"
+_RANGE = re.compile(rf"^({_NUMBER})\s*[-–]\s*(\d+(?:\.\d+)?)$")
+
+
+def _rounding(num: str) -> tuple[float, float]:
+    """The interval of values that round to ``num`` at its printed decimals (half a unit of the last digit)."""
+    decimals = len(num.split(".")[1]) if "." in num else 0
+    half = 0.5 * 10.0 ** -decimals
+    x = float(num)
+    return x - half, x + half
+
+
+def printed_interval(text: str) -> tuple[float, float]:
+    """The values a printed number or range stands for: ``"0.82×"`` → [0.815, 0.825], ``"33%"`` →
+    [32.5, 33.5], ``"0.254-0.282"`` → [0.2535, 0.2825] (a range spans its two ends' roundings)."""
+    t = text.strip().replace("−", "-").replace("×", "").replace("%", "").replace(" ms", "").strip()
+    m = _RANGE.match(t)
+    if m:
+        lo, hi = _rounding(m.group(1))[0], _rounding(m.group(2))[1]
+        if lo > hi:
+            raise ValueError(f"printed range {text!r}: its low end is above its high end")
+        return lo, hi
+    if not re.fullmatch(_NUMBER, t):
+        raise ValueError(f"printed value {text!r}: not a number or a range of two numbers")
+    return _rounding(t)
+
+
 # --------------------------------------------------------------------------- the record's schema
 
 class _Strict(BaseModel):
@@ -49,8 +80,40 @@ class Amendment(_Strict):
     source: str = ""
 
 
+class EndpointCheck(_Strict):
+    """One re-analysis of a printed endpoint from other printed numbers of the paper.
+
+    ``rule`` names the relation: ``ratio`` (``of[0] / of[1]`` is the
+    ``printed`` multiple, "0.82×"), ``difference`` (``scale · (of[0] − of[1])`` is ``printed``,
+    e.g. points with ``scale = 100``), ``rounds_to`` (``of[0]`` printed elsewhere with fewer
+    decimals as ``printed``), ``within`` (``of[0]`` lies in the ``printed`` range), ``less`` / ``greater`` (``of[0]`` below / above ``of[1]``, an
+    ordering the text states). Operands and results are printed strings: a number carries its
+    rounding interval, a range ``"0.254-0.282"`` spans from its low end's to its high end's.
+    """
+
+    rule: Literal["ratio", "difference", "rounds_to", "within", "less", "greater"]
+    of: list[str] = Field(min_length=1, max_length=2)
+    printed: str = ""
+    scale: float = Field(default=1.0, gt=0)
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _arity(self) -> "EndpointCheck":
+        need = 1 if self.rule in ("rounds_to", "within") else 2
+        if len(self.of) != need:
+            raise ValueError(f"rule {self.rule} takes {need} printed operand(s) in `of`, got {len(self.of)}")
+        if self.rule in ("less", "greater") and self.printed:
+            raise ValueError(f"rule {self.rule} states an ordering: it takes no `printed` result")
+        if self.rule not in ("less", "greater") and not self.printed:
+            raise ValueError(f"rule {self.rule} needs the `printed` result it is checked against")
+        for text in [*self.of, *([self.printed] if self.printed else [])]:
+            printed_interval(text)  # a number the recheck cannot read is an error in the record
+        return self
+
+
 class Endpoint(_Strict):
-    """A reported endpoint without an interval (single runs, e.g. the multi-reward grids)."""
+    """A reported endpoint without an interval (single runs, e.g. the multi-reward grids), with the
+    re-analyses (``checks``) that recompute it from the paper's other printed numbers."""
 
     id: str
     label: str
@@ -61,6 +124,8 @@ class Endpoint(_Strict):
     reference: str = ""
     source: str
     note: str = ""
+    checks: list[EndpointCheck] = []
+    explanation: str = ""
 
 
 class ReportedRow(_Strict):
@@ -514,6 +579,76 @@ def _explained(out: CheckedRow) -> CheckedRow:
     return out
 
 
+def _ratio(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    if a[0] < 0 or b[0] <= 0:
+        raise ValueError("a ratio of printed values needs a non-negative numerator and a positive denominator")
+    return a[0] / b[1], a[1] / b[0]
+
+
+def _difference(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return a[0] - b[1], a[1] - b[0]
+
+
+# the value each rule recomputes from its operands' rounding intervals (interval arithmetic)
+_RECOMPUTE = {"ratio": _ratio, "difference": _difference, "rounds_to": lambda a: a, "within": lambda a: a}
+_SYMBOL = {"ratio": "/", "difference": "−", "less": "<", "greater": ">"}
+
+
+def check_endpoint(check: EndpointCheck) -> tuple[bool, tuple[float, float], str]:
+    """One re-analysis of a printed endpoint: (consistent, recomputed interval, line).
+
+    Every printed number stands for the interval of values that round to it
+    (:func:`printed_interval`), so a check is consistent when some values inside those intervals
+    satisfy it: the recomputed interval (``of[0] / of[1]``, ``scale · (of[0] − of[1])`` or ``of[0]``)
+    meets the ``printed`` result's interval, or the stated ordering ``of[0] < of[1]`` (``less``) /
+    ``of[0] > of[1]`` (``greater``) holds for some such values.
+    """
+    ops = [printed_interval(x) for x in check.of]
+    shown = f" {_SYMBOL.get(check.rule, '')} ".join(check.of) if len(check.of) == 2 else check.of[0]
+    scale = f"{check.scale:g}·" if check.scale != 1 else ""
+    if scale or len(check.of) == 2:
+        shown = f"({shown})"
+    if check.rule in ("less", "greater"):
+        (a_lo, a_hi), (b_lo, b_hi) = ops
+        good = a_lo < b_hi if check.rule == "less" else a_hi > b_lo
+        rng = (a_lo - b_hi, a_hi - b_lo)
+        return good, rng, f"{check.rule}: {shown}" + ("" if good else " MISMATCH")
+    lo, hi = _RECOMPUTE[check.rule](*ops)
+    lo, hi = lo * check.scale, hi * check.scale
+    p_lo, p_hi = printed_interval(check.printed)
+    good = lo <= p_hi * (1 + 1e-12) and p_lo * (1 - 1e-12) <= hi
+    line = (f"{check.rule}: {scale}{shown} in [{_fmt_signed(lo)}, {_fmt_signed(hi)}] vs printed {check.printed} "
+            f"[{_fmt_signed(p_lo)}, {_fmt_signed(p_hi)}]" + ("" if good else " MISMATCH"))
+    return good, (lo, hi), line
+
+
+def _fmt_signed(x: float) -> str:
+    return ("-" + _fmt(-x)) if x < 0 else _fmt(x)
+
+
+def recheck_endpoint(study: str, ep: Endpoint) -> CheckedRow:
+    """Recheck one printed endpoint (no interval, no test) by its ``checks``: consistent when every
+    check holds within the printed rounding; ``not checkable`` when the paper prints nothing that
+    recomputes it (a qualitative statement, a range no other number bounds)."""
+    out = CheckedRow(study=study, row=ep.id, label=ep.label, source=ep.source, n=None, printed=ep.value,
+                     test="endpoint: " + ", ".join(dict.fromkeys(c.rule for c in ep.checks)) if ep.checks else "endpoint",
+                     status="not checkable", explanation=ep.explanation)
+    if not ep.checks:
+        out.checks.append("no other printed number recomputes this endpoint")
+        return out
+    ok = True
+    for c in ep.checks:
+        try:
+            good, (lo, hi), line = check_endpoint(c)
+        except ValueError as e:
+            good, (lo, hi), line = False, (float("nan"), float("nan")), f"{c.rule}: cannot recompute: {e}"
+        ok &= good
+        out.checks.append(line + (f" ({c.note})" if c.note else ""))
+        out.tests.append({"test": c.rule, "printed": c.printed or _SYMBOL[c.rule], "recomputed": [lo, hi], "match": bool(good)})
+    out.status = "consistent" if ok else ("explained" if ep.explanation else "inconsistent")
+    return out
+
+
 @dataclass
 class RecheckResult:
     rows: list[CheckedRow]
@@ -581,7 +716,7 @@ def family_holm_ranges(rows: list[ReportedRow], plan: Plan) -> dict[str, tuple[f
 
 
 def recheck_study(d: Path) -> list[CheckedRow]:
-    """Recheck every row of one study folder's ``reported.toml`` against its plan."""
+    """Recheck every row of one study folder's ``reported.toml`` against its plan, then its endpoints."""
     rep = load_reported(d)
     # a study without a plan is rechecked from its rows alone; a plan that does not load is an
     # error, never a silent fallback to default margins
@@ -599,6 +734,7 @@ def recheck_study(d: Path) -> list[CheckedRow]:
             key = _KIND_KEY[plan.contrast(row.contrast).kind][1]
             he = {key: exact[row.contrast]}
         out.append(recheck_row(rep.study, row, plan, he))
+    out.extend(recheck_endpoint(rep.study, ep) for ep in rep.endpoints)
     return out
 
 
@@ -617,5 +753,6 @@ def recheck(root: str | Path, studies: list[str] | None = None) -> RecheckResult
     return RecheckResult(rows, skipped)
 
 
-__all__ = ["Reported", "ReportedRow", "Endpoint", "Amendment", "load_reported", "default_root", "study_dirs", "find_study",
+__all__ = ["Reported", "ReportedRow", "Endpoint", "EndpointCheck", "printed_interval", "check_endpoint",
+           "recheck_endpoint", "Amendment", "load_reported", "default_root", "study_dirs", "find_study",
            "StudyState", "study_state", "registry_states", "CheckedRow", "RecheckResult", "recheck_row", "recheck_study", "recheck", "REPORTED_FILE"]

@@ -8,7 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from analyses.kl import approx_kl, gaussian_mode_kl, mixture_kl, mixture_logpdf, mode_dropping_kl
+from analyses.kl import (
+    approx_kl,
+    detection_grid,
+    detection_z,
+    gaussian_mode_kl,
+    logratio_moments,
+    mixture_kl,
+    mixture_logpdf,
+    mixture_sample,
+    mode_dropping_kl,
+)
 
 
 def test_exact_matches_closed_form_for_shifted_gaussians():
@@ -171,3 +181,102 @@ def test_figure_shows_forward_and_reverse_kl_against_separation_drift_and_cases(
     assert np.allclose(data["drift"]["excess"], on[:, 1] - on[:, 0])
     assert list(data["cases"]["case"]) == ["invented mode", "benign drift", "mode dropping"]
     assert np.allclose(data["cases"][["kl_fwd", "kl_rev"]], cases)
+
+
+# --------------------------------------------------------------------------- detection under benign drift (Table B.2)
+
+
+def _quad_moments(p, q):
+    """Mean and variance of log p − log q under p by adaptive quadrature: independent of the Simpson grid."""
+    from scipy import integrate
+
+    def lr(x):
+        lp = float(mixture_logpdf(x, *p))
+        return math.exp(lp), lp - float(mixture_logpdf(x, *q))
+
+    def moment(k, centre):
+        def f(x):
+            d, r = lr(x)
+            return d * (r - centre) ** k
+        cuts = [-40.0, 0.0, 0.5, 6.0, 46.0]
+        return sum(integrate.quad(f, a, b, limit=200)[0] for a, b in zip(cuts, cuts[1:]))
+
+    m = moment(1, 0.0)
+    return m, moment(2, m)
+
+
+def test_logratio_moments_match_quadrature_and_closed_forms():
+    base, on = ([1.0], [0.0]), ([0.95, 0.05], [0.5, 6.0])
+    for p, q in ((base, on), (on, base)):
+        assert logratio_moments(p, q) == pytest.approx(_quad_moments(p, q), rel=1e-7)
+    # the mean is the KL the figure uses; a pure shift has mean δ²/2 and variance δ² in both directions
+    assert logratio_moments(base, on)[0] == pytest.approx(gaussian_mode_kl(0.05, 6.0, 0.5)[0], rel=1e-9)
+    for p, q in ((base, ([1.0], [0.7])), (([1.0], [0.7]), base)):
+        assert logratio_moments(p, q) == pytest.approx((0.245, 0.49), rel=1e-9)
+
+
+def test_detection_z_is_the_excess_over_the_two_standard_errors():
+    """Recomputed by hand from independent moments: (KL_on − KL_off) / sqrt((var_on + var_off)/n)."""
+    base, on = ([1.0], [0.0]), ([0.95, 0.05], [0.5, 6.0])
+    (m1, v1), (m0, v0) = _quad_moments(base, on), (0.125, 0.25)  # the benign probe N(0.5, 1): δ²/2 and δ²
+    zf = (m1 - m0) / math.sqrt((v1 + v0) / 2048)
+    (m1, v1), (m0, v0) = _quad_moments(on, base), (0.125, 0.25)
+    zr = (m1 - m0) / math.sqrt((v1 + v0) / 2048)
+    assert detection_z(0.05, 0.5) == pytest.approx((zf, zr), rel=1e-6)
+
+
+def test_detection_z_standard_error_by_simulation():
+    """Over 200 seeded replicate studies the simulated excess has the mean and spread the z assumes."""
+    n, eps, drift = 2048, 0.05, 0.5
+    base, on, off = ([1.0], [0.0]), ([1 - eps, eps], [drift, 6.0]), ([1.0], [drift])
+    rng = np.random.default_rng(7)
+    diffs = {"fwd": [], "rev": []}
+    for _ in range(200):
+        for key, (p1, q1, p0, q0) in {"fwd": (base, on, base, off), "rev": (on, base, off, base)}.items():
+            x1, x0 = mixture_sample(*p1, n, rng), mixture_sample(*p0, n, rng)
+            d = np.mean(mixture_logpdf(x1, *p1) - mixture_logpdf(x1, *q1)) - np.mean(mixture_logpdf(x0, *p0) - mixture_logpdf(x0, *q0))
+            diffs[key].append(d)
+    for key, idx in (("fwd", 0), ("rev", 1)):
+        (m1, v1) = logratio_moments(*(((base, on), (on, base))[idx]))
+        (m0, v0) = (drift**2 / 2, drift**2)
+        se = math.sqrt((v1 + v0) / n)
+        d = np.asarray(diffs[key])
+        assert abs(d.mean() - (m1 - m0)) < 4 * se / math.sqrt(len(d))
+        assert d.std(ddof=1) == pytest.approx(se, rel=0.15)
+    # one seeded Monte-Carlo draw lands near the expected z, and repeats exactly
+    z_mc = detection_z(eps, drift, method="mc", seed=3)
+    assert z_mc == detection_z(eps, drift, method="mc", seed=3)
+    assert np.allclose(z_mc, detection_z(eps, drift), atol=1.5)
+
+
+def test_forward_excess_is_swamped_once_drift_reaches_half_reverse_is_not():
+    """App. B: at Δ = 6, ε = 5% the KL_fwd excess is swamped once δ ≳ 0.5; the KL_rev excess is not."""
+    z = {d: detection_z(0.05, d) for d in (0.0, 0.25, 0.5, 1.0)}
+    assert z[0.0][0] >= 5 and z[0.25][0] >= 5 and z[0.5][0] < 5 and z[1.0][0] < 5
+    assert all(zr >= 5 for _, zr in z.values())
+
+
+def test_detection_grid_counts_alarms_at_z_at_least_the_level():
+    g = detection_grid([0.0, 0.5, 1.0], [0.01, 0.05])
+    assert g["z_fwd"].shape == (3, 2) and g["share_fwd"] == g["alarm_fwd"].mean()
+    assert g["share_rev"] == pytest.approx(np.mean(g["z_rev"] >= 5))
+    assert g["share_fwd"] < g["share_rev"]  # the reverse KL alarms over more of the grid (Table B.2)
+    # a cell exactly at the level alarms (z ≥ level), one just above it does not
+    level = float(g["z_rev"][1, 1])
+    assert detection_grid([0.5], [0.05], z_alarm=level)["alarm_rev"][0, 0]
+    assert not detection_grid([0.5], [0.05], z_alarm=level * (1 + 1e-9))["alarm_rev"][0, 0]
+    # Monte-Carlo grids repeat with their seed and differ between seeds
+    a, b = (detection_grid([0.5], [0.05, 0.1], method="mc", seed=s)["z_rev"] for s in (0, 0))
+    assert np.array_equal(a, b) and not np.array_equal(a, detection_grid([0.5], [0.05, 0.1], method="mc", seed=1)["z_rev"])
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"drifts": [], "epsilons": [0.05]}, "at least one"),
+    ({"drifts": [0.0], "epsilons": [0.0]}, "eps must lie"),
+    ({"drifts": [0.0], "epsilons": [1.0]}, "eps must lie"),
+    ({"drifts": [0.0], "epsilons": [0.05], "n": 1}, "n must be"),
+    ({"drifts": [0.0], "epsilons": [0.05], "method": "quad"}, "method must be"),
+])
+def test_detection_grid_refuses_bad_arguments(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        detection_grid(**kwargs)

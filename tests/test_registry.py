@@ -15,11 +15,16 @@ from prereg_kit.chain.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.cli import app
 from prereg_kit.plan import load_plan
 from prereg_kit.registry import (
+    Endpoint,
+    EndpointCheck,
     ReportedRow,
+    check_endpoint,
     family_holm_ranges,
     find_study,
     load_reported,
+    printed_interval,
     recheck,
+    recheck_endpoint,
     recheck_row,
     registry_states,
     study_dirs,
@@ -30,6 +35,7 @@ REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 H6_STUDIES = ["equal-iteration-7b", "equal-iteration-smollm3", "equal-iteration-prm", "equal-iteration-numina"]  # Tables 23-26
 PAPER_STUDIES = ["equal-iteration"] + [f"S{i:02d}" for i in range(1, 36)] + H6_STUDIES
 MR_GRIDS = ["mr-correct-brief", "mr-correct-negative", "mr-three-channel", "mr-code-fast", "mr-code-noop"]
+MR_NEW = ["mr-llama-negative", "mr-llama-brief", "mr-q30b", "mr-lambda-sweep", "mr-six-percent"]  # locked when written
 ALL_PLANS = sorted(REGISTRY.glob("*/plan.toml"))
 runner = CliRunner()
 
@@ -60,8 +66,29 @@ def test_every_registry_plan_validates_and_locks(plan, tmp_path):
     assert verify_study(d).exit_code == 0
 
 
-def test_no_lock_files_in_the_paper_studies():
-    assert not [s for s in PAPER_STUDIES + MR_GRIDS if (REGISTRY / s / "plan.lock").exists()]
+def test_no_lock_files_in_the_dense_rewards_studies():
+    assert not [s for s in PAPER_STUDIES if (REGISTRY / s / "plan.lock").exists()]
+
+
+@pytest.mark.parametrize("study", MR_GRIDS + MR_NEW)
+def test_multi_reward_plans_are_locked_and_evaluate_only_at_the_final_checkpoint(study):
+    """The multi-reward plans are locked in the registry; the grids' eval_every slip (B/16 against their
+    own comment: evaluation only at the final checkpoint) and their per-metric contrasts are dated
+    amendments, and every plan verifies clean (no edit since its last entry)."""
+    d = REGISTRY / study
+    assert verify_study(d).exit_code == 0
+    chain = read_chain(d / "plan.toml")
+    plan = load_plan(d).plan
+    assert plan.budget.eval_every == "B/1"
+    kinds = [e["kind"] for e in chain.entries]
+    if study in MR_GRIDS:
+        assert kinds == ["lock", "amendment", "amendment"]
+        first = chain.entries[1]
+        assert [(c["key"], c["old"], c["new"]) for c in first["changes"]] == [("budget.eval_every", "B/16", "B/1")]
+        assert "final checkpoint" in first["reason"]
+        assert all(c["key"].startswith("contrasts") for c in chain.entries[2]["changes"])
+    else:
+        assert kinds == ["lock"]
 
 
 def test_plans_record_what_the_paper_fixes():
@@ -125,7 +152,7 @@ def test_s2_two_amendments_replay(tmp_path):
 # --------------------------------------------------------------------------- reported records
 
 
-@pytest.mark.parametrize("study", PAPER_STUDIES + MR_GRIDS)
+@pytest.mark.parametrize("study", PAPER_STUDIES + MR_GRIDS + MR_NEW)
 def test_every_reported_record_parses_and_names_plan_contrasts(study):
     rep = load_reported(REGISTRY / study)
     plan = load_plan(REGISTRY / study).plan
@@ -239,6 +266,78 @@ def test_registry_bootstrap_rows_are_all_checked():
     rows = [r for r in recheck(REGISTRY, ["equal-iteration", "S02"]).rows]
     assert all(r.status in ("consistent", "no test") for r in rows)
     assert sum(r.status == "consistent" for r in rows if r.study == "equal-iteration") >= 23
+
+
+def test_printed_interval_reads_numbers_ranges_and_units():
+    assert printed_interval("0.82×") == pytest.approx((0.815, 0.825))
+    assert printed_interval("33%") == pytest.approx((32.5, 33.5))
+    assert printed_interval("0.254-0.282") == pytest.approx((0.2535, 0.2825))
+    assert printed_interval("2.8–23") == pytest.approx((2.75, 23.5))
+    assert printed_interval("−0.05") == pytest.approx((-0.055, -0.045))
+    assert printed_interval("307 ms") == pytest.approx((306.5, 307.5))
+    for bad in ("below base", "0.5-0.2", "0.1 / 0.2", ""):
+        with pytest.raises(ValueError):
+            printed_interval(bad)
+
+
+def test_endpoint_checks_recompute_within_rounding_and_catch_a_wrong_value():
+    """A printed ratio, difference, rounding or ordering is consistent only when values inside every
+    printed number's rounding interval satisfy it (0.579 / 0.708 = 0.8178: printed 0.82, not 0.80)."""
+    ok = lambda **kw: check_endpoint(EndpointCheck(**kw))[0]  # noqa: E731
+    assert ok(rule="ratio", of=["0.579", "0.708"], printed="0.82")
+    assert not ok(rule="ratio", of=["0.579", "0.708"], printed="0.80")
+    assert not ok(rule="ratio", of=["0.579", "0.708"], printed="0.83")
+    assert ok(rule="difference", of=["0.481", "0.453"], printed="3", scale=100)  # "3-5 pp"
+    assert not ok(rule="difference", of=["0.481", "0.453"], printed="3")  # the same difference as a fraction
+    assert not ok(rule="difference", of=["0.634", "0.581"], printed="6", scale=100)
+    assert ok(rule="rounds_to", of=["0.634"], printed="0.63") and not ok(rule="rounds_to", of=["0.636"], printed="0.63")
+    assert ok(rule="within", of=["0.274"], printed="0.26-0.29") and not ok(rule="within", of=["0.31"], printed="0.26-0.29")
+    assert ok(rule="less", of=["307", "359"]) and not ok(rule="less", of=["359", "307"])
+    assert ok(rule="greater", of=["0.215", "0.164"]) and not ok(rule="greater", of=["0.164", "0.215"])
+    # an ordering holds if some values within rounding satisfy it: 0.50 < 0.5 is attainable, 0.51 < 0.5 is not
+    assert ok(rule="less", of=["0.50", "0.5"]) and not ok(rule="less", of=["0.56", "0.5"])
+    # the recomputed interval is the interval arithmetic of the printed ones
+    _, (lo, hi), line = check_endpoint(EndpointCheck(rule="ratio", of=["0.172", "0.201"], printed="0.86"))
+    assert (lo, hi) == pytest.approx((0.1715 / 0.2015, 0.1725 / 0.2005)) and "0.86" in line
+
+
+def test_endpoint_check_records_refuse_what_recheck_could_not_read():
+    for bad in ({"rule": "ratio", "of": ["0.5"], "printed": "1"},            # a ratio needs two operands
+                {"rule": "rounds_to", "of": ["0.5", "0.4"], "printed": "1"},  # a rounding takes one
+                {"rule": "less", "of": ["1", "2"], "printed": "1"},           # an ordering prints no result
+                {"rule": "ratio", "of": ["1", "2"]},                          # a ratio needs its printed result
+                {"rule": "ratio", "of": ["high", "2"], "printed": "1"},       # not a number
+                {"rule": "mean", "of": ["1", "2"], "printed": "1"}):          # no such rule
+        with pytest.raises(ValueError):
+            EndpointCheck(**bad)
+
+
+def test_recheck_endpoint_statuses():
+    base = dict(id="e", label="e", metric="R_P", value="0.579 (0.82×)", source="t")
+    assert recheck_endpoint("T", Endpoint(**base)).status == "not checkable"
+    good = Endpoint(**base, checks=[EndpointCheck(rule="ratio", of=["0.579", "0.708"], printed="0.82")])
+    r = recheck_endpoint("T", good)
+    assert r.status == "consistent" and r.tests[0]["match"] and r.test == "endpoint: ratio"
+    wrong = Endpoint(**base, checks=[EndpointCheck(rule="ratio", of=["0.579", "0.708"], printed="0.82"),
+                                     EndpointCheck(rule="less", of=["0.9", "0.708"])])
+    r = recheck_endpoint("T", wrong)
+    assert r.status == "inconsistent" and "MISMATCH" in r.checks[1] and [t["match"] for t in r.tests] == [True, False]
+    assert recheck_endpoint("T", wrong.model_copy(update={"explanation": "the paper's typo"})).status == "explained"
+    zero = Endpoint(**base, checks=[EndpointCheck(rule="ratio", of=["0.5", "0.0"], printed="1")])
+    assert recheck_endpoint("T", zero).status == "inconsistent"  # a zero denominator cannot be recomputed
+
+
+def test_recheck_checks_the_multi_reward_endpoints():
+    """Every multi-reward endpoint is rechecked; none is inconsistent, and those with a check hold."""
+    mr = [d.name for d in study_dirs(REGISTRY) if d.name.startswith("mr-")]
+    res = recheck(REGISTRY, mr)
+    eps = {(r.study, r.row): r for r in res.rows if r.test.startswith("endpoint")}
+    n_ep = sum(len(load_reported(REGISTRY / s).endpoints) for s in mr)
+    assert len(eps) == n_ep >= 44
+    assert res.counts()["inconsistent"] == 0 and res.exit_code == 0
+    assert sum(r.status == "consistent" for r in eps.values()) >= 35
+    assert eps["mr-q30b", "b-additive"].status == "consistent"
+    assert eps["mr-code-fast", "symmetric"].status == "not checkable"  # "below base": no base value printed
 
 
 def test_exact_holm_ranges_are_monotone_bounds():

@@ -416,7 +416,7 @@ def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders
                 root: Annotated[Path, typer.Option(help="Registry folder (default: ./registry, else the repository's).")] = None,
                 mismatches: Annotated[bool, typer.Option("--mismatches", help="Show only inconsistent and explained rows.")] = False,
                 as_json: JsonOpt = False) -> None:
-    """Recompute every printed p-value from its printed mean, 95% CI and n; list those that do not match.
+    """Recompute every printed p-value from its printed mean, 95% CI and n, and every endpoint from the paper's other printed numbers; list those that do not match.
 
     Exit 0 when every mismatch is explained in its record, 1 otherwise.
     """
@@ -435,7 +435,7 @@ def recheck_cmd(studies: Annotated[list[str], typer.Argument(help="Study folders
         print_json(recheck_record(res, [r for r in res.rows if r.mismatch or not mismatches]))
         raise typer.Exit(res.exit_code)
     style = {"consistent": "green", "explained": "yellow", "inconsistent": "red", "no test": "dim", "not checkable": "dim"}
-    t = Table(title="recheck of reported p-values (from printed mean, 95% CI and n; rounding allowed)")
+    t = Table(title="recheck of reported p-values (from printed mean, 95% CI and n) and endpoints (from other printed numbers); rounding allowed")
     for col in ("study", "row", "source", "n", "printed Δ [95% CI]", "printed test", "recomputed", "status"):
         t.add_column(col, overflow="fold")
     for r in res.rows:
