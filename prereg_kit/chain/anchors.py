@@ -33,15 +33,23 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from ..errors import PreregError
 from .gitinfo import blob_at, path_commits, repo_path
 from .integrity import in_force
 from .lock import Chain
-from .timestamp import EXTRA_HINT, RECEIPT_SUFFIX, TIMESTAMPS_DIR, CertSource, TimestampError, receipt_name, stamped_digest, verify_receipt
+from .timestamp import (
+    EXTRA_HINT,
+    RECEIPT_SUFFIX,
+    TIMESTAMPS_DIR,
+    CertSource,
+    TimestampError,
+    receipt_name,
+    stamped_digest,
+    verify_receipt,
+)
 from .timestamp.receipt import load_certs
 
 log = logging.getLogger(__name__)
