@@ -77,7 +77,7 @@ LAYERS = {
     ],
 }
 COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands", "prereg_kit.integrations.evaluations_file",
-            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli.commands", "prereg_kit.cli.run", "prereg_kit.cli.status", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
+            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli.commands", "prereg_kit.cli.run", "prereg_kit.cli.status", "prereg_kit.cli.export", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 # Deferred imports outside command modules that keep the start-up of `prereg lock` and `prereg
 # verify` light, (importer, imported) each: the recipe check of every plan reaches the trainer's

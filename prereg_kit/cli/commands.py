@@ -22,6 +22,7 @@ from .. import __version__
 from ..errors import PreregError
 from .base import RUNNER_HELP, PreregGroup, err, handles_errors, out, out_console
 from .base import seed_list as _seed_list
+from .export import export_app
 from .jsonout import JsonOpt, print_json
 from .run import run as run_command
 from .status import status as status_command
@@ -484,6 +485,9 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     import json
 
     print(json.dumps({"elected": rec["elected"], "kl_rev": rec["kl_rev"], "kl_fwd": rec["kl_fwd"]}))
+
+
+app.add_typer(export_app, name="export")
 
 
 def add_commands(group: str = "prereg_kit.commands") -> None:  # other packages' commands: `prereg import` (docs/cli.md)
