@@ -159,9 +159,8 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
            head: Annotated[str | None, typer.Option(
                "--head", metavar="SHA256",
                help="The chain's head hash the author shared: fail unless an entry of the chain has it.")] = None,
-           receipts: Annotated[Path | None, typer.Option(
-               "--receipts", metavar="DIR",
-               help="RFC 3161 receipts you kept (*.tsr): each must stamp an entry still in the chain.")] = None) -> None:
+           receipts: Annotated[Path | None, typer.Option("--receipts", metavar="DIR", help=(
+               "RFC 3161 receipts you kept (*.tsr): each must stamp an entry still in the chain."))] = None) -> None:
     """Check the lock chain, the plan, its anchors and timestamps, the seals, the run timing and the design.
 
     Every run folder must be one the plan names and every sealed file as it was sealed; the anchors
