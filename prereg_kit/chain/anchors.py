@@ -38,7 +38,7 @@ from typing import Any
 
 from ..errors import PreregError
 from .gitinfo import blob_at, path_commits, repo_path
-from .integrity import in_force
+from .integrity import in_force_all
 from .lock import Chain
 from .timestamp import (
     EXTRA_HINT,
@@ -314,8 +314,7 @@ def check_declared_anchors(chain: Chain, hist: GitHistory, valid_receipts: set[s
     lp, entries = chain.path, chain.entries
     folder = lp.parent / TIMESTAMPS_DIR
     stamped, committed, git = [], [], False
-    for i in range(len(entries)):
-        integrity = in_force(entries, i)
+    for i, integrity in enumerate(in_force_all(entries)):
         for a in integrity.anchors:
             if a not in res.declared:
                 res.declared.append(a)

@@ -51,6 +51,16 @@ def in_force(entries: list[dict[str, Any]], i: int) -> Integrity:
     return declared_integrity(None)
 
 
+def in_force_all(entries: list[dict[str, Any]]) -> list[Integrity]:
+    """:func:`in_force` of every entry, in one pass (each plan entry's table read once)."""
+    out, cur = [], declared_integrity(None)
+    for e in entries:
+        if e.get("kind") in PLAN_KINDS:
+            cur = declared_integrity(e.get("content"))
+        out.append(cur)
+    return out
+
+
 def tsa_ca_path(study: Path, integrity: Integrity) -> Path | None:
     """The plan's ``tsa_ca``, relative to the study folder."""
     return None if integrity.tsa_ca is None else study / integrity.tsa_ca
@@ -125,10 +135,8 @@ def prepare(lock: Path, prior: list[dict[str, Any]], new: list[dict[str, Any]], 
     be made, and stamp every entry under a plan declaring ``rfc3161`` (``stamper``, else the plan's
     TSA). Raises :class:`PreregError` (nothing written yet) when either fails."""
     pending = Pending(lock, new)
-    entries = [*prior, *new]
     study = lock.parent
-    for k, e in enumerate(new):
-        integrity = in_force(entries, len(prior) + k)
+    for e, integrity in zip(new, in_force_all([*prior, *new])[len(prior):]):
         if integrity.commits and not pending.commit_after:
             why = commit_refusal(lock)
             if why is not None:
@@ -159,4 +167,4 @@ def _stamp(e: dict[str, Any], integrity: Integrity, study: Path, stamper: Stampe
     return receipt
 
 
-__all__ = ["Pending", "Stamper", "commit_message", "describe_entry", "in_force", "prepare", "tsa_ca_path", "tsa_stamper"]
+__all__ = ["Pending", "Stamper", "commit_message", "describe_entry", "in_force", "in_force_all", "prepare", "tsa_ca_path", "tsa_stamper"]
