@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 from plans import SMALL_PLAN
-from test_anchors import ENV, _git, _rewrite_a_seal
+from test_anchors import ENV, SEQ, _git, _rewrite_a_seal
 from test_integrity import PLAN, _write_runs
 from tsa import LocalTSA
 from typer.testing import CliRunner
 
 from prereg_kit.chain.anchors import NOT_PROVEN
 from prereg_kit.chain.integrity import in_force
-from prereg_kit.chain.lock import amend_plan, lock_plan, read_chain
+from prereg_kit.chain.lock import amend_plan, append_entries, lock_plan, read_chain
+from prereg_kit.chain.look_chain import record_look
 from prereg_kit.chain.seal import seal_runs
 from prereg_kit.chain.timestamp import build_request, digest_of, receipt_name
 from prereg_kit.cli import app
@@ -290,6 +291,26 @@ def test_commit_true_commits_every_append_and_a_rewrite_names_the_commit(tmp_pat
     v = verify_study(d).violations
     assert len(v) == 1 and f"(seal) as committed in {sha[:12]} (" in v[0] and v[0].endswith(
         "differs in the working file: a committed entry was rewritten (the chain may only grow)"), v
+
+
+def test_commit_true_commits_looks_and_amendments_too(tmp_path, git_env):
+    repo = tmp_path / "repo"
+    (repo / "study").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    plan = repo / "study" / "plan.toml"
+    plan.write_text(SEQ + _integrity(git=True, commit=True))
+    lock_plan(plan)
+    append_entries(plan, lambda c: [{"kind": "seal", "configuration": conf, "seed": s, "run": f"runs/{conf}/seed-{s}", "files": {}}
+                                    for s in (0, 1) for conf in ("A", "B")], what="seal")
+    record_look(plan, {"look": 1, "looks": [2, 3], "seeds": [0, 1], "configurations": ["A", "B"],
+                       "decision": "continue to look 2", "plan_entry": 0, "plan_hash": read_chain(plan).last["content_sha256"],
+                       "contrasts": [{"contrast": "C1", "p": 0.2, "repeated_p": 0.5, "decision": "continue to look 2"}]})
+    plan.write_text(plan.read_text() + "# a note\n")
+    amend_plan(plan, "a note")
+    assert _git(repo, "log", "--format=%s").splitlines() == [
+        "plan.lock: entry 6 (amendment a note)", "plan.lock: entry 5 (look 1)", "plan.lock: entries 1–4 (seal)",
+        "plan.lock: entry 0 (lock)"]
+    assert _git(repo, "status", "--porcelain", "--", "study/plan.lock") == ""  # every entry committed
 
 
 def test_commit_true_outside_a_work_tree_is_refused_before_anything_is_written(tmp_path, git_env):

@@ -72,9 +72,9 @@ def tsa_stamper(url: str, trusted: Path | None = None, *, timeout: float = 30) -
 
 
 def describe_entry(e: dict[str, Any]) -> str:
-    """An entry in a few words, for a commit message: ``entry 9 (seal runs/B/seed-0)``."""
+    """An entry in a few words, for a commit message: ``entry 9 (seal runs/B/seed-0)``, ``entry 12 (look 2)``."""
     kind = e.get("kind", "?")
-    what = {"seal": e.get("run"), "look": f"look {e.get('look')}" if e.get("look") is not None else None,
+    what = {"seal": e.get("run"), "look": e.get("look"),
             "gradient": e.get("test"), "amendment": e.get("reason")}.get(kind)
     what = " ".join(str(what).split())[:80] if what else ""
     return f"entry {e.get('index')} ({kind}{' ' + what if what else ''})"
