@@ -120,8 +120,11 @@ def test_every_entry_is_stamped_as_it_is_written_and_verify_names_the_latest_pro
     assert rep.exit_code == 0, rep.violations
     proven = rep.anchors["latest_proven"]
     assert proven["index"] == 9 and proven["hash"] == chain.head["hash"] and rep.anchors["declared"] == ["rfc3161"]
-    assert proven["proven_by"] == [{"anchor": "rfc3161", "by": f"timestamps/{receipt_name(chain.head['hash'])}"}]
+    assert proven["proven_by"] == [{"anchor": "rfc3161", "by": f"timestamps/{receipt_name(chain.head['hash'])} "
+                                                               "(TSA roots: certificates kept in timestamps/ by the author)"}]
     assert any(line.startswith("latest proven entry 9 (amendment, the head) by rfc3161: timestamps/") for line in rep.info)
+    rep = verify_study(stamped, tsa_ca=module_tsa.ca_pem_path)  # the reader's own root
+    assert rep.anchors["latest_proven"]["proven_by"][0]["by"].endswith("(TSA roots: --tsa-ca)")
 
 
 def test_a_missing_receipt_is_a_violation(stamped):

@@ -133,10 +133,15 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
         report.problems.extend(reader.problems)
         report.info.extend(reader.info)
         anchors["receipts"] = reader.record()
-    valid = {c.name: c.entry for c in (ts.report.checks if ts.report else []) if c.problem is None and c.entry is not None}
-    declared = check_declared_anchors(chain, hist, set(valid))
+    checks = [c for c in (ts.report.checks if ts.report else []) if c.problem is None and c.entry is not None]
+    declared = check_declared_anchors(chain, hist, {c.name for c in checks})
     report.violations.extend(declared.violations)
-    proven = latest_proven(chain, hist=hist, shared=hc, receipts={i: n for n, i in sorted(valid.items())}, reader=reader)
+    # whose TSA roots the receipt was checked against: the author keeps timestamps/ and the
+    # certificates in it, so only --tsa-ca makes it the reader's own check
+    roots = "--tsa-ca" if tsa_ca is not None else "certificates kept in timestamps/ by the author"
+    stamped = {c.entry: f"{c.name} (TSA roots: {roots if c.info.chain_checked else 'none, self-consistent only'})"
+               for c in sorted(checks, key=lambda c: c.name)}
+    proven = latest_proven(chain, hist=hist, shared=hc, receipts=stamped, reader=reader)
     report.info.append(proven_line(proven, declared.declared, len(chain.entries)))
     anchors["declared"] = declared.declared
     anchors["latest_proven"] = proven
