@@ -13,6 +13,16 @@ author cannot rewrite as well catches it:
   entry's hash covers the one before it (``prev``), finding it in a valid chain proves every entry
   up to it unchanged. It proves nothing about entries appended after it.
 
+- **receipts the reader keeps** (``prereg verify --receipts DIR``): RFC 3161 receipts copied
+  earlier (from an exported registration, say). Each must stamp an entry still in the chain,
+  unchanged; one that stamps no entry names the chain as rewritten after it was made.
+
+The plan says which anchors it relies on (``[integrity]``, :mod:`prereg_kit.plan.integrity`);
+:func:`check_declared_anchors` holds the chain to them: under ``rfc3161`` every entry has its
+receipt, under ``git`` the file is committed (under ``commit = true``, every entry). With none
+declared, verify says in one line what is not proven. :func:`latest_proven` names the latest
+entry some outside anchor proves.
+
 The git plan-entry anchors (the commit each plan entry records) stay in
 :func:`prereg_kit.chain.lock.check_git_anchors`; ``docs/locking.md`` states what each anchor proves.
 """
@@ -23,11 +33,24 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import PreregError
 from .gitinfo import blob_at, path_commits, repo_path
+from .integrity import in_force_all
 from .lock import Chain
+from .timestamp import (
+    EXTRA_HINT,
+    RECEIPT_SUFFIX,
+    TIMESTAMPS_DIR,
+    CertSource,
+    TimestampError,
+    receipt_name,
+    stamped_digest,
+    verify_receipt,
+)
+from .timestamp.receipt import load_certs
 
 log = logging.getLogger(__name__)
 
@@ -178,4 +201,186 @@ def _compare(res: GitHistory, lp, old: tuple[str, str, list[dict[str, Any]]], ne
                           "a committed entry was rewritten (the chain may only grow)")
 
 
-__all__ = ["GitHistory", "HeadCheck", "check_git_history", "check_shared_head", "entry_summary", "parse_head"]
+
+
+# ---------------------------------------------------------------------------------------------
+# receipts the reader keeps
+
+
+@dataclass
+class ReaderReceipts:
+    """``--receipts DIR`` against the chain: the entries the receipts prove (index → file), and
+    each receipt that proves nothing of this chain (a violation naming the file)."""
+
+    folder: Path
+    proven: dict[int, str] = field(default_factory=dict)  # entry → the receipt on it (earliest name)
+    violations: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        return {"folder": str(self.folder), "proven": {str(i): n for i, n in sorted(self.proven.items())},
+                "violations": list(self.violations)}
+
+
+def check_reader_receipts(chain: Chain, folder: str | Path, *,
+                          trusted: CertSource | list | None = None) -> ReaderReceipts:
+    """Every ``*.tsr`` in ``folder`` (any file name: the digest is read from the receipt) must
+    verify and stamp an entry of ``chain``; a receipt on entry ``k`` proves entries ``0..k``
+    unchanged since its TSA time. TSA roots: ``trusted``, else the ``*.pem`` files in ``folder``."""
+    folder = Path(folder)
+    res = ReaderReceipts(folder)
+    if not folder.is_dir():
+        res.problems.append(f"--receipts {folder}: no such folder")
+        return res
+    files = sorted(folder.glob(f"*{RECEIPT_SUFFIX}"))
+    if not files:
+        res.problems.append(f"--receipts {folder}: no receipts (*{RECEIPT_SUFFIX}) in it")
+        return res
+    kept = sorted(folder.glob("*.pem"))
+    try:
+        roots = load_certs(trusted if trusted is not None else kept) or None
+    except TimestampError as e:  # the reader's roots cannot be read: unusable input
+        res.problems.append(f"--receipts {folder}: {e}")
+        return res
+    except ImportError as e:
+        res.problems.append(f"--receipts {folder}: receipts need the 'timestamp' extra ({e.name} is not installed): {EXTRA_HINT}")
+        return res
+    index = {e["hash"]: e["index"] for e in chain.entries}
+    checked = 0
+    for p in files:
+        try:
+            data = p.read_bytes()
+            digest = stamped_digest(data, name=str(p))
+            info = verify_receipt(data, digest, trusted=roots, name=str(p))
+        except OSError as e:
+            res.violations.append(f"{p}: unreadable ({e.strerror or e}): it proves nothing")
+            continue
+        except TimestampError as e:
+            res.violations.append(str(e))
+            continue
+        checked += 1
+        i = index.get("sha256:" + digest.hex())
+        if i is None:
+            res.violations.append(f"{p}: stamps {digest.hex()[:16]}… (at {info.gen_time.isoformat()}), which is no entry of "
+                                  f"{chain.path}: the chain was rewritten after the receipt was made (or it is another study's)")
+            continue
+        res.proven.setdefault(i, p.name)
+    source = "the given certificates" if trusted is not None else (
+        ", ".join(p.name for p in kept) + f" in {folder}" if kept else "nothing: self-consistent only")
+    if res.proven:
+        top = max(res.proven)
+        res.info.append(f"--receipts {folder}: {checked} of {len(files)} receipt(s) verify (TSA roots: {source}); "
+                        f"entries 0–{top} unchanged since they were stamped ({res.proven[top]} on entry {top})")
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# the anchors the plan declares, and the latest entry an anchor proves
+
+NOT_PROVEN = ("no outside anchor declared ([integrity] anchors in the plan): the chain proves internal consistency "
+              "only; a rewrite with a rehashed chain would pass")
+
+
+@dataclass
+class DeclaredCheck:
+    """The chain held to the anchors its plans declare (``[integrity]``)."""
+
+    declared: list[str] = field(default_factory=list)  # every anchor some plan entry declares
+    violations: list[str] = field(default_factory=list)
+
+
+def _ranges(indices: list[int]) -> str:
+    out, start = [], None
+    for k, i in enumerate(indices):
+        if start is None:
+            start = i
+        if k + 1 == len(indices) or indices[k + 1] != i + 1:
+            out.append(str(start) if start == i else f"{start}–{i}")
+            start = None
+    return ", ".join(out)
+
+
+def check_declared_anchors(chain: Chain, hist: GitHistory, valid_receipts: set[str]) -> DeclaredCheck:
+    """Each anchor the plan in force declares, present for each entry it covers.
+
+    ``rfc3161``: the entry's receipt ``timestamps/<64 hex>.tsr`` is among ``valid_receipts`` (the
+    study's receipts that verified); one that is missing is a violation here, one that is present
+    but did not verify was reported by the timestamp check (naming the file). The ``timestamps/``
+    folder gone is one line. ``git``: ``plan.lock`` in a work tree and committed; with
+    ``commit = true`` every entry it covers committed.
+    """
+    res = DeclaredCheck()
+    lp, entries = chain.path, chain.entries
+    folder = lp.parent / TIMESTAMPS_DIR
+    stamped, committed, git = [], [], False
+    for i, integrity in enumerate(in_force_all(entries)):
+        for a in integrity.anchors:
+            if a not in res.declared:
+                res.declared.append(a)
+        git |= "git" in integrity.anchors
+        if integrity.stamped:
+            stamped.append(i)
+        if integrity.commits:
+            committed.append(i)
+    if stamped and not folder.is_dir():
+        res.violations.append(f"{folder}: gone, though the plan declares [integrity] anchors = [\"rfc3161\"]: entries "
+                              f"{_ranges(stamped)} have no receipt (a receipt is kept as each entry is written)")
+    elif stamped:
+        for i in stamped:
+            name = receipt_name(entries[i]["hash"])
+            if name not in valid_receipts and not (folder / name).exists():
+                res.violations.append(f"{lp}: entry {i} ({entries[i]['kind']}, {entries[i]['time']}) has no receipt "
+                                      f"{TIMESTAMPS_DIR}/{name}, though the plan in force declares [integrity] anchors = "
+                                      "[\"rfc3161\"]: the receipt was deleted, or the entry was written (or rewritten) "
+                                      "without its TSA")
+    if git and not hist.in_repo:
+        res.violations.append(f"{lp}: the plan declares [integrity] anchors = [\"git\"], but {lp.name} is not in a git "
+                              "work tree: git anchors nothing")
+    elif git and not hist.commits:
+        res.violations.append(f"{lp}: the plan declares [integrity] anchors = [\"git\"], but {lp.name} was never "
+                              "committed: git anchors nothing")
+    elif committed and hist.covered < len(entries):
+        late = [i for i in committed if i >= hist.covered]
+        if late:
+            res.violations.append(f"{lp}: entries {_ranges(late)} are not committed, though the plan declares [integrity] "
+                                  "commit = true (each append commits plan.lock): commit it, and find why it was not")
+    return res
+
+
+def latest_proven(chain: Chain, *, hist: GitHistory | None = None, shared: HeadCheck | None = None,
+                  receipts: dict[int, str] | None = None, reader: ReaderReceipts | None = None) -> dict[str, Any] | None:
+    """The latest entry an outside anchor proves, with what proves it: the newest committed version
+    of ``plan.lock`` (when no committed entry was rewritten), the shared head, a study receipt
+    (``receipts``: entry → receipt name, each verified) or a reader's receipt. An anchor on entry
+    ``k`` proves ``0..k`` (each entry's hash covers the one before). None when nothing does."""
+    found: list[tuple[int, dict[str, str]]] = []
+    if hist is not None and hist.commits and not hist.violations and hist.covered:
+        found.append((hist.covered - 1, {"anchor": "git", "by": f"commit {hist.last_commit} ({hist.last_date})"}))
+    if shared is not None and shared.entry is not None:
+        found.append((shared.entry["index"], {"anchor": "head", "by": f"--head {shared.given}"}))
+    for i, name in (receipts or {}).items():
+        found.append((i, {"anchor": "rfc3161", "by": f"{TIMESTAMPS_DIR}/{name}"}))
+    if reader is not None:
+        for i, name in reader.proven.items():
+            found.append((i, {"anchor": "receipts", "by": str(reader.folder / name)}))
+    if not found:
+        return None
+    top = max(i for i, _ in found)
+    return {**entry_summary(chain.entries[top]), "proven_by": [f for i, f in found if i == top]}
+
+
+def proven_line(proven: dict[str, Any] | None, declared: list[str], n_entries: int) -> str:
+    """The one line ``verify`` prints on what outside anchors prove."""
+    if proven is None:
+        return NOT_PROVEN if not declared else f"no entry is proven by an outside anchor (declared: {', '.join(declared)})"
+    by = "; ".join(f"{p['anchor']}: {p['by']}" for p in proven["proven_by"])
+    head = n_entries - 1
+    tail = "the head" if proven["index"] == head else f"{head - proven['index']} later entr{'y' if head - proven['index'] == 1 else 'ies'} not proven"
+    pre = "" if declared else "no outside anchor declared ([integrity] anchors in the plan); "
+    return f"{pre}latest proven entry {proven['index']} ({proven['kind']}, {tail}) by {by}"
+
+
+__all__ = ["DeclaredCheck", "GitHistory", "HeadCheck", "NOT_PROVEN", "ReaderReceipts", "check_declared_anchors",
+           "check_git_history", "check_reader_receipts", "check_shared_head", "entry_summary", "latest_proven",
+           "parse_head", "proven_line"]

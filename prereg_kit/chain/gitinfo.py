@@ -1,6 +1,6 @@
 """What git says about a file: the commit of its work tree, whether the file is committed and clean,
 when a commit was made, which commits touched a file and what it held at each (the outside anchors
-of the lock chain)."""
+of the lock chain); and committing that one file (``[integrity] commit = true``)."""
 
 from __future__ import annotations
 
@@ -76,3 +76,36 @@ def blob_at(folder: str | Path, commit: str, path: str) -> bytes | None:
     """The bytes of file ``path`` (from the repository root) as committed in ``commit``."""
     data = _git(Path(folder).resolve(), "show", f"{commit}:{path}", text=False)
     return data if isinstance(data, bytes) else None
+
+
+def _run(cwd: Path, *args: str, timeout: float = 60) -> tuple[int, str]:
+    """``git ARGS`` in ``cwd``: (exit status, its output in one line); 127 when git cannot run."""
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 127, f"git could not run ({e})"
+    return out.returncode, " ".join((out.stderr or out.stdout).split())
+
+
+def commit_refusal(path: str | Path) -> str | None:
+    """Why ``path`` could not be committed now (not in a git work tree, no committer identity),
+    or None when it can."""
+    p = Path(path).resolve()
+    if not in_work_tree(p.parent):
+        return f"{p.parent} is not in a git work tree"
+    code, msg = _run(p.parent, "var", "GIT_COMMITTER_IDENT", timeout=10)
+    if code:
+        return f"git has no committer identity here ({msg[:200] or 'set user.name and user.email'})"
+    return None
+
+
+def commit_file(path: str | Path, message: str) -> tuple[str | None, str]:
+    """Commit file ``path`` alone (``git add`` it, then ``git commit --only`` it: whatever else is
+    staged stays staged, uncommitted). ``(commit, "")``, or ``(None, git's reason)``."""
+    p = Path(path).resolve()
+    code, msg = _run(p.parent, "add", "--", p.name)
+    if code == 0:
+        code, msg = _run(p.parent, "commit", "-q", "--only", "-m", message, "--", p.name)
+    if code:
+        return None, msg[:300] or f"git exited {code}"
+    return _git(p.parent, "rev-parse", "HEAD"), ""

@@ -26,7 +26,9 @@ is detected. Someone who rewrites the whole chain consistently is not detected b
 the git commit recorded in each entry (:func:`check_git_anchors`: the commit must exist no later
 than the entry and hold the plan it hashed), git's history of ``plan.lock`` and the head a reader
 holds (:mod:`prereg_kit.chain.anchors`) and external timestamps (:mod:`prereg_kit.chain.timestamp`) are the
-outside anchors; ``docs/locking.md`` states what each layer catches.
+outside anchors; ``docs/locking.md`` states what each layer catches. The anchors a plan declares
+(``[integrity]``) are applied at every write here (:mod:`prereg_kit.chain.integrity`): entries
+stamped as they are written, ``plan.lock`` committed after each.
 """
 
 from __future__ import annotations
@@ -46,12 +48,11 @@ from ..canonical import canonical_json, content_hash, normalized, sha256_hex
 from ..diff import changed_keys, describe
 from ..errors import LockError, PreregError, ViolationError, writing
 from ..plan import PlanFile, load_plan, read_toml, resolve_plan_path
+from .entry import KINDS, PLAN_KINDS, format_time, parse_time
 from .gitinfo import blob_sha256, commit_time, git_status, in_work_tree
+from .integrity import Stamper, prepare
 
 FORMAT = "prereg-lock/1"
-PLAN_KINDS = ("lock", "amendment")
-KINDS = (*PLAN_KINDS, "seal", "gradient", "look")  # gradient: a sealed gradient-test result (gradient_seal);
-# look: an interim or final look of a sequential plan (look_chain)
 GUARD_PREFIX = "."  # .plan.lock.guard beside plan.lock: the OS lock held while the chain is appended to
 GUARD_TIMEOUT_S = 600.0  # how long an append waits in all for other processes' appends before it gives up
 GUARD_TIMEOUT_ENV = "PREREG_CHAIN_LOCK_TIMEOUT_S"  # sets that bound (a test sets a short one)
@@ -68,15 +69,6 @@ def lock_path(plan_path: str | Path) -> Path:
 def utc_now() -> datetime:
     """The clock every chain entry takes its time from (UTC)."""
     return datetime.now(timezone.utc)
-
-
-def format_time(t: datetime) -> str:
-    """A time as the chain writes it: ISO 8601 in UTC with a ``Z``."""
-    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(s: str) -> datetime:
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
 def serialize(doc: dict[str, Any]) -> str:
@@ -276,11 +268,28 @@ def _clock_after(chain: Chain, what: str) -> datetime:
     return now
 
 
-def append_entries(plan_path: str | Path, make: Callable[[Chain], list[dict[str, Any]]], *, what: str) -> list[dict[str, Any]]:
+def _write_anchored(lp: Path, prior: list[dict[str, Any]], new: list[dict[str, Any]], stamper: Stamper | None) -> None:
+    """Write the chain ``prior + new`` with the anchors the plan in force declares
+    (:mod:`prereg_kit.chain.integrity`): each new entry stamped and its receipt kept before the
+    write (removed if the write fails), ``plan.lock`` committed after it."""
+    pending = prepare(lp, prior, new, stamper=stamper)
+    pending.write_receipts()
+    try:
+        _write(lp, [*prior, *new])
+    except BaseException:
+        pending.discard_receipts()
+        raise
+    pending.commit()
+
+
+def append_entries(plan_path: str | Path, make: Callable[[Chain], list[dict[str, Any]]], *, what: str,
+                   stamper: Stamper | None = None) -> list[dict[str, Any]]:
     """Append entries to an existing chain under its OS lock; ``make(chain)`` returns the new
     entries' fields (without index, time, prev, hash), computed from the chain as it is now.
 
-    Returns the entries written (none when ``make`` returns none). Times come from the clock.
+    Returns the entries written (none when ``make`` returns none). Times come from the clock. The
+    plan's ``[integrity]`` anchors apply to every entry (``stamper``: how ``rfc3161`` stamps,
+    default the plan's TSA; :mod:`prereg_kit.chain.integrity`).
     """
     with chain_guard(plan_path):
         chain = read_chain(plan_path)
@@ -292,7 +301,7 @@ def append_entries(plan_path: str | Path, make: Callable[[Chain], list[dict[str,
         for f in fields:
             head = _finish_entry(f, head, now)
             new.append(head)
-        _write(chain.path, [*chain.entries, *new])
+        _write_anchored(chain.path, chain.entries, new, stamper)
         return new
 
 
@@ -308,9 +317,10 @@ PlanFileCheck = Callable[[PlanFile], None]
 recipe check against the plan's trainer); it raises :class:`PreregError` to refuse."""
 
 
-def lock_plan(plan_path: str | Path, *, check: PlanFileCheck | None = None) -> LockResult:
+def lock_plan(plan_path: str | Path, *, check: PlanFileCheck | None = None, stamper: Stamper | None = None) -> LockResult:
     """Validate and lock a plan at the current time. Re-locking an unchanged plan is a no-op; a
-    changed one is refused (amend it instead). ``check`` runs on the validated plan first."""
+    changed one is refused (amend it instead). ``check`` runs on the validated plan first. The
+    plan's ``[integrity]`` anchors apply to the lock entry as to every later one (``stamper``)."""
     pf = load_plan(plan_path)
     if check is not None:
         check(pf)
@@ -326,13 +336,14 @@ def lock_plan(plan_path: str | Path, *, check: PlanFileCheck | None = None) -> L
                 f"{pf.path}: already locked ({last['time']}) and {what} since; "
                 f"record the change with `prereg amend {pf.path} --reason \"...\"`")
         entry = _finish_entry(_plan_fields(pf, kind="lock"), None, utc_now())
-        _write(lp, [entry])
+        _write_anchored(lp, [], [entry], stamper)
     return LockResult("locked", entry, lp)
 
 
-def amend_plan(plan_path: str | Path, reason: str, *, check: PlanFileCheck | None = None) -> LockResult:
+def amend_plan(plan_path: str | Path, reason: str, *, check: PlanFileCheck | None = None,
+               stamper: Stamper | None = None) -> LockResult:
     """Append a dated amendment (the current time) with its reason and the keys that changed (old → new).
-    ``check`` runs on the validated plan first."""
+    ``check`` runs on the validated plan first; ``stamper`` as for :func:`append_entries`."""
     resolve_plan_path(plan_path)  # a path that leads to no plan is the first thing to say
     if not reason or not reason.strip():
         raise PreregError("an amendment needs a reason: --reason \"why the plan changed\"")
@@ -347,7 +358,7 @@ def amend_plan(plan_path: str | Path, reason: str, *, check: PlanFileCheck | Non
         changes = changed_keys(last["content"], normalized(pf.data))
         return [_plan_fields(pf, kind="amendment", reason=reason.strip(), changes=changes)]
 
-    entry = append_entries(pf.path, make, what="the amendment")[0]
+    entry = append_entries(pf.path, make, what="the amendment", stamper=stamper)[0]
     return LockResult("amended", entry, lock_path(pf.path))
 
 

@@ -22,6 +22,7 @@ from .. import __version__
 from ..errors import PreregError
 from .base import RUNNER_HELP, PreregGroup, err, handles_errors, out, out_console
 from .base import seed_list as _seed_list
+from .export import export_app
 from .jsonout import JsonOpt, print_json
 from .run import run as run_command
 from .status import status as status_command
@@ -157,17 +158,19 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
            tsa_ca: TsaCaOpt = None, as_json: JsonOpt = False,
            head: Annotated[str | None, typer.Option(
                "--head", metavar="SHA256",
-               help="The chain's head hash the author shared: fail unless an entry of the chain has it.")] = None) -> None:
-    """Check the lock chain, the plan, its git anchors and timestamps, the seals, the run timing and the design.
+               help="The chain's head hash the author shared: fail unless an entry of the chain has it.")] = None,
+           receipts: Annotated[Path | None, typer.Option("--receipts", metavar="DIR", help=(
+               "RFC 3161 receipts you kept (*.tsr): each must stamp an entry still in the chain."))] = None) -> None:
+    """Check the lock chain, the plan, its anchors and timestamps, the seals, the run timing and the design.
 
-    Every run folder must be one the plan names and every sealed file as it was sealed.
-    Exit 0 clean, 1 violations, 2 unusable input.
+    Every run folder must be one the plan names and every sealed file as it was sealed; the anchors
+    the plan declares ([integrity]) must hold for every entry. Exit 0 clean, 1 violations, 2 unusable input.
     """
     from ..recipecheck import gate
     from ..study.verify import verify_study
 
     notes: list[str] = []
-    rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes), head=head)
+    rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes), head=head, receipts=receipts)
     if as_json:  # the findings are the document; the exit code as without --json
         from .jsonout import verify_record
 
@@ -486,6 +489,9 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     import json
 
     print(json.dumps({"elected": rec["elected"], "kl_rev": rec["kl_rev"], "kl_fwd": rec["kl_fwd"]}))
+
+
+app.add_typer(export_app, name="export")
 
 
 def add_commands(group: str = "prereg_kit.commands") -> None:  # other packages' commands: `prereg import` (docs/cli.md)

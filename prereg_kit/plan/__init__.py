@@ -12,7 +12,8 @@ bounded before it is trusted: file size, nesting depth, finite numbers, 64-bit i
 number of seeds, and names that become folder names (``runs/<configuration>/seed-<n>``).
 
 Modules: :mod:`.fields` (values: tokens, multiples of B, seeds, names, reading points, limits),
-:mod:`.schema` (the tables as models, cross-checks), :mod:`.load` (reading and validating a file).
+:mod:`.schema` (the tables as models, cross-checks), :mod:`.integrity` (the ``[integrity]`` table: the lock
+chain's outside anchors), :mod:`.load` (reading and validating a file).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .fields import (
     parse_tokens,
 )
 from .gradient import Condition, GradientTest, Reference
+from .integrity import ANCHORS, Integrity, declared_integrity
 from .load import (
     MAX_MESSAGE,
     PlanFile,
@@ -75,7 +77,7 @@ from .schema import (
 )
 
 __all__ = [
-    "Admission", "Budget", "Condition", "GradientTest", "Reference", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
+    "ANCHORS", "declared_integrity", "Integrity", "Admission", "Budget", "Condition", "GradientTest", "Reference", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
     "DERIVED_METRICS", "document_problems", "format_tokens", "EvalSet", "Evaluation", "Family", "Hypothesis", "INT_MAX",
     "INT_MIN", "load_plan", "Margin", "MAX_DEPTH", "MAX_MESSAGE", "MAX_MULTIPLE", "MAX_NAME",
     "MAX_PLAN_BYTES", "MAX_SEEDS", "merge_tables", "METRICS_HELP", "Multiple", "Name", "NAME_RULE", "parse_multiple",

@@ -26,6 +26,7 @@ from .fields import (
     parse_tokens,
 )
 from .gradient import GradientTest
+from .integrity import Integrity
 from .sequential import Sequential
 
 # --------------------------------------------------------------------------- schema
@@ -413,6 +414,7 @@ class Plan(_Model):
     stages: list[StageSpec] = [StageSpec(name="main")]
     gradient_tests: list[GradientTest] = []  # plan/gradient.py, docs/gradient-tests.md
     sequential: Sequential | None = None  # interim looks (plan/sequential.py, docs/plan-format.md)
+    integrity: Integrity = Integrity()  # the chain's outside anchors (plan/integrity.py, docs/locking.md)
 
     # ---- lookups used by run and analyze
     def contrast(self, cid: str) -> Contrast:

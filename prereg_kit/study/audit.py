@@ -9,7 +9,8 @@ start before a plan is final. Rules, applied to each run's ``meta.json`` (main r
 - a main run must have been launched under a plan hash that some lock entry has, and must
   have started after the plan was first locked and after the entry it ran under;
 - a main run under a superseded entry is a violation when a later amendment changed any key
-  that applies to it: every key except those under ``configurations.<other configuration>``.
+  that applies to it: every key except those under ``configurations.<other configuration>``
+  and ``integrity`` (how the chain is anchored from then on: no run trains or is read by it).
   (S2's amendments "added rules for parts of the study before those parts ran": adding or
   changing another configuration does not touch a finished run.)
 - a main run with ``anchor = "elected"`` (multi-reward paper §5.1: the anchor is elected by
@@ -59,6 +60,8 @@ class AuditReport:
 
 
 def _applies_to(key: str, configuration: str) -> bool:
+    if key == "integrity" or key.startswith("integrity."):  # how the chain is anchored, not how a run ran
+        return False
     if key.startswith("configurations."):
         return key.split(".", 2)[1].split("[", 1)[0] == configuration
     return True

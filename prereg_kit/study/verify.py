@@ -7,7 +7,10 @@ In order, so that the first line of a refusal names the first thing that went wr
 3. the outside anchors: the head the reader holds (``--head``), git's history of ``plan.lock``
    (every committed version a prefix of the next and of the file) and the git commits recorded in
    the plan entries (``prereg_kit.chain.anchors``, ``prereg_kit.chain.lock.check_git_anchors``);
-4. external timestamps of the chain, when the study has any (``prereg_kit.chain.timestamp``);
+4. external timestamps of the chain, when the study has any (``prereg_kit.chain.timestamp``), the
+   receipts the reader keeps (``--receipts``), and the anchors the plan declares (``[integrity]``:
+   every entry stamped, committed); then one line on the latest entry an outside anchor proves,
+   or on what is not proven when the plan declares none;
 5. the seals of completed runs (``prereg_kit.chain.seal``) and of gradient-test results
    (``prereg_kit.chain.gradient_seal``): every sealed file as it was sealed;
 6. the run-timing audit (``prereg_kit.study.audit``);
@@ -24,7 +27,16 @@ from pathlib import Path
 from typing import Callable
 
 from ..callables import callable_module
-from ..chain.anchors import check_git_history, check_shared_head, entry_summary, parse_head
+from ..chain.anchors import (
+    check_declared_anchors,
+    check_git_history,
+    check_reader_receipts,
+    check_shared_head,
+    entry_summary,
+    latest_proven,
+    parse_head,
+    proven_line,
+)
 from ..chain.gradient_seal import check_gradient_seals
 from ..chain.lock import Chain, check_git_anchors, check_plan, read_chain
 from ..chain.seal import SealCheck, check_seals
@@ -55,13 +67,15 @@ class VerifyReport:
 
 
 def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
-                 check: Callable[[PlanFile], None] | None = None, head: str | None = None) -> VerifyReport:
+                 check: Callable[[PlanFile], None] | None = None, head: str | None = None,
+                 receipts: str | Path | None = None) -> VerifyReport:
     """Check ``PLAN`` or ``STUDY_DIR``: chain intact, plan unchanged in meaning, anchors, seals, runs
     after the lock, no unplanned runs. ``tsa_ca``: the TSA root certificate to check the study's
     timestamp receipts against (default: the certificates kept with them). ``check``: a further
     check of the plan as it validates (``prereg verify``: its recipe against its trainer); what it
     raises is unusable input. ``head``: the chain entry hash the author shared (``sha256:<hex>``):
-    a violation unless an entry of the chain has it."""
+    a violation unless an entry of the chain has it. ``receipts``: a folder of RFC 3161 receipts
+    the reader kept; each must stamp an entry of the chain (a violation naming the file otherwise)."""
     plan_path = resolve_plan_path(path)
     report = VerifyReport(plan_path)
     shared = parse_head(head) if head is not None else None  # a malformed hash is unusable input, before any check
@@ -91,6 +105,7 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
     except PreregError as e:
         report.problems.extend(e.lines)
     anchors: dict = {"head": entry_summary(chain.head), "shared_head": None}
+    hc = None
     if shared is not None:
         hc = check_shared_head(chain, shared)
         (report.info if hc.entry else report.violations).append(hc.line)
@@ -111,6 +126,25 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
     report.problems.extend(ts.problems)
     report.warnings.extend(ts.warnings)
     report.info.extend(ts.info)
+    reader = None
+    if receipts is not None:
+        reader = check_reader_receipts(chain, receipts, trusted=tsa_ca)
+        report.violations.extend(reader.violations)
+        report.problems.extend(reader.problems)
+        report.info.extend(reader.info)
+        anchors["receipts"] = reader.record()
+    checks = [c for c in (ts.report.checks if ts.report else []) if c.problem is None and c.entry is not None]
+    declared = check_declared_anchors(chain, hist, {c.name for c in checks})
+    report.violations.extend(declared.violations)
+    # whose TSA roots the receipt was checked against: the author keeps timestamps/ and the
+    # certificates in it, so only --tsa-ca makes it the reader's own check
+    roots = "--tsa-ca" if tsa_ca is not None else "certificates kept in timestamps/ by the author"
+    stamped = {c.entry: f"{c.name} (TSA roots: {roots if c.info.chain_checked else 'none, self-consistent only'})"
+               for c in sorted(checks, key=lambda c: c.name)}
+    proven = latest_proven(chain, hist=hist, shared=hc, receipts=stamped, reader=reader)
+    report.info.append(proven_line(proven, declared.declared, len(chain.entries)))
+    anchors["declared"] = declared.declared
+    anchors["latest_proven"] = proven
     seals = check_seals(study, chain)
     report.seals = seals
     report.violations.extend(seals.violations)

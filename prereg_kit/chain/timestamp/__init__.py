@@ -39,7 +39,7 @@ from .base import (
     digest_of,
     receipt_name,
 )
-from .receipt import verify_receipt
+from .receipt import stamped_digest, verify_receipt
 from .request import build_request, request_timestamp
 from .study import (
     CLOCK_SKEW,
@@ -56,6 +56,6 @@ from .study import (
 __all__ = [
     "build_request", "CertSource", "check_receipts", "check_study_timestamps", "CLOCK_SKEW", "digest_of",
     "EXTRA_HINT", "LATE_PROOF", "MAX_RESPONSE_BYTES", "receipt_name", "RECEIPT_SUFFIX", "ReceiptCheck",
-    "ReceiptReport", "request_timestamp", "stamp_entry", "StudyTimestamps", "TimestampError",
+    "ReceiptReport", "request_timestamp", "stamp_entry", "stamped_digest", "StudyTimestamps", "TimestampError",
     "TimestampInfo", "TIMESTAMPS_DIR", "verify_receipt",
 ]

@@ -146,6 +146,12 @@ def _load_certs(trusted) -> list:
     return certs
 
 
+def load_certs(trusted) -> list:
+    """The trusted certificates a check will use (paths, PEM/DER bytes, certificates), read once:
+    an unreadable one is the caller's input, one line (:class:`TimestampError`)."""
+    return _load_certs(trusted)
+
+
 def _signer(signed_data, what: str):
     """The signerInfo and the embedded certificate (asn1crypto) it names."""
     infos = signed_data["signer_infos"]
@@ -376,3 +382,24 @@ def _verify(receipt: bytes, digest: bytes, trusted_certs: list, name: str) -> Ti
     )
 
 
+
+
+def stamped_digest(receipt: bytes, *, name: str = "receipt") -> bytes:
+    """The sha256 digest ``receipt`` says it stamps (its message imprint), read without checking the
+    signature: for receipts kept under any file name (a reader's copies), which
+    :func:`verify_receipt` then checks against that digest."""
+    _libs()
+    try:
+        resp, _ = _parse_response(receipt, name)
+        if resp["status"]["status"].native != "granted":
+            raise TimestampError(f"{name} is not a granted timestamp: {_status_text(resp)}")
+        imprint = _tst_info(resp, name)["message_imprint"]
+        algo = imprint["hash_algorithm"]["algorithm"].native
+        digest = imprint["hashed_message"].native
+    except TimestampError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a structure that parses but holds unexpected values
+        raise TimestampError(f"{name} is malformed: {_one_line(e)}") from None
+    if algo != "sha256" or len(digest) != 32:
+        raise TimestampError(f"{name} stamps a {algo} digest, not sha256")
+    return digest

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Iterable
 
-from ..lock import format_time, parse_time
+from ..entry import format_time, parse_time
 from .base import (
     _ENTRY_HASH,
     _RECEIPT_NAME,
@@ -173,7 +173,12 @@ def check_study_timestamps(study_dir: str | Path, entries: list[dict], *,
     """
     out = StudyTimestamps()
     folder = Path(study_dir) / TIMESTAMPS_DIR
-    receipts = {p.name: p.read_bytes() for p in sorted(folder.glob(f"*{RECEIPT_SUFFIX}"))} if folder.is_dir() else {}
+    receipts = {}
+    for p in sorted(folder.glob(f"*{RECEIPT_SUFFIX}")) if folder.is_dir() else []:
+        try:
+            receipts[p.name] = p.read_bytes()
+        except OSError as e:  # a folder, a file without read permission: no proof of anything
+            out.violations.append(f"{TIMESTAMPS_DIR}/{p.name}: unreadable ({e.strerror or e}): it proves nothing")
     if not receipts:
         return out
     kept = sorted(folder.glob("*.pem"))
