@@ -16,10 +16,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from .analysis.gradient import gradient_results
 from .chain.gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
 from .chain.lock import read_chain
 from .errors import PreregError, ViolationError
-from .gradient_tests import gradient_results
 from .plan import load_plan
 from .report.gradient import gradient_markdown
 from .runners import load_runner

@@ -21,7 +21,7 @@ from typing import Any
 
 import tomli_w
 
-from .analyze import analyze_study
+from .analysis.analyze import analyze_study
 from .registry import REPORTED_FILE, load_reported
 from .report import format_p
 
@@ -77,7 +77,7 @@ def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
 
 
 def study_record(analysis, *, when: datetime | None = None) -> dict[str, Any]:
-    """The ``reported.toml`` document of an analyzed study (``prereg_kit.analyze.Analysis``)."""
+    """The ``reported.toml`` document of an analyzed study (``prereg_kit.analysis.analyze.Analysis``)."""
     when = when or datetime.now(timezone.utc)
     source = f"prereg analyze of the study's run logs, {when:%Y-%m-%d}"
     rows = [record_row(c, source=source) for c in analysis.contrasts.to_dict("records")]

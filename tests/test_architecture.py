@@ -33,9 +33,8 @@ LAYERS = {
         ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
         ("records", ["prereg_kit.chain.lock", "prereg_kit.chain.anchors", "prereg_kit.runlog", "prereg_kit.chain.timestamp", "prereg_kit.chain.seal", "prereg_kit.chain.gradient_seal",
                      "prereg_kit.chain.look_chain", "prereg_kit.study.__init__", "prereg_kit.study.audit", "prereg_kit.study.design", "prereg_kit.study.jobs", "prereg_kit.study.verify"]),
-        ("analysis", ["prereg_kit.notebook", "prereg_kit.study.verified", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.robustness", "prereg_kit.verdicts", "prereg_kit.gradient_tests", "prereg_kit.sequential_looks",
-                      "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.extrapolated", "prereg_kit.analyze",
-                      "prereg_kit.task_aggregates", "prereg_kit.simulate.synth"]),
+        ("analysis", ["prereg_kit.analysis", "prereg_kit.readings",
+                      "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.simulate.synth"]),
         ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry",
                     "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.study.status"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)

@@ -16,6 +16,7 @@ from plans import SMALL_PLAN
 from scipy import stats as sps
 
 from analyses.extrapolation import extrapolated_accuracy
+from prereg_kit.analysis.verdicts import adjust_and_read, contrast_statistics
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.plan import parse_reading_point, validate_plan
 from prereg_kit.readings import ReadingError, accuracy_curve
@@ -28,7 +29,6 @@ from prereg_kit.readings.extrapolation import (
 )
 from prereg_kit.runlog import load_study
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 # ------------------------------------------------------------------------------ the curve at e·t
 

@@ -14,12 +14,12 @@ from test_gradient_plan import plan_text
 from typer.testing import CliRunner
 
 from prereg_kit import gradient_command
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
+from prereg_kit.analysis.gradient import _summaries, efficiency_value, gradient_results
 from prereg_kit.chain.gradient_seal import result_folder
 from prereg_kit.chain.lock import lock_plan
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
-from prereg_kit.gradient_tests import _summaries, efficiency_value, gradient_results
 from prereg_kit.plan import load_plan
 from prereg_kit.simulate.dryrun import dry_run
 from prereg_kit.simulate.gradient import synthetic_batches, write_synthetic_result

@@ -62,7 +62,7 @@ def test_identical_runs_keep_the_mean_without_a_test():
 def test_committed_record_is_reproduced_from_the_committed_run_logs(study):
     """The CPU study's reported.toml equals a fresh analysis of its run logs (up to the date), and
     every printed p-value rechecks."""
-    from prereg_kit.analyze import analyze_study
+    from prereg_kit.analysis.analyze import analyze_study
 
     committed = tomllib.loads((REGISTRY / study / "reported.toml").read_text())
     fresh = study_record(analyze_study(REGISTRY / study, progress=False))

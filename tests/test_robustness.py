@@ -13,12 +13,12 @@ from plans import ANALYSIS_PLAN
 from statsmodels.stats.multitest import multipletests
 
 from prereg_kit import stats
+from prereg_kit.analysis.robustness import MARK, reading_of, robust_columns, robustness_table
+from prereg_kit.analysis.verdicts import adjust_and_read, contrast_statistics
 from prereg_kit.plan import validate_plan
 from prereg_kit.plan.load import PlanError
 from prereg_kit.report import console_table, printed_test, render_markdown
-from prereg_kit.robustness import MARK, reading_of, robust_columns, robustness_table
 from prereg_kit.simulate.dryrun import dry_run
-from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 
 def _plan(extra: str = "", *, p1: str = "", family: str = ""):

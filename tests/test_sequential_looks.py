@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from plans import SMALL_PLAN, amend_at, clock_at, lock_at
 
+from prereg_kit.analysis.looks import look_units, looks_of_differences, looks_power, rule_changes
 from prereg_kit.chain.lock import append_entries, entry_hash, read_chain, serialize
 from prereg_kit.chain.look_chain import look_chain_problems, record_look, stopped_run_findings
 from prereg_kit.errors import PlanError, ViolationError
 from prereg_kit.plan import load_plan
-from prereg_kit.sequential_looks import look_units, looks_of_differences, looks_power, rule_changes
 from prereg_kit.stats.group_sequential import conditional_power, look_threshold, repeated_p, sequential_holm
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
@@ -324,7 +324,7 @@ def test_analyze_look_by_look_and_dry_run_power(tmp_path):
 def test_an_interim_look_reads_no_hypothesis_yet(tmp_path):
     import pandas as pd
 
-    from prereg_kit.verdicts import read_hypotheses
+    from prereg_kit.analysis.verdicts import read_hypotheses
 
     plan = _plan(tmp_path, members='["C1"]')
     df = pd.DataFrame({"contrast": ["C1"], "verdict": ["continue to look 2"]})

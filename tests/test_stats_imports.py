@@ -32,7 +32,7 @@ TOL = 1e-12
 PROBE = """\
 import json, sys
 {before}
-import prereg_kit.analyze, prereg_kit.report, prereg_kit.stats
+import prereg_kit.analysis.analyze, prereg_kit.report, prereg_kit.stats
 slow = ("scipy.stats", "scipy.optimize", "scipy.integrate")
 print("LOADED " + json.dumps(sorted(m for m in slow if m in sys.modules)))
 """

@@ -227,7 +227,7 @@ def analyze(study_dir: Annotated[Path, typer.Argument(help="Study folder (plan.t
     Exit 1 if the preregistration checks fail (plan changed, runs before the lock); 2 for
     unusable input (no lock, unpaired runs, corrupt logs).
     """
-    from ..analyze import analyze_study
+    from ..analysis.analyze import analyze_study
     from ..report import write_report
 
     a = analyze_study(study_dir, exploratory=exploratory, n_resamples=resamples or None, tsa_ca=tsa_ca,

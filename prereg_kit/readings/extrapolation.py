@@ -29,8 +29,8 @@ import pandas as pd
 
 from analyses.extrapolation import extrapolated_accuracy
 
+from ..analysis.gradient import efficiency_value
 from ..errors import PreregError
-from ..gradient_tests import efficiency_value
 from .base import PairingError, ReadingError
 from .points import _first_at_or_after, _runs
 

@@ -28,9 +28,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import stats
-from .margin import margin_bounds, noninferiority_margin
-from .plan import Contrast, Plan
+from .. import stats
+from ..margin import margin_bounds, noninferiority_margin
+from ..plan import Contrast, Plan
 
 MARK = "‡"  # beside a verdict that changes under a robustness row
 

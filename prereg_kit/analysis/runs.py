@@ -5,7 +5,7 @@ seals and the run-timing audit are verified (``prereg_kit.study.verify``); the r
 (main stage) and the plan's design is enforced (``prereg_kit.study.design``): an unreadable run log, a
 planned run that is missing (unless the plan allows missing seeds) or an evaluation on other
 problems than the plan's is a violation, named run by run. :func:`admitted_curves` then applies
-the plan's admission rules to one set's curves. ``prereg analyze`` (``prereg_kit.analyze``) and
+the plan's admission rules to one set's curves. ``prereg analyze`` (``prereg_kit.analysis.analyze``) and
 the figures' :func:`study_curves` read through here, so both refuse the same studies.
 """
 
@@ -22,9 +22,9 @@ from ..errors import PreregError, ViolationError
 from ..plan import Plan, PlanFile, load_plan, resolve_plan_path
 from ..runlog import StudyRuns, load_study
 from ..runlog.memory import release_memory
-from ..sequential_looks import restrict_to_look
-from .design import eval_problem_violations, missing_runs
-from .verify import verify_study
+from ..study.design import eval_problem_violations, missing_runs
+from ..study.verify import verify_study
+from .looks import restrict_to_look
 
 HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
 

@@ -1,7 +1,7 @@
 """One ``at = "extrapolated"`` contrast of ``prereg analyze``: e resolved, each seed's mean of
 observed − extrapolated accuracy over the usable evaluations (:mod:`prereg_kit.readings.extrapolation`,
 dense-rewards paper §3.3), and the statistics every paired contrast gets
-(:func:`prereg_kit.verdicts.contrast_statistics`), with the heuristic's own columns: ``efficiency``,
+(:func:`prereg_kit.analysis.verdicts.contrast_statistics`), with the heuristic's own columns: ``efficiency``,
 ``efficiency_source``, ``usable_evaluations``, ``last_usable``, ``predicted_lead``, ``observed_lead``.
 """
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .contrast_designs import seed_list
-from .errors import PreregError
-from .plan import Contrast, Plan
-from .readings import ReadingError
-from .readings.extrapolation import Extrapolation, contrast_efficiency, evaluation_label, read_extrapolated
+from ..errors import PreregError
+from ..plan import Contrast, Plan
+from ..readings import ReadingError
+from ..readings.extrapolation import Extrapolation, contrast_efficiency, evaluation_label, read_extrapolated
+from .designs import seed_list
 from .verdicts import contrast_statistics
 
 

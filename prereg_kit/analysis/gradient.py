@@ -33,11 +33,11 @@ import pandas as pd
 
 from analyses.gradient_stats import alignment_summary, continuation_fit, relative_efficiency
 
-from .chain.gradient_seal import BATCHES_FILE, GRADIENT_DIR, check_gradient_seals, read_result_meta, sealed_tests
-from .chain.lock import read_chain
-from .errors import PreregError, ViolationError
-from .plan import GradientTest, Plan, resolve_plan_path
-from .plan.gradient import credit_of, with_variants
+from ..chain.gradient_seal import BATCHES_FILE, GRADIENT_DIR, check_gradient_seals, read_result_meta, sealed_tests
+from ..chain.lock import read_chain
+from ..errors import PreregError, ViolationError
+from ..plan import GradientTest, Plan, resolve_plan_path
+from ..plan.gradient import credit_of, with_variants
 
 COLUMNS = ("test", "dot_uh", "uu", "perp_dh", "perp_dd", "perp_hh", "tokens", "batch", "configuration", "mc_k")
 Z_PASS = 3.0  # the paper's positivity check: mean ⟨u, ĥ⟩ at least 3 standard errors above 0

@@ -20,11 +20,11 @@ Dense-rewards paper §2.3, §C.1 (budget, evaluation, verifiers, statistics), Ap
 4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
    TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
 5. each hypothesis read as its plan said; per-configuration compute at B; the manipulation
-   checks (``prereg_kit.checks``), each a pass or a fail.
+   checks (``prereg_kit.analysis.checks``), each a pass or a fail.
 
 A contrast's unit follows its ``design``: a seed's paired difference, a seed's difference of two
 differences, a (pair, seed) difference pooled over pairs, or two unpaired groups (Welch;
-``prereg_kit.readings.designs``, ``prereg_kit.contrast_designs``); ``seeds`` restricts it to a subset.
+``prereg_kit.readings.designs``, ``prereg_kit.analysis.designs``); ``seeds`` restricts it to a subset.
 
 Multi-reward metrics (multi-reward paper §6.1, App. C.1): ``relative_accuracy`` (accuracy over the ``[evaluation]
 reference`` configuration's, same seed, at the same k·B) and ``collapse`` (pass@4 below the run's
@@ -44,23 +44,23 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from . import readings as rd
-from .callables import callable_module
+from .. import readings as rd
+from ..callables import callable_module
+from ..errors import PreregError
+from ..margin import margin_bounds
+from ..plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan
+from ..progress import progress as _progress
+from ..readings.designs import design_readings
+from ..study.audit import DeviceSummary, device_summary, run_devices
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
-from .contrast_designs import comparison_label, welch_statistics
-from .contrast_designs import seed_list as _seed_list
-from .errors import PreregError
+from .designs import comparison_label, welch_statistics
+from .designs import seed_list as _seed_list
 from .extrapolated import extrapolation_contrast
-from .gradient_tests import GradientResults, gradient_results
-from .margin import margin_bounds
+from .gradient import GradientResults, gradient_results
+from .looks import SequentialLook, read_look
 from .notebook import Shown
-from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan
-from .progress import progress as _progress
-from .readings.designs import design_readings
 from .robustness import robust_columns
-from .sequential_looks import SequentialLook, read_look
-from .study.audit import DeviceSummary, device_summary, run_devices
-from .study.verified import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401 - study_curves: public here too
+from .runs import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401 - study_curves: public here too
 from .verdicts import NOT_READ, PREDICTION_READING, adjust_and_read, contrast_statistics, read_hypotheses  # noqa: F401
 
 UNSPLIT = "unavailable (time not split by stage)"  # never invented from an unsplit step time
@@ -138,7 +138,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     ``not_read``: a contrast the runs cannot give (a reading point never reached, a metric or
     verifier not logged) becomes a row with status ``"not read"`` and the reason, and the others
     are read (``prereg dry-run``); otherwise its error stops the analysis. ``look``: the look of a
-    sequential plan to read (default the last the runs complete; ``prereg_kit.sequential_looks``)."""
+    sequential plan to read (default the last the runs complete; ``prereg_kit.analysis.looks``)."""
     v = verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca, look=look)
     plan_path, pf, st, notes, design_ex = v.plan_path, v.plan_file, v.runs, v.notes, v.design_exclusions
     lock_lines, lock_summary = v.lock_lines, v.lock_summary

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import stats
-from .chain.lock import Chain, read_chain
-from .chain.look_chain import FINAL, STOP, look_entries
-from .errors import PreregError
-from .plan import Plan
-from .plan.sequential import sequential_ids
-from .stats.group_sequential import (
+from .. import stats
+from ..chain.lock import Chain, read_chain
+from ..chain.look_chain import FINAL, STOP, look_entries
+from ..errors import PreregError
+from ..plan import Plan
+from ..plan.sequential import sequential_ids
+from ..stats.group_sequential import (
     conditional_power,
     final_boundary,
     look_threshold,
@@ -38,8 +38,8 @@ from .stats.group_sequential import (
     sequential_holm,
     z_of_p,
 )
-from .stats.sequential_t import sequential_t_boundaries
-from .stats.tdist import t_isf
+from ..stats.sequential_t import sequential_t_boundaries
+from ..stats.tdist import t_isf
 from .verdicts import adjust_and_read
 
 LOOK_COLUMNS = ["look", "of", "seeds", "contrast", "scale", "df", "boundary", "boundary_z", "nominal_p", "spent_alpha",
