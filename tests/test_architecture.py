@@ -36,7 +36,7 @@ LAYERS = {
         ("analysis", ["prereg_kit.analysis", "prereg_kit.readings",
                       "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.simulate.synth"]),
         ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry",
-                    "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.study.status"]),
+                    "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.study.status"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
         ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli",
                      "prereg_kit.__main__"]),

@@ -1,4 +1,4 @@
-"""The registry record of a study analyzed here (prereg_kit.record): rows from `prereg analyze`,
+"""The registry record of a study analyzed here (prereg_kit.registry.record): rows from `prereg analyze`,
 rechecked like the papers' rows, and reproduced from the committed CPU studies' run logs."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from prereg_kit.record import record_row, study_record, write_record
 from prereg_kit.registry import load_reported, recheck_study
+from prereg_kit.registry.record import record_row, study_record, write_record
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 
