@@ -27,18 +27,18 @@ PACKAGES = {
 # and lower layers only.
 LAYERS = {
     "prereg_kit": [
-        ("foundation", ["prereg_kit.__init__", "prereg_kit.errors", "prereg_kit.canonical", "prereg_kit.tomlpos",
-                        "prereg_kit.chain.__init__", "prereg_kit.chain.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
+        ("foundation", ["prereg_kit.__init__", "prereg_kit.errors",
+                        "prereg_kit.chain.__init__", "prereg_kit.chain.gitinfo", "prereg_kit.stages.__init__", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
                         "prereg_kit.callables"]),
-        ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
+        ("plan", ["prereg_kit.plan"]),
         ("records", ["prereg_kit.chain.lock", "prereg_kit.chain.anchors", "prereg_kit.runlog", "prereg_kit.chain.timestamp", "prereg_kit.chain.seal", "prereg_kit.chain.gradient_seal",
                      "prereg_kit.chain.look_chain", "prereg_kit.study.__init__", "prereg_kit.study.audit", "prereg_kit.study.design", "prereg_kit.study.jobs", "prereg_kit.study.verify"]),
         ("analysis", ["prereg_kit.analysis", "prereg_kit.readings",
                       "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.simulate.synth"]),
         ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry",
-                    "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.study.status"]),
+                    "prereg_kit.stages.calibration", "prereg_kit.stages.probe", "prereg_kit.study.status"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
-        ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli",
+        ("command", ["prereg_kit.cli",
                      "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],

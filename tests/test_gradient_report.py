@@ -13,7 +13,7 @@ from scipy import stats as sps
 from test_gradient_plan import plan_text
 from typer.testing import CliRunner
 
-from prereg_kit import gradient_command
+import prereg_kit.cli.gradient as gradient_command
 from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.analysis.gradient import _summaries, efficiency_value, gradient_results
 from prereg_kit.chain.gradient_seal import result_folder

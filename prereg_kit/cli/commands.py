@@ -96,7 +96,7 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
          timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Validate and lock a plan: write plan.lock beside it (a no-op if already locked unchanged); say what it runs."""
     from ..chain.lock import lock_plan
-    from ..recipecheck import gate
+    from .recipecheck import gate
 
     notes: list[str] = []  # "recipe not checked: ..." when the plan's trainer is not installed
     res = lock_plan(plan, check=gate(notes))
@@ -121,8 +121,8 @@ def amend(plan: Annotated[Path, typer.Argument(help="plan.toml or its study fold
           timestamp: TimestampOpt = None, tsa_ca: TsaCaOpt = None) -> None:
     """Record a dated, reasoned amendment of a locked plan (chained by hash)."""
     from ..chain.lock import amend_plan
-    from ..diff import describe
-    from ..recipecheck import gate
+    from ..plan.diff import describe
+    from .recipecheck import gate
 
     notes: list[str] = []
     res = amend_plan(plan, reason, check=gate(notes))
@@ -163,8 +163,8 @@ def verify(path: Annotated[Path, typer.Argument(help="plan.toml or its study fol
     Every run folder must be one the plan names and every sealed file as it was sealed.
     Exit 0 clean, 1 violations, 2 unusable input.
     """
-    from ..recipecheck import gate
     from ..study.verify import verify_study
+    from .recipecheck import gate
 
     notes: list[str] = []
     rep = verify_study(path, tsa_ca=tsa_ca, check=gate(notes), head=head)
@@ -327,7 +327,7 @@ def gradient_test_cmd(study_dir: Annotated[Path, typer.Argument(help="Study fold
     from ..plan import resolve_plan_path
 
     resolve_plan_path(study_dir)  # a wrong path is named before the trainer's modules load
-    from ..gradient_command import run_gradient_tests, summary_lines
+    from .gradient import run_gradient_tests, summary_lines
 
     done = run_gradient_tests(study_dir, test, runner_name=runner, log=lambda m: err.print(escape(m), soft_wrap=True))
     out.print(escape("\n".join(summary_lines(study_dir, [e["test"] for e in done]))), soft_wrap=True)
@@ -339,7 +339,7 @@ def probe(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
           stage: Annotated[str, typer.Option(help="Stage whose runs are the probe (one configuration per learning rate).")] = "pilot",
           eval_set: Annotated[str | None, typer.Option("--eval-set", help="Development set (default: the plan's first).")] = None) -> None:
     """The learning-rate stability probe: each rate's runs collapsed or degraded, and the largest stable rate."""
-    from ..probe import probe_study
+    from ..stages.probe import probe_study
 
     out.print(escape("\n".join(probe_study(study_dir, stage=stage, eval_set=eval_set).lines())))
 
@@ -356,7 +356,7 @@ def registry_cmd(root: Annotated[Path, typer.Option(
     from rich.table import Table
 
     from ..registry import default_root, registry_states
-    from ..runners import configuration_problems, load_runner
+    from .runners import configuration_problems, load_runner
 
     base = root or default_root()
     states = registry_states(base)
@@ -469,7 +469,7 @@ def elect(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding 
     from rich.markup import escape
 
     from ..plan import resolve_plan_path
-    from ..runners import load_runner
+    from .runners import load_runner
 
     resolve_plan_path(study_dir)  # a wrong path is named before the trainer (and torch) loads
     backend = load_runner(runner, command="elect")
