@@ -30,7 +30,7 @@ def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None
     lo, hi = margin_bounds(margin)
     pt = stats.paired_t(d, confidence=st.confidence, alternative=c.alternative)
     tost = stats.tost_paired(d, margin=(lo, hi), alpha=st.alpha)
-    ni = stats.noninferiority(d, margin=noninferiority_margin(margin), alpha=st.alpha)
+    ni = stats.noninferiority_paired(d, margin=noninferiority_margin(margin), alpha=st.alpha)
     boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed, margin=(lo, hi))
     if boot.note and notes is not None:
         notes.append(f"contrast {c.id}: {boot.note}")
