@@ -164,6 +164,20 @@ def test_an_edited_or_removed_result_fails_verify_and_analyze(dry, tmp_path):
     assert any("sealed (entry" in v and "the result is gone" in v for v in verify_study(d).violations)
 
 
+def test_an_analysis_reads_the_lock_chain_once(dry, tmp_path, lock_reads):
+    """verify reads plan.lock; the gradient tests' seals are read from that chain, not from the
+    file again (it was read three times more). A caller without the chain still reads it itself."""
+    d = _copy(dry, tmp_path)
+    a = analyze_study(d, n_resamples=50, progress=False)
+    assert a.gradient is not None and set(a.gradient.table["status"]) == {"synthetic"}
+    assert lock_reads == [d / "plan.lock"]
+    lock_reads.clear()
+    assert efficiency_value(d, a.plan, "G1:critic_td") > 0 and len(lock_reads) == 1
+    lock_reads.clear()
+    gradient_results(d, a.plan, n_resamples=20)
+    assert len(lock_reads) == 1
+
+
 def test_an_added_file_or_result_fails_verify(dry, tmp_path):
     d = _copy(dry, tmp_path)
     (d / "gradient" / "G1" / "notes.txt").write_text("added later")

@@ -288,7 +288,7 @@ def test_a_seed_run_after_a_stop_is_flagged(tmp_path):
 # ------------------------------------------------------------------------------ end to end
 
 
-def test_analyze_look_by_look_and_dry_run_power(tmp_path):
+def test_analyze_look_by_look_and_dry_run_power(tmp_path, lock_reads):
     """A synthetic study of a two-look plan: the final look before look 1 is refused; look 1 reads
     seeds 0-2 only and is recorded; the final look's report shows both looks; a dry run with
     --repeat reports stopping per look and the power."""
@@ -313,8 +313,12 @@ def test_analyze_look_by_look_and_dry_run_power(tmp_path):
     if rows["C1"]["verdict"].startswith("continue"):  # an interim look gives no hypothesis reading yet
         hyp = json.loads(run.stdout)["hypotheses"][0]
         assert hyp["reading"].startswith("(an interim look") and "gave no reading" not in hyp["reading"]
+    lock_reads.clear()
     run = CliRunner().invoke(app, ["analyze", study, "--resamples", "50"])
     assert run.exit_code == 0, run.stderr
+    # one read by the analysis (verify, then the look takes that chain), one by the look's record,
+    # which re-reads the chain under its OS lock before it appends
+    assert lock_reads == [tmp_path / "dr" / "plan.lock"] * 2
     report = (tmp_path / "dr" / "report" / "report.md").read_text()
     assert "## Sequential looks" in report and "| 1 of 2 | 0, 1, 2 | C1 | t(2) " in report and "| 2 of 2 |" in report
     kinds = [e["kind"] for e in read_chain(tmp_path / "dr" / "plan.toml").entries]

@@ -226,7 +226,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 per_seed.append(ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)])
                 continue
             if rp.kind == "extrapolated":  # observed − the control's curve read at e·t (dense-rewards paper §3.3)
-                xrow, ps, extrapolations[c.id] = extrapolation_contrast(study_dir, plan, c, curves, n_resamples=nres, notes=notes)
+                xrow, ps, extrapolations[c.id] = extrapolation_contrast(study_dir, plan, c, curves, n_resamples=nres, notes=notes,
+                                                                             chain=v.chain)
                 rows.append({**row, **xrow})
                 per_seed.append(ps)
                 continue
@@ -277,7 +278,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         per_seed = [pd.DataFrame(columns=["contrast", "seed", "treatment_value", "control_value", "difference", "read_at"])]
     seq = None
     if v.look:  # Holm on the look's repeated p-values, then stop or continue
-        contrasts, seq = read_look(pd.DataFrame(rows), plan, v.look, plan_path, exploratory=exploratory)
+        contrasts, seq = read_look(pd.DataFrame(rows), plan, v.look, plan_path, exploratory=exploratory, chain=v.chain)
         notes.extend(seq.notes)
     else:
         contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
@@ -305,7 +306,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
         checks=checks, check_seeds=check_seeds, extrapolations=extrapolations, sequential=seq, devices=device_summary(plan, run_devices(st.meta)),
         missing_runs=[(str(r.configuration), int(r.seed)) for r in design_ex[design_ex["rule"] == "missing"].itertuples()],
-        gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory) if plan.gradient_tests else None,
+        gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory, chain=v.chain) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 
 

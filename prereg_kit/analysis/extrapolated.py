@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..chain.lock import Chain
 from ..errors import PreregError
 from ..plan import Contrast, Plan
 from ..readings import ReadingError
@@ -20,16 +21,17 @@ from .verdicts import contrast_statistics
 
 
 def extrapolation_contrast(study_dir: str | Path, plan: Plan, c: Contrast, curves: pd.DataFrame, *, n_resamples: int,
-                           notes: list[str]) -> tuple[dict, pd.DataFrame, Extrapolation]:
+                           notes: list[str], chain: Chain | None = None) -> tuple[dict, pd.DataFrame, Extrapolation]:
     """The row statistics, the per-seed frame (``contrast`` first) and the reading of contrast
     ``c`` on ``curves`` (its metric on its set, its seeds). Raises :class:`PreregError` naming the
     contrast when the reading cannot be made (no usable evaluation, a run that stops short, fewer
-    than two seeds, no gradient test results for a "TEST:configuration" efficiency)."""
+    than two seeds, no gradient test results for a "TEST:configuration" efficiency). ``chain``: the
+    study's lock chain when the caller has read it (read here otherwise)."""
     B = plan.budgets()
     if not isinstance(B, float):
         raise PreregError(f"contrast {c.id}: an extrapolated reading needs one token budget B for every configuration")
     try:
-        e, source = contrast_efficiency(study_dir, plan, c.efficiency)
+        e, source = contrast_efficiency(study_dir, plan, c.efficiency, chain=chain)
     except PreregError as err:
         raise PreregError(f"contrast {c.id}: " + " ".join(err.lines)) from None
     interval = float(plan.budget.eval_interval_tokens())

@@ -323,12 +323,15 @@ def restrict_to_look(pf: Any, runs: Any, look: int | None, notes: list[str]) -> 
     return dataclasses.replace(pf, plan=plan_at_look(plan, k)), runs_at_look(runs, seeds), k
 
 
-def read_look(rows: pd.DataFrame, plan: Plan, look: int, plan_path: Any, *, exploratory: bool) -> tuple[pd.DataFrame, SequentialLook]:
-    """Holm on the repeated p-values and the decisions of ``look`` (module rule)."""
-    try:
-        chain = read_chain(plan_path)
-    except PreregError:
-        chain = None
+def read_look(rows: pd.DataFrame, plan: Plan, look: int, plan_path: Any, *, exploratory: bool,
+              chain: Chain | None = None) -> tuple[pd.DataFrame, SequentialLook]:
+    """Holm on the repeated p-values and the decisions of ``look`` (module rule). ``chain``: the
+    study's lock chain when the caller has read it; read here otherwise (None when unreadable)."""
+    if chain is None:
+        try:
+            chain = read_chain(plan_path)
+        except PreregError:
+            chain = None
     contrasts = adjust_and_read(prepare_look(rows, plan, look, chain), plan, exploratory=exploratory)
     contrasts, table, decision = decide_look(contrasts, plan, look)
     fields = look_fields(plan, look, table, decision, chain) if chain is not None else {}
