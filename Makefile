@@ -127,7 +127,7 @@ cpu-studies: .make-installed
 	  $(PREREG) lock registry/$$s/plan.toml && \
 	  { test -d registry/$$s/gradient || ! grep -q '^\[\[gradient_tests\]\]' registry/$$s/plan.toml || \
 	    $(PREREG) gradient-test registry/$$s; } && $(PREREG) run registry/$$s && \
-	  $(PREREG) analyze registry/$$s && $(PYTHON) -m prereg_kit.record registry/$$s || exit 1; \
+	  $(PREREG) analyze registry/$$s && $(PYTHON) -m prereg_kit.registry.record registry/$$s || exit 1; \
 	done
 
 # One iteration of every runnable registry configuration on a tiny CPU model (the plan's model,

@@ -128,7 +128,7 @@ def main() -> None:
     if args.quick:
         args.seeds, args.resamples = min(args.seeds, 6), min(args.resamples, 2_000)
 
-    from prereg_kit.analyze import analyze_study
+    from prereg_kit.analysis.analyze import analyze_study
     from prereg_kit.chain.lock import lock_plan, utc_now
     from prereg_kit.plan import load_plan
     from prereg_kit.report import write_report

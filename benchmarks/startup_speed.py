@@ -7,7 +7,7 @@ small study locked in a temporary folder (the tests' small plan):
 * ``prereg --help``;
 * ``prereg lock <plan>`` (on a fresh copy of the study each time);
 * ``prereg verify <study>``;
-* ``import prereg_kit.analyze`` (what `analyze` and `report` pay before any work: pandas and
+* ``import prereg_kit.analysis.analyze`` (what `analyze` and `report` pay before any work: pandas and
   scipy are its tools, so this one is expected near or above 1).
 
 Every process reads its bytecode from one private cache (``PYTHONPYCACHEPREFIX`` in the temporary
@@ -97,7 +97,7 @@ def main() -> None:
             "prereg --help": lambda i: [*PRE, "--help"],
             "prereg lock": lambda i: [*PRE, "lock", str(_fresh(template, tmp / f"lock-{i}") / "plan.toml")],
             "prereg verify": lambda i: [*PRE, "verify", str(study)],
-            "import prereg_kit.analyze": lambda i: [sys.executable, "-c", "import prereg_kit.analyze"],
+            "import prereg_kit.analysis.analyze": lambda i: [sys.executable, "-c", "import prereg_kit.analysis.analyze"],
         }
         ref_cmd = [sys.executable, "-c", "import pandas"]
         floor_cmd = [sys.executable, "-c", "pass"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from figures.cpu_studies import registry_study
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.report import contrast_table
 from prereg_kit.report.plots import forest_plot
 

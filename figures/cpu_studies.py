@@ -2,7 +2,7 @@
 
 Each CPU study keeps its lock and sealed run logs in the registry (``registry/cpu-*/plan.lock``
 and ``runs/``; ``make cpu-studies`` trains them in place). The figures read them only through
-:func:`prereg_kit.analyze.study_curves`: the same lock verification, run audit, seal checks,
+:func:`prereg_kit.analysis.analyze.study_curves`: the same lock verification, run audit, seal checks,
 design and admission rules as ``prereg analyze``. Building figures never trains: a study whose
 runs are missing or incomplete is an error naming the command that produces them.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prereg_kit.analyze import study_curves
+from prereg_kit.analysis.analyze import study_curves
 from prereg_kit.errors import PreregError
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunLogError, read_meta, uses_elected_anchor
@@ -71,7 +71,7 @@ def registry_study(name: str, *, registry: Path = REGISTRY) -> Path:
 
 def primary_curves(study: Path, metric: str = "accuracy"):
     """``(plan, curves of the study, admitted curves of metric)``: the primary set under the plan's
-    verifier, as :func:`prereg_kit.analyze.study_curves` admits them (its ``iterations`` too)."""
+    verifier, as :func:`prereg_kit.analysis.analyze.study_curves` admits them (its ``iterations`` too)."""
 
     sc = study_curves(study, metric=metric)
     return sc.plan, sc, sc.curves

@@ -19,7 +19,9 @@ __all__ = ["analyze", "verify", "stats", "plots", *_API, "PreregError", "__versi
 def __getattr__(name: str):
     # a submodule is imported with `import prereg_kit.x`: `from . import x` would call back here
     if name == "analyze":
-        import prereg_kit.analyze  # callable: pk.analyze(study) is analyze_study(study)
+        from .analysis import analyze  # callable: pk.analyze(study) is analyze_study(study)
+
+        return analyze
     elif name == "verify":
         from .study import verify  # callable: pk.verify(study) is verify_study(study)
 

@@ -1,6 +1,6 @@
 """The notebook API behind ``import prereg_kit as pk`` (docs/python-api.md).
 
-``pk.analyze`` (the callable module :mod:`prereg_kit.analyze`) returns an :class:`Analysis`
+``pk.analyze`` (the callable module :mod:`prereg_kit.analysis.analyze`) returns an :class:`Analysis`
 whose tables are pandas DataFrames; ``pk.write_report`` writes its report; ``pk.load_report``
 reads a written report back (``results.json`` and ``curves.csv``) into a :class:`Report` with
 the same tables, so a notebook can work from a report without the run logs; ``pk.dry_run``
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analyze import Analysis
-from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS
+from .analysis.analyze import Analysis
+from .analysis.checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS
+from .analysis.notebook import Shown
 from .errors import PreregError
-from .notebook import Shown
 from .plan import load_plan
 from .report import TARGET_SHARES
 from .report import write_report as _write_report

@@ -1,9 +1,9 @@
 """A module that can be called: ``pk.analyze(study)`` and ``pk.verify(study)``.
 
-``prereg_kit.analyze`` and ``prereg_kit.study.verify`` are modules, and Python's import system sets a
+``prereg_kit.analysis.analyze`` and ``prereg_kit.study.verify`` are modules, and Python's import system sets a
 package attribute to its submodule whenever the submodule is imported, so a function of the same
 name on the package would be overwritten. Instead the module itself is made callable: every
-``import prereg_kit.analyze`` keeps working, and calling the module calls its main function.
+``import prereg_kit.analysis.analyze`` keeps working, and calling the module calls its main function.
 """
 
 from __future__ import annotations

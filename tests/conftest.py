@@ -44,6 +44,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def lock_reads(monkeypatch) -> list[Path]:
+    """Every ``plan.lock`` read while the test runs, in order (``read_chain`` reads it with
+    ``Path.read_text``): an analysis reads its chain once and passes it on."""
+    reads: list[Path] = []
+    real = Path.read_text
+
+    def counting(self: Path, *args, **kwargs):
+        if self.name == "plan.lock":
+            reads.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    return reads
+
+
+@pytest.fixture
 def study(tmp_path: Path) -> Path:
     """A study folder holding the small plan (not locked)."""
     d = tmp_path / "study"

@@ -12,7 +12,7 @@ from plans import ANALYSIS_PLAN, lock_at
 from typer.testing import CliRunner
 
 from prereg_kit import stats
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import load_plan

@@ -16,13 +16,13 @@ from plans import SMALL_PLAN, clock_at, lock_at
 from test_integrity import _rewrite_parquet, _study
 from typer.testing import CliRunner
 
-from prereg_kit.canonical import content_hash
 from prereg_kit.chain.anchors import check_shared_head, parse_head
 from prereg_kit.chain.lock import append_entries, entry_hash, read_chain, serialize
 from prereg_kit.chain.look_chain import look_chain_problems, record_look
 from prereg_kit.chain.seal import run_files, seal_runs
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
+from prereg_kit.plan.canonical import content_hash
 from prereg_kit.study.verify import verify_study
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",

@@ -27,19 +27,18 @@ PACKAGES = {
 # and lower layers only.
 LAYERS = {
     "prereg_kit": [
-        ("foundation", ["prereg_kit.__init__", "prereg_kit.errors", "prereg_kit.canonical", "prereg_kit.tomlpos",
-                        "prereg_kit.chain.__init__", "prereg_kit.chain.gitinfo", "prereg_kit.stages", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
+        ("foundation", ["prereg_kit.__init__", "prereg_kit.errors",
+                        "prereg_kit.chain.__init__", "prereg_kit.chain.gitinfo", "prereg_kit.stages.__init__", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
                         "prereg_kit.callables"]),
-        ("plan", ["prereg_kit.plan", "prereg_kit.diff"]),
+        ("plan", ["prereg_kit.plan"]),
         ("records", ["prereg_kit.chain.entry", "prereg_kit.chain.integrity", "prereg_kit.chain.lock", "prereg_kit.chain.anchors", "prereg_kit.runlog", "prereg_kit.chain.timestamp", "prereg_kit.chain.seal", "prereg_kit.chain.gradient_seal",
                      "prereg_kit.chain.look_chain", "prereg_kit.study.__init__", "prereg_kit.study.audit", "prereg_kit.study.design", "prereg_kit.study.jobs", "prereg_kit.study.verify"]),
-        ("analysis", ["prereg_kit.notebook", "prereg_kit.study.verified", "prereg_kit.readings", "prereg_kit.contrast_designs", "prereg_kit.checks", "prereg_kit.robustness", "prereg_kit.verdicts", "prereg_kit.gradient_tests", "prereg_kit.sequential_looks",
-                      "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.extrapolated", "prereg_kit.analyze",
-                      "prereg_kit.task_aggregates", "prereg_kit.simulate.synth"]),
-        ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry", "prereg_kit.coverage",
-                    "prereg_kit.record", "prereg_kit.calibrate", "prereg_kit.probe", "prereg_kit.study.status", "prereg_kit.study.export"]),
+        ("analysis", ["prereg_kit.analysis", "prereg_kit.readings",
+                      "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.simulate.synth"]),
+        ("output", ["prereg_kit.report", "prereg_kit.simulate.dryrun", "prereg_kit.registry",
+                    "prereg_kit.stages.calibration", "prereg_kit.stages.probe", "prereg_kit.study.status", "prereg_kit.study.export"]),
         ("api", ["prereg_kit.api"]),  # `import prereg_kit as pk`: __init__ exports it lazily (PEP 562)
-        ("command", ["prereg_kit.runners", "prereg_kit.gradient_command", "prereg_kit.recipecheck", "prereg_kit.cli",
+        ("command", ["prereg_kit.cli",
                      "prereg_kit.__main__"]),
     ],
     "analyses": [("analyses", ["analyses"])],
@@ -77,7 +76,7 @@ LAYERS = {
     ],
 }
 COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_commands", "prereg_kit.integrations.evaluations_file",
-            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli.commands", "prereg_kit.cli.run", "prereg_kit.cli.status", "prereg_kit.cli.export", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
+            "prereg_kit.integrations.trl_command", "prereg_kit.cli", "prereg_kit.cli.commands", "prereg_kit.cli.run", "prereg_kit.cli.status", "prereg_kit.cli.export", "prereg_kit.cli.registry", "prereg_kit.__main__", "trainer.__main__", "trainer.smoke", "figures.__main__", "trainer.plugin")
 
 # Deferred imports outside command modules that keep the start-up of `prereg lock` and `prereg
 # verify` light, (importer, imported) each: the recipe check of every plan reaches the trainer's

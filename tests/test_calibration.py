@@ -13,12 +13,12 @@ import pytest
 from plans import SMALL_PLAN
 from typer.testing import CliRunner
 
-from prereg_kit.calibrate import apply_calibration, calibrated_budget, truncation_limit
 from prereg_kit.chain.lock import lock_plan, read_chain
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
-from prereg_kit.probe import probe_study, select_rate, unstable
 from prereg_kit.runlog import RunLogWriter, RunMeta, run_dir, utc_now
+from prereg_kit.stages.calibration import apply_calibration, calibrated_budget, truncation_limit
+from prereg_kit.stages.probe import probe_study, select_rate, unstable
 
 
 # ---- the budget rule ---------------------------------------------------------------------------

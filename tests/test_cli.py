@@ -91,7 +91,7 @@ class _EntryPoint:
 
 
 def _install(monkeypatch, *runners):
-    import prereg_kit.runners as rn
+    import prereg_kit.cli.runners as rn
 
     monkeypatch.setattr(rn, "entry_points", lambda group: [_EntryPoint(r.name, r) for r in runners]
                         if group == rn.GROUP else [])
@@ -141,7 +141,7 @@ def test_the_package_registers_the_builtin_trainer():
     import tomllib
     from pathlib import Path
 
-    from prereg_kit.runners import GROUP, installed_runners
+    from prereg_kit.cli.runners import GROUP, installed_runners
 
     declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert declared["project"]["entry-points"][GROUP] == {"builtin": "trainer.plugin:RUNNER"}
@@ -195,8 +195,8 @@ def test_the_builtin_trainer_runs_every_cpu_study_configuration():
     """The CPU studies and a paper study are runnable by the built-in trainer; a recipe with a key
     it does not know is not, and the reason names the key and the one it most likely meant."""
     pytest.importorskip("torch")
+    from prereg_kit.cli.runners import configuration_problems, installed_runners
     from prereg_kit.plan import load_plan
-    from prereg_kit.runners import configuration_problems, installed_runners
 
     builtin = installed_runners()["builtin"].load()
     root = Path(__file__).resolve().parents[1] / "registry"

@@ -126,7 +126,7 @@ class _Checker:
 
 
 def test_registry_json_has_the_table_columns_and_reasons(tmp_path, monkeypatch):
-    import prereg_kit.runners as rn
+    import prereg_kit.cli.runners as rn
 
     monkeypatch.setattr(rn, "entry_points", lambda group: [_Checker()] if group == rn.GROUP else [])
     for name in ("one", "two"):

@@ -15,7 +15,7 @@ from scipy import stats as sps
 from statsmodels.stats.weightstats import ttost_ind
 
 from prereg_kit import stats
-from prereg_kit.checks import read_checks
+from prereg_kit.analysis.checks import read_checks
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.plan import validate_plan
 from prereg_kit.report import render_markdown

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 CORE = ["prereg_kit", "prereg_kit.plan", "prereg_kit.chain.lock", "prereg_kit.study.verify", "prereg_kit.study.audit",
-        "prereg_kit.runlog", "prereg_kit.readings", "prereg_kit.stats", "prereg_kit.analyze", "prereg_kit.report",
+        "prereg_kit.runlog", "prereg_kit.readings", "prereg_kit.stats", "prereg_kit.analysis.analyze", "prereg_kit.report",
         "prereg_kit.simulate.dryrun", "prereg_kit.simulate.synth", "prereg_kit.cli", "prereg_kit.chain.timestamp", "prereg_kit.study.jobs",
-        "prereg_kit.runners"]
+        "prereg_kit.cli.runners"]
 
 
 def _fresh_python(code: str, timeout: int = 180) -> str:

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from prereg_kit.cli import app
-from prereg_kit.coverage import coverage, coverage_files, coverage_line
 from prereg_kit.errors import PreregError
+from prereg_kit.registry.coverage import coverage, coverage_files, coverage_line
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 runner = CliRunner()

@@ -16,7 +16,7 @@ from test_import_core import _prereg
 from test_import_trackers_e2e import NO_CRN, _import
 from typer.testing import CliRunner
 
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import load_plan, validate_plan
 from prereg_kit.report import write_report

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
 from prereg_kit.simulate.dryrun import dry_run

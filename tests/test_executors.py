@@ -138,7 +138,7 @@ def test_options_of_another_executor_are_refused(tmp_path, args, message):
 
 
 def test_a_runner_without_an_executor_parameter_is_refused(tmp_path, monkeypatch):
-    import prereg_kit.runners as runners
+    import prereg_kit.cli.runners as runners
 
     class Old:
         name = "old"

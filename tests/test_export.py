@@ -15,10 +15,10 @@ from test_declared_anchors import _integrity
 from tsa import LocalTSA
 from typer.testing import CliRunner
 
-from prereg_kit.canonical import content_hash
 from prereg_kit.chain.lock import amend_plan, lock_plan, read_chain
 from prereg_kit.chain.timestamp import receipt_name
 from prereg_kit.cli import app
+from prereg_kit.plan.canonical import content_hash
 from prereg_kit.study.export import REGISTRIES, export_registration
 
 pytest.importorskip("rfc3161_client")

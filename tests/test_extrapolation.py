@@ -16,6 +16,7 @@ from plans import SMALL_PLAN
 from scipy import stats as sps
 
 from analyses.extrapolation import extrapolated_accuracy
+from prereg_kit.analysis.verdicts import adjust_and_read, contrast_statistics
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.plan import parse_reading_point, validate_plan
 from prereg_kit.readings import ReadingError, accuracy_curve
@@ -28,7 +29,6 @@ from prereg_kit.readings.extrapolation import (
 )
 from prereg_kit.runlog import load_study
 from prereg_kit.simulate.synth import generate_study
-from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 # ------------------------------------------------------------------------------ the curve at e·t
 
@@ -256,7 +256,7 @@ batches = 8
 '''
 
 
-def test_the_dry_run_reads_a_numeric_e_and_a_synthetic_test_reference(tmp_path):
+def test_the_dry_run_reads_a_numeric_e_and_a_synthetic_test_reference(tmp_path, lock_reads):
     from pathlib import Path
 
     from prereg_kit.simulate.dryrun import dry_run
@@ -294,3 +294,11 @@ def test_the_dry_run_reads_a_numeric_e_and_a_synthetic_test_reference(tmp_path):
     js = {r["contrast"]: r for r in json.loads((report / "results.json").read_text())["contrasts"]}
     assert js["F1"]["usable_evaluations"] == 5 and js["F1"]["efficiency"] == 1.36
     assert {"predicted_lead", "observed_lead", "efficiency", "usable_evaluations"} <= set(pd.read_csv(report / "contrasts.csv").columns)
+    # the analysis reads plan.lock once: F2's efficiency takes the chain verify read (it was read
+    # twice more per extrapolated contrast that names a gradient test)
+    from prereg_kit.analysis.analyze import analyze_study
+
+    lock_reads.clear()
+    again = analyze_study(tmp_path / "dr", n_resamples=50, progress=False)
+    assert again.contrasts.set_index("contrast").loc["F2", "efficiency"] == f2["efficiency"]
+    assert lock_reads == [tmp_path / "dr" / "plan.lock"]

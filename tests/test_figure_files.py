@@ -14,7 +14,7 @@ import pytest
 from matplotlib.collections import PathCollection
 from PIL import Image
 
-from prereg_kit.gradient_tests import GradientResults
+from prereg_kit.analysis.gradient import GradientResults
 from prereg_kit.readings.extrapolation import Extrapolation
 from prereg_kit.report import extrapolation_plots, plots
 from prereg_kit.report import gradient as gradient_report

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prereg_kit.analyze import UNSPLIT, analyze_study
+from prereg_kit.analysis.analyze import UNSPLIT, analyze_study
 from prereg_kit.chain.lock import lock_plan, parse_time
 from prereg_kit.chain.seal import seal_runs
 from prereg_kit.errors import PreregError, ViolationError

@@ -13,13 +13,13 @@ from scipy import stats as sps
 from test_gradient_plan import plan_text
 from typer.testing import CliRunner
 
-from prereg_kit import gradient_command
-from prereg_kit.analyze import analyze_study
+import prereg_kit.cli.gradient as gradient_command
+from prereg_kit.analysis.analyze import analyze_study
+from prereg_kit.analysis.gradient import _summaries, efficiency_value, gradient_results
 from prereg_kit.chain.gradient_seal import result_folder
 from prereg_kit.chain.lock import lock_plan
 from prereg_kit.cli import app
 from prereg_kit.errors import PreregError
-from prereg_kit.gradient_tests import _summaries, efficiency_value, gradient_results
 from prereg_kit.plan import load_plan
 from prereg_kit.simulate.dryrun import dry_run
 from prereg_kit.simulate.gradient import synthetic_batches, write_synthetic_result
@@ -162,6 +162,20 @@ def test_an_edited_or_removed_result_fails_verify_and_analyze(dry, tmp_path):
 
     shutil.rmtree(d / "gradient")
     assert any("sealed (entry" in v and "the result is gone" in v for v in verify_study(d).violations)
+
+
+def test_an_analysis_reads_the_lock_chain_once(dry, tmp_path, lock_reads):
+    """verify reads plan.lock; the gradient tests' seals are read from that chain, not from the
+    file again (it was read three times more). A caller without the chain still reads it itself."""
+    d = _copy(dry, tmp_path)
+    a = analyze_study(d, n_resamples=50, progress=False)
+    assert a.gradient is not None and set(a.gradient.table["status"]) == {"synthetic"}
+    assert lock_reads == [d / "plan.lock"]
+    lock_reads.clear()
+    assert efficiency_value(d, a.plan, "G1:critic_td") > 0 and len(lock_reads) == 1
+    lock_reads.clear()
+    gradient_results(d, a.plan, n_resamples=20)
+    assert len(lock_reads) == 1
 
 
 def test_an_added_file_or_result_fails_verify(dry, tmp_path):

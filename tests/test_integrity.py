@@ -25,7 +25,7 @@ import pytest
 from plans import clock_at, lock_at, plan_text
 from typer.testing import CliRunner
 
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.chain.lock import (
     amend_plan,
     append_entries,

@@ -14,7 +14,7 @@ from plans import lock_at, plan_text
 from test_readings import TRT, frame, run_rows
 from typer.testing import CliRunner
 
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.chain.seal import seal_runs
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError, PreregError

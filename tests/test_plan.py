@@ -9,9 +9,9 @@ import pytest
 import tomli_w
 from plans import SMALL_PLAN
 
-from prereg_kit.canonical import content_hash
 from prereg_kit.errors import PlanError
 from prereg_kit.plan import ReadingPoint, load_plan, parse_multiple, parse_reading_point, parse_tokens, validate_plan
+from prereg_kit.plan.canonical import content_hash
 
 TEMPLATE = (resources.files("prereg_kit") / "templates" / "plan.toml").read_text()
 

@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plans import SMALL_PLAN
 
-from prereg_kit.canonical import canonical_json, content_hash
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError
 from prereg_kit.plan import MAX_DEPTH, Plan, parse_toml, validate_plan
+from prereg_kit.plan.canonical import canonical_json, content_hash
 from prereg_kit.runlog import run_dir
 
 TEMPLATE = (resources.files("prereg_kit") / "templates" / "plan.toml").read_text()

@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 from plans import plan_text
 
-from prereg_kit.gradient_tests import GradientResults
+from prereg_kit.analysis.gradient import GradientResults
 from prereg_kit.readings.extrapolation import Extrapolation
 from prereg_kit.report import extrapolation_plots, plots, write_report
 from prereg_kit.report import gradient as gradient_report

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import prereg_kit as pk
-from prereg_kit.notebook import SUMMARY_COLUMNS
+from prereg_kit.analysis.notebook import SUMMARY_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "python-api.md"
@@ -94,7 +94,7 @@ def test_import_is_lazy_and_cheap():
 
 
 def test_the_package_names_are_the_documented_ones():
-    import prereg_kit.analyze as analyze_module  # the module every import names is what pk.analyze calls
+    import prereg_kit.analysis.analyze as analyze_module  # the module every import names is what pk.analyze calls
 
     assert pk.analyze is analyze_module and callable(pk.analyze) and callable(pk.verify)
     assert pk.PreregError.__name__ == "PreregError" and pk.plots.__name__ == "prereg_kit.report.plots"

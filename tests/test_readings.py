@@ -282,7 +282,7 @@ def test_pass_at_k_and_channel_rate_metrics():
 def test_analyze_metric_verifier_accepts_pass_at_k_and_rates():
     from types import SimpleNamespace
 
-    from prereg_kit.analyze import _metric_verifier
+    from prereg_kit.analysis.analyze import _metric_verifier
     from prereg_kit.errors import PreregError
 
     plan = SimpleNamespace(evaluation=SimpleNamespace(metric="accuracy", verifier="default", samples=8))

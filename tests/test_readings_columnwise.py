@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from prereg_kit import readings as rd
-from prereg_kit.analyze import UNSPLIT, configuration_summary
+from prereg_kit.analysis.analyze import UNSPLIT, configuration_summary
 from prereg_kit.readings import accuracy_curve, read_at_tokens
 from prereg_kit.readings.points import _at_budget, _frame, _runs
 from prereg_kit.runlog import load_study

@@ -314,7 +314,7 @@ def test_training_dynamics_stop_at_B_and_read_old_logs_as_na():
 
 
 def test_a_to_target_row_is_recorded_as_a_share():
-    from prereg_kit.record import record_row
+    from prereg_kit.registry.record import record_row
 
     row = dict(contrast="X", treatment="t", control="c", at="to_target", n=6, mean=0.78, ci_low=0.71, ci_high=np.inf,
                tier="exploratory", kind="superiority", target=0.446, t=np.nan, metric="accuracy")

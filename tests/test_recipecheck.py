@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-import prereg_kit.recipecheck as rc
-import prereg_kit.runners as runners
+import prereg_kit.cli.recipecheck as rc
+import prereg_kit.cli.runners as runners
 from prereg_kit.chain.lock import lock_plan, read_chain
 from prereg_kit.cli import app
 from prereg_kit.errors import PlanError

@@ -1,4 +1,4 @@
-"""The registry record of a study analyzed here (prereg_kit.record): rows from `prereg analyze`,
+"""The registry record of a study analyzed here (prereg_kit.registry.record): rows from `prereg analyze`,
 rechecked like the papers' rows, and reproduced from the committed CPU studies' run logs."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from prereg_kit.record import record_row, study_record, write_record
 from prereg_kit.registry import load_reported, recheck_study
+from prereg_kit.registry.record import record_row, study_record, write_record
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 
@@ -62,7 +62,7 @@ def test_identical_runs_keep_the_mean_without_a_test():
 def test_committed_record_is_reproduced_from_the_committed_run_logs(study):
     """The CPU study's reported.toml equals a fresh analysis of its run logs (up to the date), and
     every printed p-value rechecks."""
-    from prereg_kit.analyze import analyze_study
+    from prereg_kit.analysis.analyze import analyze_study
 
     committed = tomllib.loads((REGISTRY / study / "reported.toml").read_text())
     fresh = study_record(analyze_study(REGISTRY / study, progress=False))

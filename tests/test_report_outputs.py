@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from prereg_kit.analyze import analyze_study
+from prereg_kit.analysis.analyze import analyze_study
 from prereg_kit.plan import load_plan
 from prereg_kit.report import (
     cannot_change,

@@ -13,12 +13,12 @@ from plans import ANALYSIS_PLAN
 from statsmodels.stats.multitest import multipletests
 
 from prereg_kit import stats
+from prereg_kit.analysis.robustness import MARK, reading_of, robust_columns, robustness_table
+from prereg_kit.analysis.verdicts import adjust_and_read, contrast_statistics
 from prereg_kit.plan import validate_plan
 from prereg_kit.plan.load import PlanError
 from prereg_kit.report import console_table, printed_test, render_markdown
-from prereg_kit.robustness import MARK, reading_of, robust_columns, robustness_table
 from prereg_kit.simulate.dryrun import dry_run
-from prereg_kit.verdicts import adjust_and_read, contrast_statistics
 
 
 def _plan(extra: str = "", *, p1: str = "", family: str = ""):
@@ -166,7 +166,7 @@ def test_minimal_effect_reads_beyond_the_margin():
              'kind = "minimal-effect"\nmargin = 0.02\nrobustness = ["wilcoxon"]\n')
     plan = _plan(extra)
     df = _read(plan, {"P1": AGREE, "P2": AGREE, "M1": AGREE})
-    met = stats.minimal_effect_test(AGREE, 0.02, alpha=0.05)
+    met = stats.minimal_effect_paired(AGREE, margin=0.02, alpha=0.05)
     r = df.loc["M1"]
     assert np.isclose(r["tested_p"], met.p) and r["verdict"] == "gain" and r["robust_wilcoxon_verdict"] == "gain"
     small = _read(plan, {"P1": AGREE, "P2": AGREE, "M1": AGREE / 4}).loc["M1"]  # a gain, but not beyond 0.02
@@ -181,7 +181,7 @@ def test_equivalence_and_noninferiority_readings_per_test():
         ni = reading_of(t, d, "non-inferiority", **kw)
         assert eq["p"] < 0.05 and -0.03 < eq["ci_low"] < eq["ci_high"] < 0.03, t
         assert ni["p"] < 0.05 and ni["ci_low"] > -0.03, t
-    assert np.isclose(reading_of("wilcoxon", d, "equivalence", **kw)["p"], stats.wilcoxon_tost(d, 0.03).p)
+    assert np.isclose(reading_of("wilcoxon", d, "equivalence", **kw)["p"], stats.wilcoxon_tost(d, margin=0.03).p)
 
 
 @pytest.fixture(scope="module")

@@ -103,7 +103,7 @@ def test_an_exception_in_a_run_is_that_runs_failure_and_a_stopped_run_retires_th
 # --- the command line ----------------------------------------------------------------------------
 
 def test_fresh_process_reaches_the_runner_and_is_refused_where_it_means_nothing(tmp_path, monkeypatch):
-    import prereg_kit.runners as runners
+    import prereg_kit.cli.runners as runners
 
     calls: list[dict] = []
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from plans import SMALL_PLAN, amend_at, clock_at, lock_at
 
+from prereg_kit.analysis.looks import look_units, looks_of_differences, looks_power, rule_changes
 from prereg_kit.chain.lock import append_entries, entry_hash, read_chain, serialize
 from prereg_kit.chain.look_chain import look_chain_problems, record_look, stopped_run_findings
 from prereg_kit.errors import PlanError, ViolationError
 from prereg_kit.plan import load_plan
-from prereg_kit.sequential_looks import look_units, looks_of_differences, looks_power, rule_changes
 from prereg_kit.stats.group_sequential import conditional_power, look_threshold, repeated_p, sequential_holm
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
@@ -288,7 +288,7 @@ def test_a_seed_run_after_a_stop_is_flagged(tmp_path):
 # ------------------------------------------------------------------------------ end to end
 
 
-def test_analyze_look_by_look_and_dry_run_power(tmp_path):
+def test_analyze_look_by_look_and_dry_run_power(tmp_path, lock_reads):
     """A synthetic study of a two-look plan: the final look before look 1 is refused; look 1 reads
     seeds 0-2 only and is recorded; the final look's report shows both looks; a dry run with
     --repeat reports stopping per look and the power."""
@@ -313,8 +313,12 @@ def test_analyze_look_by_look_and_dry_run_power(tmp_path):
     if rows["C1"]["verdict"].startswith("continue"):  # an interim look gives no hypothesis reading yet
         hyp = json.loads(run.stdout)["hypotheses"][0]
         assert hyp["reading"].startswith("(an interim look") and "gave no reading" not in hyp["reading"]
+    lock_reads.clear()
     run = CliRunner().invoke(app, ["analyze", study, "--resamples", "50"])
     assert run.exit_code == 0, run.stderr
+    # one read by the analysis (verify, then the look takes that chain), one by the look's record,
+    # which re-reads the chain under its OS lock before it appends
+    assert lock_reads == [tmp_path / "dr" / "plan.lock"] * 2
     report = (tmp_path / "dr" / "report" / "report.md").read_text()
     assert "## Sequential looks" in report and "| 1 of 2 | 0, 1, 2 | C1 | t(2) " in report and "| 2 of 2 |" in report
     kinds = [e["kind"] for e in read_chain(tmp_path / "dr" / "plan.toml").entries]
@@ -324,7 +328,7 @@ def test_analyze_look_by_look_and_dry_run_power(tmp_path):
 def test_an_interim_look_reads_no_hypothesis_yet(tmp_path):
     import pandas as pd
 
-    from prereg_kit.verdicts import read_hypotheses
+    from prereg_kit.analysis.verdicts import read_hypotheses
 
     plan = _plan(tmp_path, members='["C1"]')
     df = pd.DataFrame({"contrast": ["C1"], "verdict": ["continue to look 2"]})

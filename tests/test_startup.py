@@ -101,7 +101,7 @@ def test_the_wrapper_sees_numpy_and_pydantic(tmp_path: Path, library: str):
 
 @pytest.mark.parametrize("module, absent", [
     ("prereg_kit.report", ("matplotlib",)),
-    ("prereg_kit.analyze", ("matplotlib", "numba", "torch")),
+    ("prereg_kit.analysis.analyze", ("matplotlib", "numba", "torch")),
     ("prereg_kit.runlog", ("pandas", "pyarrow", "scipy")),
     ("prereg_kit.plan", ("pandas", "scipy", "matplotlib")),
 ])

@@ -1,4 +1,4 @@
-"""adjust() against statsmodels' multipletests for every method, and minimal_effect_test against
+"""adjust() against statsmodels' multipletests for every method, and minimal_effect_paired against
 scipy's one-sided paired t-tests and TOSTER's definition of the minimal-effect test."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from prereg_kit.stats import adjust, holm, minimal_effect_test, tost_paired
+from prereg_kit.stats import adjust, holm, minimal_effect_paired, tost_paired
 
 # Holm is checked against statsmodels in test_stats_multiplicity.py (its holm path runs gc.collect()
 # on every call, too slow to repeat here); adjust(method="holm") is holm() itself.
@@ -56,7 +56,7 @@ def test_minimal_effect_is_two_one_sided_scipy_tests():
     for n in (4, 10, 30):
         for _ in range(5):
             d = rng.normal(rng.uniform(-0.05, 0.05), 0.02, n)
-            r = minimal_effect_test(d, -0.01, 0.02)
+            r = minimal_effect_paired(d, margin=(-0.01, 0.02))
             p_lower = sps.ttest_1samp(d, -0.01, alternative="less").pvalue
             p_upper = sps.ttest_1samp(d, 0.02, alternative="greater").pvalue
             assert (r.p_lower, r.p_upper) == pytest.approx((p_lower, p_upper), rel=1e-10)
@@ -70,11 +70,11 @@ def test_minimal_effect_is_two_one_sided_scipy_tests():
 
 
 def test_minimal_effect_decisions_and_refusals():
-    big = minimal_effect_test([0.05, 0.06, 0.055, 0.07, 0.065], 0.02)
+    big = minimal_effect_paired([0.05, 0.06, 0.055, 0.07, 0.065], margin=0.02)
     assert big.shown and big.low == -0.02 and big.p == big.p_upper
-    small = minimal_effect_test([0.01, 0.0, 0.015, -0.005, 0.02], 0.02)
+    small = minimal_effect_paired([0.01, 0.0, 0.015, -0.005, 0.02], margin=0.02)
     assert not small.shown
     with pytest.raises(ValueError, match="low < high"):
-        minimal_effect_test([0.1, 0.2], 0.02, 0.01)
+        minimal_effect_paired([0.1, 0.2], margin=(0.02, 0.01))
     with pytest.raises(ValueError, match="alpha"):
-        minimal_effect_test([0.1, 0.2], 0.02, alpha=0.5)
+        minimal_effect_paired([0.1, 0.2], margin=0.02, alpha=0.5)

@@ -31,7 +31,7 @@ def test_fixed_signatures(name, params):
 def test_results_frozen_slotted_and_serializable():
     d = np.array([0.01, 0.004, 0.012, -0.002, 0.008])
     results = [
-        st.paired_t(d), st.tost_paired(d, margin=0.02), st.noninferiority(d, margin=0.02),
+        st.paired_t(d), st.tost_paired(d, margin=0.02), st.noninferiority_paired(d, margin=0.02),
         st.seed_bootstrap(d, margin=0.02), st.crossed_bootstrap(np.outer(d, np.ones(4)), n_resamples=100),
         st.seeds_needed(0.008, 0.012), st.from_summary("+0.007", "+0.002", "+0.012", 24, reported={"p": ".008"}),
         st.verdict("superiority", p=0.01, estimate=0.01),
@@ -51,7 +51,7 @@ def test_paired_t_fields():
     t = st.tost_paired([0.01, 0.02, 0.0], margin=0.02)
     for f in ("p_lower", "p_upper", "p", "ci_low", "ci_high", "equivalent"):
         assert hasattr(t, f)
-    ni = st.noninferiority([0.01, 0.02, 0.0], margin=0.02)
+    ni = st.noninferiority_paired([0.01, 0.02, 0.0], margin=0.02)
     for f in ("lower", "p", "holds"):
         assert hasattr(ni, f)
 
@@ -66,21 +66,21 @@ def _results() -> dict[str, object]:
     d = np.array([0.01, 0.004, 0.012, -0.002, 0.008])
     c = np.array([0.0, 0.001, 0.003, 0.002, -0.001, 0.004])
     summary = st.from_summary("+0.007", "+0.002", "+0.012", 24, reported={"p": ".008"})
-    return {"PairedT": st.paired_t(d), "Tost": st.tost_paired(d, margin=0.02),
-            "NonInferiority": st.noninferiority(d, margin=0.02), "SeedBootstrap": st.seed_bootstrap(d, margin=0.02),
+    return {"PairedT": st.paired_t(d), "TwoOneSided": st.tost_paired(d, margin=0.02),
+            "NonInferiority": st.noninferiority_paired(d, margin=0.02), "SeedBootstrap": st.seed_bootstrap(d, margin=0.02),
             "CrossedBootstrap": st.crossed_bootstrap(np.outer(d, np.ones(4)), n_resamples=100),
             "SeedsNeeded": st.seeds_needed(0.008, 0.012), "SummaryCheck": summary, "ReportedCheck": summary.checks[0],
             "Verdict": st.verdict("superiority", p=0.01, estimate=0.01), "WelchT": st.welch_t(d, c),
-            "WelchTost": st.tost_welch(d, c, margin=0.02), "WelchNonInferiority": st.noninferiority_welch(d, c, margin=0.02),
+            "WelchNonInferiority": st.noninferiority_welch(d, c, margin=0.02),
             "EffectSizePaired": st.effect_size_paired(d), "EffectSizeArms": st.effect_size_paired_arms(d + 0.5, np.full(5, 0.5) + c[:5]),
-            "MinimalEffect": st.minimal_effect_test(d, -0.02, 0.02), "PowerSolution": st.solve_power_paired(effect=0.01, sd=0.01, power=0.8),
+            "PowerSolution": st.solve_power_paired(effect=0.01, sd=0.01, power=0.8),
             "SequentialBoundaries": st.sequential_boundaries(2), "SignFlip": st.sign_flip_test(d),
             "SequentialTBoundaries": st.sequential_t_boundaries((2, 4), n_paths=4096),
             "SignFlipInterval": st.sign_flip_ci(d), "TostSummary": st.tost_summary(5, 0.006, 0.005, margin=0.02),
             "DzPCheck": st.p_from_dz("0.23", 32, "0.100", test="greater"),
             "BootstrapSummaryCheck": st.bootstrap_from_summary("-0.105", "-0.144", "-0.061", 6, "-1.83"),
             "BootstrapRecompute": st.bootstrap_from_values(["-0.035", "+0.050", "+0.070"], "+0.028", "-0.035", "+0.070"),
-            "WilcoxonPaired": st.wilcoxon_paired(d), "WilcoxonTost": st.wilcoxon_tost(d, -0.02, 0.02),
+            "WilcoxonPaired": st.wilcoxon_paired(d), "WilcoxonTost": st.wilcoxon_tost(d, margin=(-0.02, 0.02)),
             "Aggregate": st.iqm(np.outer(np.linspace(0.2, 0.8, 6), np.ones(3)) + np.arange(3) * 0.01, n_resamples=50),
             "PerformanceProfile": st.performance_profile(np.outer(np.linspace(0.2, 0.8, 6), np.ones(3)), [0.3, 0.5], n_resamples=50)}
 

@@ -13,8 +13,8 @@ from prereg_kit.stats import (
     describe,
     effect_size_paired,
     effect_size_paired_arms,
-    minimal_effect_test,
-    noninferiority,
+    minimal_effect_paired,
+    noninferiority_paired,
     paired_t,
     sign_flip_test,
     tost_paired,
@@ -98,12 +98,12 @@ def test_describe_states_the_decision():
     assert "not shown" not in describe(paired_t([0.01, 0.012, 0.011, 0.013]))
     assert "equivalent within the bounds" in describe(tost_paired(d, margin=0.02))
     assert "not shown equivalent" in describe(tost_paired(d, margin=0.005))
-    assert "non-inferior at" in describe(noninferiority(d, margin=0.02))
+    assert "non-inferior at" in describe(noninferiority_paired(d, margin=0.02))
     d8 = [0.01, 0.004, 0.012, 0.002, 0.008, 0.015, 0.011, 0.006]
-    assert "minimal-effect test" in describe(minimal_effect_test(d8, 0.001))
+    assert "minimal-effect test" in describe(minimal_effect_paired(d8, margin=0.001))
     w = describe(wilcoxon_paired(d8))
     assert w.startswith("Hodges–Lehmann estimate +0.0085") and "(exact), p = 0.00781" in w and "not shown" not in w
-    assert "signed-rank TOST" in describe(wilcoxon_tost(d8, 0.02))
+    assert "signed-rank TOST" in describe(wilcoxon_tost(d8, margin=0.02))
     assert "exact over 256 sign patterns" in describe(sign_flip_test(d8))
     with pytest.raises(ValueError, match="got dict"):
         describe({})

@@ -1,4 +1,4 @@
-"""tost_paired and noninferiority against statsmodels, pingouin, R's equivalence and TOSTER."""
+"""tost_paired and noninferiority_paired against statsmodels, pingouin, R's equivalence and TOSTER."""
 
 import math
 
@@ -9,7 +9,7 @@ from scipy import stats as sps
 from statsmodels.stats.tests.test_tost import clinic, tost_clinic_1_paired, tost_clinic_paired, tost_clinic_paired_1
 from statsmodels.stats.weightstats import ttost_paired
 
-from prereg_kit.stats import noninferiority, tost_paired
+from prereg_kit.stats import noninferiority_paired, tost_paired
 from prereg_kit.stats.equivalence import tost_from_stats
 
 
@@ -109,7 +109,7 @@ def test_noninferiority_matches_shifted_one_sided_ttest():
     for _ in range(20):
         x = rng.normal(0.5, 0.05, 12)
         y = x - rng.normal(-0.01, 0.02, 12)
-        r = noninferiority(x, y, margin=0.02)
+        r = noninferiority_paired(x, y, margin=0.02)
         ref = sps.ttest_rel(x + 0.02, y, alternative="greater")
         assert r.p == pytest.approx(ref.pvalue, rel=1e-9)
         assert r.holds == (r.lower > -0.02) == (r.p < 0.05)
@@ -120,15 +120,15 @@ def test_noninferiority_matches_shifted_one_sided_ttest():
 def test_noninferiority_statsmodels_one_sided():
     from statsmodels.stats.weightstats import DescrStatsW
     d = np.array([0.012, -0.004, 0.020, 0.003, -0.010, 0.008, 0.001])
-    r = noninferiority(d, margin=0.02)
+    r = noninferiority_paired(d, margin=0.02)
     t, p, _ = DescrStatsW(d).ttest_mean(-0.02, alternative="larger")
     assert r.t == pytest.approx(t) and r.p == pytest.approx(p)
 
 
 def test_noninferiority_errors_and_zero_sd():
     with pytest.raises(ValueError, match="positive"):
-        noninferiority([0.1, 0.2], margin=(-0.02, 0.02))
+        noninferiority_paired([0.1, 0.2], margin=(-0.02, 0.02))
     with pytest.raises(ValueError, match="positive"):
-        noninferiority([0.1, 0.2], margin=0)
-    r = noninferiority([-0.01] * 3, margin=0.02)
+        noninferiority_paired([0.1, 0.2], margin=0)
+    r = noninferiority_paired([-0.01] * 3, margin=0.02)
     assert r.zero_sd and r.holds and r.p == 0.0

@@ -10,6 +10,9 @@ before the change (the main checkout at commit 4c37890, which called ``scipy.sta
 ``wilcoxon_paired/*`` entries were rewritten when it took R's rules (one-sided intervals for
 one-sided alternatives, R's inversion with ties, the ``ci_method`` field); their p-values and
 two-sided untied estimates and intervals are those of that commit.
+The two one-sided entries (``tost_*``, ``minimal_effect``) gained ``kind`` and ``holds`` (the Welch one
+also ``n``, ``n_dropped``, ``sd``, ``t_lower``, ``t_upper``, ``zero_sd``) when ``Tost``, ``MinimalEffect``
+and ``WelchTost`` became the one ``TwoOneSided``; every value they held before is the same to the bit.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ TOL = 1e-12
 PROBE = """\
 import json, sys
 {before}
-import prereg_kit.analyze, prereg_kit.report, prereg_kit.stats
+import prereg_kit.analysis.analyze, prereg_kit.report, prereg_kit.stats
 slow = ("scipy.stats", "scipy.optimize", "scipy.integrate")
 print("LOADED " + json.dumps(sorted(m for m in slow if m in sys.modules)))
 """
@@ -183,15 +186,15 @@ def _cases() -> dict[str, Callable[[], Any]]:
     c["tost_paired"] = lambda: st.tost_paired(d24, margin=0.02)
     c["tost_paired/asymmetric"] = lambda: st.tost_paired(arm_t, arm_c, margin=(-0.01, 0.03), alpha=0.1)
     c["tost_from_stats"] = lambda: st.tost_from_stats(24, 0.003, 0.02, margin=0.02)
-    c["noninferiority"] = lambda: st.noninferiority(d24, margin=0.01)
+    c["noninferiority"] = lambda: st.noninferiority_paired(d24, margin=0.01)
     c["noninferiority_from_stats"] = lambda: st.noninferiority_from_stats(6, -0.002, 0.01, margin=0.01)
-    c["minimal_effect"] = lambda: st.minimal_effect_test(d24, 0.002)
+    c["minimal_effect"] = lambda: st.minimal_effect_paired(d24, margin=0.002)
     c["tost_welch"] = lambda: st.tost_welch(arm_t, arm_c, margin=0.02)
     c["noninferiority_welch"] = lambda: st.noninferiority_welch(arm_t, arm_c, margin=0.01)
-    c["wilcoxon_tost"] = lambda: st.wilcoxon_tost(d24, -0.02, 0.03)
-    c["wilcoxon_tost/normal"] = lambda: st.wilcoxon_tost(d60, 0.01)
+    c["wilcoxon_tost"] = lambda: st.wilcoxon_tost(d24, margin=(-0.02, 0.03))
+    c["wilcoxon_tost/normal"] = lambda: st.wilcoxon_tost(d60, margin=0.01)
     c["wilcoxon_paired/large_ci"] = lambda: st.wilcoxon_paired(_data(7, 80), 0.99)
-    c["power_noninferiority"] = lambda: st.power_noninferiority(24, 0.0, 0.02, margin=0.01)
+    c["power_noninferiority"] = lambda: st.power_noninferiority_paired(24, 0.0, 0.02, margin=0.01)
     c["power_tost_paired"] = lambda: st.power_tost_paired(24, 0.002, 0.02, margin=0.02)
     c["power_tost_paired/asymmetric"] = lambda: st.power_tost_paired(10, -0.005, 0.03, margin=(-0.04, 0.02), alpha=0.1)
     c["power_tost_paired/large_n"] = lambda: st.power_tost_paired(400, 0.0, 0.05, margin=0.01)

@@ -7,7 +7,7 @@ import pingouin as pg
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from prereg_kit.stats import power_noninferiority, power_paired_t, power_tost_paired, seeds_needed, tost_paired
+from prereg_kit.stats import power_noninferiority_paired, power_paired_t, power_tost_paired, seeds_needed, tost_paired
 
 
 @pytest.mark.parametrize("alternative, sm_alt",
@@ -57,7 +57,7 @@ def test_tost_power_asymmetric_and_tiny():
 
 def test_noninferiority_power_is_one_sided_shifted_t_power():
     for n in (6, 24):
-        ours = power_noninferiority(n, 0.0, 0.015, margin=0.02)
+        ours = power_noninferiority_paired(n, 0.0, 0.015, margin=0.02)
         ref = TTestPower().power(effect_size=0.02 / 0.015, nobs=n, alpha=0.05, alternative="larger")
         assert ours == pytest.approx(ref, rel=1e-7)
 
@@ -72,7 +72,7 @@ def test_seeds_needed_superiority_minimal_and_paper_s27():
     assert power_paired_t(24, 0.008, 0.012) == pytest.approx(0.878, abs=0.001)
     assert round(power_paired_t(24, 0.008, 0.0123), 2) == 0.86
     ni = seeds_needed(0.0, 0.012, kind="non-inferiority", margin=0.02, power=0.9)
-    assert ni.power >= 0.9 > power_noninferiority(ni.n - 1, 0.0, 0.012, margin=0.02)
+    assert ni.power >= 0.9 > power_noninferiority_paired(ni.n - 1, 0.0, 0.012, margin=0.02)
 
 
 @pytest.mark.parametrize("kwargs, msg", [

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from prereg_kit.stats import from_summary, noninferiority, paired_t, tost_paired
+from prereg_kit.stats import from_summary, noninferiority_paired, paired_t, tost_paired
 from prereg_kit.stats.summary import parse_number, parse_p
 
 
@@ -17,7 +17,7 @@ def test_exact_inputs_reproduce_the_tests():
         assert r.p == pytest.approx(pt.p, rel=1e-8)
         assert r.sd == pytest.approx(pt.sd, rel=1e-9)
         assert r.tost_p == pytest.approx(tost_paired(d, margin=0.02).p, rel=1e-8)
-        assert r.noninferiority_p == pytest.approx(noninferiority(d, margin=0.02).p, rel=1e-8)
+        assert r.noninferiority_p == pytest.approx(noninferiority_paired(d, margin=0.02).p, rel=1e-8)
         assert r.holm_p == pytest.approx(min(1.0, 3 * pt.p), rel=1e-8)
         assert r.p_low <= r.p <= r.p_high
 

@@ -96,17 +96,17 @@ def test_tost_is_two_one_sided_scipy_tests():
     rng = np.random.default_rng(9)
     for _ in range(5):
         d = rng.normal(0.002, 0.01, 12)
-        r = wilcoxon_tost(d, -0.02, 0.015)
+        r = wilcoxon_tost(d, margin=(-0.02, 0.015))
         p_lower = sps.wilcoxon(d + 0.02, alternative="greater", method="exact").pvalue
         p_upper = sps.wilcoxon(d - 0.015, alternative="less", method="exact").pvalue
         assert (r.p_lower, r.p_upper) == pytest.approx((p_lower, p_upper), rel=1e-10)
         assert r.p == max(r.p_lower, r.p_upper) and r.equivalent == (r.p < 0.05)
-    assert wilcoxon_tost(d, 0.02).low == -0.02
-    assert not wilcoxon_tost([0.01, 0.03, 0.02, 0.04], 0.02).equivalent  # 4 seeds cannot reach p < .05
+    assert wilcoxon_tost(d, margin=0.02).low == -0.02
+    assert not wilcoxon_tost([0.01, 0.03, 0.02, 0.04], margin=0.02).equivalent  # 4 seeds cannot reach p < .05
     with pytest.raises(ValueError, match="low < high"):
-        wilcoxon_tost(d, 0.02, -0.02)
+        wilcoxon_tost(d, margin=(0.02, -0.02))
     with pytest.raises(ValueError, match="positive"):
-        wilcoxon_tost(d, -0.02)
+        wilcoxon_tost(d, margin=-0.02)
 
 
 def test_all_zero_and_refusals():

@@ -1,4 +1,4 @@
-"""rliable's aggregates read from run logs (prereg_kit.task_aggregates): the scores are the
+"""rliable's aggregates read from run logs (prereg_kit.analysis.aggregates): the scores are the
 contrasts' own readings at B, and the aggregates equal their definitions on those scores."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from prereg_kit.analysis.aggregates import score_matrix, study_aggregates, task_scores
 from prereg_kit.errors import PreregError
-from prereg_kit.task_aggregates import score_matrix, study_aggregates, task_scores
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 SEEDS = 12
@@ -36,7 +36,7 @@ def study(tmp_path_factory):
 
 
 def test_scores_are_the_contrasts_readings_at_B(study):
-    from prereg_kit.analyze import analyze_study
+    from prereg_kit.analysis.analyze import analyze_study
 
     s = task_scores(study)
     assert sorted(s["task"].unique()) == ["gsm8k-test", "math-further-1543", "math-l3-5-200"]

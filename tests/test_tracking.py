@@ -147,7 +147,7 @@ def test_prereg_run_refuses_a_bad_tracker_in_one_line_before_anything_starts(tmp
 
 
 def test_a_runner_without_trackers_is_refused(tmp_path, monkeypatch):
-    from prereg_kit import runners
+    import prereg_kit.cli.runners as runners
 
     class Old:
         name = "old"

@@ -13,10 +13,10 @@ import pytest
 from plans import SMALL_PLAN
 
 from prereg_kit.chain.lock import lock_plan
+from prereg_kit.cli.runners import configuration_problems
 from prereg_kit.errors import PlanError, PreregError
 from prereg_kit.plan import load_plan, validate_plan
 from prereg_kit.readings import ReadingPoint, accuracy_curve, paired_readings, read_at_tokens
-from prereg_kit.runners import configuration_problems
 from trainer.config import ConfigError, config_of, parse_config
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"

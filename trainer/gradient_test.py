@@ -41,9 +41,9 @@ import pandas as pd
 import torch
 
 from prereg_kit import __version__
-from prereg_kit.canonical import content_hash
 from prereg_kit.errors import PreregError
 from prereg_kit.plan import Plan, read_toml, resolve_plan_path, validate_plan
+from prereg_kit.plan.canonical import content_hash
 from prereg_kit.plan.gradient import with_variants
 from prereg_kit.runlog import RunBusyError, RunLock, utc_now
 from trainer import probe_grad as pg

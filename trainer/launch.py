@@ -44,13 +44,13 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from prereg_kit import __version__
-from prereg_kit.calibrate import CALIBRATION_ITERATIONS
 from prereg_kit.chain.lock import read_chain
 from prereg_kit.chain.seal import sealed_not_complete
 from prereg_kit.errors import PreregError, ViolationError
 from prereg_kit.plan import PlanFile
 from prereg_kit.runlog import RunLogError, check_inside, read_meta, record_exited, record_started, run_busy
 from prereg_kit.stages import is_blind
+from prereg_kit.stages.calibration import CALIBRATION_ITERATIONS
 from prereg_kit.study.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
 from trainer.core.assets import prepare_assets

@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .. import __version__
-from ..canonical import canonical_json, content_hash, normalized, sha256_hex
-from ..diff import changed_keys, describe
 from ..errors import LockError, PreregError, ViolationError, writing
 from ..plan import PlanFile, load_plan, read_toml, resolve_plan_path
+from ..plan.canonical import canonical_json, content_hash, normalized, sha256_hex
+from ..plan.diff import changed_keys, describe
 from .entry import KINDS, PLAN_KINDS, format_time, parse_time
 from .gitinfo import blob_sha256, commit_time, git_status, in_work_tree
 from .integrity import Stamper, prepare

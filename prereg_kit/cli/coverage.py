@@ -1,5 +1,5 @@
 """``prereg registry --coverage``: the papers' tables and figures with the plans, contrasts and
-rechecked rows that hold them (``prereg_kit/coverage.py``), one table per paper."""
+rechecked rows that hold them (``prereg_kit/registry/coverage.py``), one table per paper."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ..coverage import coverage, coverage_line, coverage_record
+from ..registry.coverage import coverage, coverage_line, coverage_record
 from .base import out_console
 from .jsonout import print_json
 

@@ -80,7 +80,7 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
         tracker: Annotated[list[str] | None, typer.Option("--tracker", help="Also log every run live to wandb, mlflow or tensorboard (comma-separated or repeated; the tool's extra); blind in the main stage: progress and compute only. docs/trainer.md")] = None) -> None:
     """Train every configuration x seed of the plan's stage; skip complete runs, resume incomplete ones."""
     from ..plan import resolve_plan_path  # the plan's models (pydantic) only when a command runs: --help starts fast
-    from ..runners import load_runner
+    from .runners import load_runner
 
     given = {"partition": partition, "account": account, "gpus_per_run": gpus_per_run, "cpus_per_run": cpus_per_run,
              "mem_gb": mem_gb, "time_min": time_min, "array_parallelism": array_parallelism, "constraint": constraint,
@@ -110,6 +110,6 @@ def run(study_dir: Annotated[Path, typer.Argument(help="Study folder (holding pl
     if not backend.run(study_dir, stage=stage, configs=split_values(configs), seeds=chosen, n_jobs=jobs, console=err, **kwargs):
         raise typer.Exit(1)
     if stage == "calibration":  # the budget and truncation rules, written as an amendment
-        from ..calibrate import apply_calibration
+        from ..stages.calibration import apply_calibration
 
         out.print(escape("\n".join(apply_calibration(study_dir).lines())))

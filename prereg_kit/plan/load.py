@@ -14,12 +14,12 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from ..canonical import content_hash, sha256_hex
 from ..errors import PlanError
-from ..tomlpos import key_lines, line_of
+from .canonical import content_hash, sha256_hex
 from .crosscheck import cross_check
 from .fields import INT_MAX, INT_MIN, MAX_DEPTH, MAX_PLAN_BYTES, PLAN_FILE, _short
 from .schema import Plan
+from .tomlpos import key_lines, line_of
 
 # --------------------------------------------------------------------------- loading
 

@@ -9,10 +9,12 @@ statistics of their own. The bootstraps give two-sided p-values and no minimal-e
 
 from __future__ import annotations
 
-from .fields import EXTRAPOLATED, TARGET_POINTS
-from .schema import Contrast
+from typing import get_args
 
-TESTS = ("t", "wilcoxon", "sign-flip", "bootstrap-bca", "bootstrap-studentized")
+from .fields import EXTRAPOLATED, TARGET_POINTS
+from .schema import Contrast, TestName
+
+TESTS: tuple[str, ...] = get_args(TestName)  # the names a plan may give, from the one Literal
 BOOTSTRAPS = ("bootstrap-bca", "bootstrap-studentized")
 # kind → the tests that have a reading of it
 KIND_TESTS = {

@@ -29,8 +29,8 @@ import pandas as pd
 
 from analyses.extrapolation import extrapolated_accuracy
 
+from ..analysis.gradient import efficiency_value
 from ..errors import PreregError
-from ..gradient_tests import efficiency_value
 from .base import PairingError, ReadingError
 from .points import _first_at_or_after, _runs
 
@@ -41,14 +41,14 @@ PER_SEED_COLUMNS = ["seed", "treatment_value", "control_value", "difference", "r
 POINT_COLUMNS = ["seed", "eval_index", "tokens", "observed", "extrapolated", "control", "usable"]
 
 
-def contrast_efficiency(study_dir: str | Path, plan, efficiency: float | str) -> tuple[float, str]:
+def contrast_efficiency(study_dir: str | Path, plan, efficiency: float | str, *, chain=None) -> tuple[float, str]:
     """e for a contrast and where it came from: a preregistered number as it stands (``"plan"``),
     or ``"TEST:configuration"`` resolved to that gradient test's per-token estimate from the sealed
-    results under ``study_dir/gradient/TEST/``."""
+    results under ``study_dir/gradient/TEST/`` (``chain``: the study's lock chain, when already read)."""
     if not isinstance(efficiency, str):
         return float(efficiency), "plan"
     try:
-        e = float(efficiency_value(study_dir, plan, efficiency))
+        e = float(efficiency_value(study_dir, plan, efficiency, chain=chain))
     except PreregError:
         raise
     except (OSError, KeyError, ValueError) as err:

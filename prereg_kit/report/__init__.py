@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.robustness import MARK, flag_lines, json_lists, robustness_table
 from ..errors import writing
 from ..plan import COLLAPSE_K, format_tokens
-from ..robustness import MARK, flag_lines, json_lists, robustness_table
 from . import plots
 from .extrapolation_plots import extrapolation_figures, extrapolation_notes
 from .figures import is_target, report_figures
@@ -28,7 +28,7 @@ from .html import write_html
 from .tex import contrasts_tex
 
 if TYPE_CHECKING:
-    from ..analyze import Analysis
+    from ..analysis.analyze import Analysis
 
 
 _METHOD_WORDS = {"holm": "Holm-adjusted", "hochberg": "Hochberg-adjusted", "hommel": "Hommel-adjusted",

@@ -16,7 +16,7 @@ from .plots import decorate, legend_outside, marked, save_all, subplots, token_u
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from ..analyze import Analysis
+    from ..analysis.analyze import Analysis
 
 
 def extrapolation(x: Extrapolation, *, ax=None, title: str | None = None, treatment: str = "treatment",

@@ -17,7 +17,7 @@ import pandas as pd
 from . import plots
 
 if TYPE_CHECKING:
-    from ..analyze import Analysis
+    from ..analysis.analyze import Analysis
 
 
 def is_target(row) -> bool:

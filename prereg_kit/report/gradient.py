@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ..analysis.gradient import NOT_RUN, REFUSED, Z_PASS, GradientResults
 from ..errors import writing
-from ..gradient_tests import NOT_RUN, REFUSED, Z_PASS, GradientResults
 from . import plots
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analyze import Analysis, analyze_study
+from ..analysis.analyze import Analysis, analyze_study
+from ..analysis.looks import looks_of_differences, looks_power, per_seed_differences
 from ..chain.gradient_seal import result_folder, seal_gradient
 from ..chain.lock import lock_plan, parse_time
 from ..chain.seal import seal_runs
@@ -27,7 +28,6 @@ from ..plan import PLAN_FILE, Plan, load_plan
 from ..progress import progress as _progress
 from ..report import write_report
 from ..runlog.schema import ITERATION_COLUMNS
-from ..sequential_looks import looks_of_differences, looks_power, per_seed_differences
 from .gradient import write_synthetic_result
 from .synth import generate_study
 

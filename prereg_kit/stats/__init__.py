@@ -10,6 +10,7 @@ and group-sequential boundaries. Differences are fractions (0.01 is one point). 
 ``docs/statistics.md``.
 """
 
+from ._checks import deprecated
 from .adjust import adjust
 from .aggregates import Aggregate, PerformanceProfile, iqm, performance_profile, probability_of_improvement
 from .bootstrap import CrossedBootstrap, SeedBootstrap, crossed_bootstrap, seed_bootstrap, zero_p_note
@@ -21,12 +22,30 @@ from .effect_size import (
     effect_size_paired,
     effect_size_paired_arms,
 )
-from .equivalence import NonInferiority, Tost, noninferiority, noninferiority_from_stats, tost_from_stats, tost_paired
-from .minimal_effect import MinimalEffect, minimal_effect_test
+from .equivalence import (
+    NonInferiority,
+    TwoOneSided,
+    noninferiority,  # noqa: F401 - a deprecated name, kept for one release
+    noninferiority_from_stats,
+    noninferiority_paired,
+    tost_from_stats,
+    tost_paired,
+)
+from .minimal_effect import (
+    minimal_effect_paired,
+    minimal_effect_test,  # noqa: F401 - a deprecated name, kept for one release
+)
 from .multiplicity import holm
 from .paired import PairedT, paired_t, paired_t_from_stats
 from .passk import pass_at_k
-from .power import SeedsNeeded, power_noninferiority, power_paired_t, power_tost_paired, seeds_needed
+from .power import (
+    SeedsNeeded,
+    power_noninferiority,  # noqa: F401 - a deprecated name, kept for one release
+    power_noninferiority_paired,
+    power_paired_t,
+    power_tost_paired,
+    seeds_needed,
+)
 from .power_solve import PowerSolution, solve_power_paired
 from .sequential import SequentialBoundaries, classical_boundaries, crossing_probabilities, sequential_boundaries
 from .sequential_t import SequentialTBoundaries, sequential_t_boundaries, t_crossing_probabilities
@@ -42,7 +61,7 @@ from .summary import (
 )
 from .summary_stats import DzPCheck, TostSummary, p_from_dz, tost_summary
 from .verdict import Verdict, verdict
-from .welch import WelchNonInferiority, WelchT, WelchTost, noninferiority_welch, tost_welch, welch_t
+from .welch import WelchNonInferiority, WelchT, noninferiority_welch, tost_welch, welch_t
 from .wilcoxon import WilcoxonPaired, WilcoxonTost, wilcoxon_paired, wilcoxon_tost
 
 __all__ = [
@@ -62,8 +81,7 @@ __all__ = [
     "performance_profile",
     "probability_of_improvement",
     "adjust",
-    "MinimalEffect",
-    "minimal_effect_test",
+    "minimal_effect_paired",
     "CrossedBootstrap",
     "EffectSizeArms",
     "EffectSizePaired",
@@ -73,7 +91,7 @@ __all__ = [
     "SeedBootstrap",
     "SeedsNeeded",
     "SummaryCheck",
-    "Tost",
+    "TwoOneSided",
     "Verdict",
     "crossed_bootstrap",
     "describe",
@@ -85,10 +103,10 @@ __all__ = [
     "BootstrapRecompute",
     "BootstrapSummaryCheck",
     "holm",
-    "noninferiority",
+    "noninferiority_paired",
     "paired_t",
     "pass_at_k",
-    "power_noninferiority",
+    "power_noninferiority_paired",
     "power_paired_t",
     "power_tost_paired",
     "seed_bootstrap",
@@ -109,7 +127,6 @@ __all__ = [
     "verdict",
     "WelchNonInferiority",
     "WelchT",
-    "WelchTost",
     "noninferiority_welch",
     "tost_welch",
     "welch_t",
@@ -118,3 +135,16 @@ __all__ = [
     "wilcoxon_paired",
     "wilcoxon_tost",
 ]
+
+# Names kept for one release, each warning when used (DeprecationWarning): the functions are
+# ``noninferiority``, ``minimal_effect_test`` and ``power_noninferiority`` above (one order,
+# ``<test>_<design>``: ``noninferiority_paired``, ``minimal_effect_paired``,
+# ``power_noninferiority_paired``); the result types below are one ``TwoOneSided`` now.
+_OLD_TYPES = {"Tost": "TwoOneSided", "MinimalEffect": "TwoOneSided", "WelchTost": "TwoOneSided"}
+
+
+def __getattr__(name: str):
+    if name in _OLD_TYPES:
+        deprecated(name, _OLD_TYPES[name])
+        return globals()[_OLD_TYPES[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

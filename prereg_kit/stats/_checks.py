@@ -11,6 +11,7 @@ Rules applied everywhere (stated once here, repeated in ``docs/statistics.md``):
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import fields
 from typing import Any
 
@@ -21,6 +22,13 @@ from ..margin import margin_bounds as equivalence_bounds  # noqa: F401
 from ..margin import positive_margin  # noqa: F401
 
 ALTERNATIVES = ("two-sided", "greater", "less")
+
+
+def deprecated(old: str, new: str) -> None:
+    """Warn (DeprecationWarning, at the caller's line) that ``old`` of ``prereg_kit.stats`` is
+    deprecated in favour of ``new``; an old name is kept for one release."""
+    warnings.warn(f"prereg_kit.stats: {old} is deprecated, use {new} (the old name goes in the next release)",
+                  DeprecationWarning, stacklevel=3)
 
 
 class Result:

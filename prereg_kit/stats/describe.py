@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .equivalence import NonInferiority, Tost
-from .minimal_effect import MinimalEffect
+from .equivalence import NonInferiority, TwoOneSided
 from .paired import PairedT
 from .signflip import SignFlip
 from .wilcoxon import WilcoxonPaired, WilcoxonTost
@@ -20,7 +19,7 @@ def _p(p: float) -> str:
 
 
 def describe(result: Any, alpha: float = 0.05) -> str:
-    """A one-line sentence stating what a paired-t, TOST, non-inferiority, minimal-effect,
+    """A one-line sentence stating what a paired-t, TOST (paired or Welch), non-inferiority, minimal-effect,
     Wilcoxon (test or TOST) or sign-flip result shows.
 
     The sentence names the estimate, its interval, the statistic with its df, the p-value and the
@@ -35,14 +34,15 @@ def describe(result: Any, alpha: float = 0.05) -> str:
         verdict = null if shown else f"not shown {null}"
         return (f"Mean difference {_num(result.mean)}, {level} CI [{_num(result.ci_low)}, {_num(result.ci_high)}], "
                 f"t({result.df}) = {result.t:.3g}, {_p(result.p)}: {verdict} at α = {alpha:g}.")
-    if isinstance(result, Tost):
+    if isinstance(result, TwoOneSided) and result.kind == "equivalence":
+        df = result.df if isinstance(result.df, int) else f"{result.df:.3g}"  # a Welch df is not an integer
         level = f"{100 * (1 - 2 * result.alpha):g}%"
         which = "lower" if result.p_lower >= result.p_upper else "upper"
         t = result.t_lower if which == "lower" else result.t_upper
         verdict = ("equivalent within the bounds" if result.equivalent
                    else "not shown equivalent (the interval reaches a bound)")
         return (f"Mean difference {_num(result.mean)}, {level} CI [{_num(result.ci_low)}, {_num(result.ci_high)}], "
-                f"bounds [{_num(result.low)}, {_num(result.high)}]; the {which} test gives t({result.df}) = {t:.3g}, "
+                f"bounds [{_num(result.low)}, {_num(result.high)}]; the {which} test gives t({df}) = {t:.3g}, "
                 f"{_p(result.p)}: {verdict} at α = {result.alpha:g}.")
     if isinstance(result, NonInferiority):
         level = f"{100 * (1 - 2 * result.alpha):g}%"
@@ -50,7 +50,7 @@ def describe(result: Any, alpha: float = 0.05) -> str:
         return (f"Mean difference {_num(result.mean)}, lower end of the {level} CI {_num(result.lower)} against "
                 f"margin {_num(-result.margin)}, t({result.df}) = {result.t:.3g}, {_p(result.p)}: {verdict} "
                 f"at α = {result.alpha:g}.")
-    if isinstance(result, MinimalEffect):
+    if isinstance(result, TwoOneSided):  # kind "minimal-effect"
         level = f"{100 * (1 - 2 * result.alpha):g}%"
         verdict = "an effect outside the bounds" if result.shown else "not shown outside the bounds"
         return (f"Mean difference {_num(result.mean)}, {level} CI [{_num(result.ci_low)}, {_num(result.ci_high)}], "
@@ -77,5 +77,5 @@ def describe(result: Any, alpha: float = 0.05) -> str:
                else f"{result.n_resamples} random sign patterns")
         return (f"Mean difference {_num(result.mean)}, sign-flip permutation test ({how}) {_p(result.p)}: "
                 f"{verdict} at α = {alpha:g}.")
-    raise ValueError(f"describe() takes a PairedT, Tost, NonInferiority, MinimalEffect, WilcoxonPaired, "
+    raise ValueError(f"describe() takes a PairedT, TwoOneSided, NonInferiority, WilcoxonPaired, "
                      f"WilcoxonTost or SignFlip result, got {type(result).__name__}")

@@ -13,7 +13,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._checks import Result, check_alpha, check_alternative, equivalence_bounds, positive_int, positive_margin
+from ._checks import (
+    Result,
+    check_alpha,
+    check_alternative,
+    deprecated,
+    equivalence_bounds,
+    positive_int,
+    positive_margin,
+)
 from .tdist import chi2_isf, chi2_pdf, chi2_ppf, nct_cdf, nct_sf, norm_cdf, t_ppf
 
 KINDS = ("superiority", "equivalence", "non-inferiority")
@@ -51,7 +59,7 @@ def power_paired_t(n: int, effect: float, sd: float, *, alpha: float = 0.05,
     return nct_cdf(-crit, df, nc)
 
 
-def power_noninferiority(n: int, effect: float, sd: float, *, margin: float, alpha: float = 0.05) -> float:
+def power_noninferiority_paired(n: int, effect: float, sd: float, *, margin: float, alpha: float = 0.05) -> float:
     """Power of the paired non-inferiority test (H0: μ ≤ −margin, one-sided at α).
 
     ``P(T' > t_{1−α, n−1})`` with noncentrality ``(effect + margin)·√n/sd``.
@@ -136,7 +144,7 @@ def seeds_needed(effect: float, sd: float, *, power: float = 0.8, alpha: float =
     ``effect`` is the assumed true mean difference and ``sd`` the per-pair SD of differences from
     a pilot. ``kind``: ``superiority`` (paired t, :func:`power_paired_t` with ``alternative``),
     ``equivalence`` (TOST within ``margin``, :func:`power_tost_paired`) or ``non-inferiority``
-    (bound ``−margin``, :func:`power_noninferiority`). Power increases with n, so the search
+    (bound ``−margin``, :func:`power_noninferiority_paired`). Power increases with n, so the search
     doubles n and then bisects. Raises ``ValueError`` when no n can reach the target (a zero or
     wrong-signed effect, an effect outside the equivalence bounds) or n would exceed ``max_n``.
     """
@@ -171,7 +179,7 @@ def seeds_needed(effect: float, sd: float, *, power: float = 0.8, alpha: float =
         low = -m
         if effect <= -m:
             raise ValueError(f"non-inferiority cannot be shown for effect {effect} at or below −{m}")
-        f = lambda k: power_noninferiority(k, effect, sd, margin=m, alpha=alpha)  # noqa: E731
+        f = lambda k: power_noninferiority_paired(k, effect, sd, margin=m, alpha=alpha)  # noqa: E731
 
     lo, hi = 1, 2  # invariant: f(lo) < target (lo=1 stands for "no study"), f(hi) tested below
     p_hi = f(hi)
@@ -189,3 +197,9 @@ def seeds_needed(effect: float, sd: float, *, power: float = 0.8, alpha: float =
             lo = mid
     return SeedsNeeded(n=hi, power=p_hi, target_power=target, kind=kind, effect=effect, sd=sd, alpha=float(alpha),
                        alternative=alt, low=low, high=high)
+
+
+def power_noninferiority(n: int, effect: float, sd: float, *, margin: float, alpha: float = 0.05) -> float:
+    """Deprecated name of :func:`power_noninferiority_paired` (kept for one release)."""
+    deprecated("power_noninferiority", "power_noninferiority_paired")
+    return power_noninferiority_paired(n, effect, sd, margin=margin, alpha=alpha)

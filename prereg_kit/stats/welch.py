@@ -22,11 +22,12 @@ from ._checks import (
     check_alpha,
     check_alternative,
     check_confidence,
+    deprecated,
     equivalence_bounds,
     positive_margin,
     safe_ratio,
 )
-from .equivalence import two_one_sided
+from .equivalence import TwoOneSided, two_one_sided_test
 from .paired import spread, t_interval, t_pvalue
 from .tdist import t_ppf, t_sf
 
@@ -51,24 +52,6 @@ class WelchT(Result):
     confidence: float
     alternative: str
     zero_sd: bool
-
-
-@dataclass(slots=True, frozen=True)
-class WelchTost(Result):
-    """Result of :func:`tost_welch`; ``ci_low, ci_high`` is the 1−2α interval."""
-
-    mean: float
-    se: float
-    df: float
-    low: float
-    high: float
-    p_lower: float
-    p_upper: float
-    p: float
-    ci_low: float
-    ci_high: float
-    alpha: float
-    equivalent: bool
 
 
 @dataclass(slots=True, frozen=True)
@@ -124,17 +107,18 @@ def welch_t(first: Any, second: Any, *, confidence: float = 0.95, alternative: s
                   confidence=confidence, alternative=alternative, zero_sd=bool(se == 0))
 
 
-def tost_welch(first: Any, second: Any, *, margin: Any, alpha: float = 0.05) -> WelchTost:
+def tost_welch(first: Any, second: Any, *, margin: Any, alpha: float = 0.05) -> TwoOneSided:
     """Two one-sided Welch t-tests for equivalence of the group means within ``(low, high)``
     (``margin=m`` is ``(−m, +m)``): ``p = max(P(T ≥ (Δ−low)/se), P(T ≤ (Δ−high)/se))`` on the
-    Welch df. Equal to statsmodels' ``ttost_ind(first, second, low, high, usevar="unequal")``."""
+    Welch df; ``n = n₁ + n₂``, ``n_dropped`` the NaNs left out, no single ``sd``. Equal to
+    statsmodels' ``ttost_ind(first, second, low, high, usevar="unequal")``."""
     alpha = check_alpha(alpha)
     low, high = equivalence_bounds(margin)
     a, b = _groups(first, second)
     mean, se, df = _moments(a, b)
-    p_lower, p_upper, p, ci_low, ci_high = two_one_sided(mean, se, df, low, high, alpha)
-    return WelchTost(mean=mean, se=se, df=df, low=low, high=high, p_lower=p_lower, p_upper=p_upper, p=p,
-                     ci_low=ci_low, ci_high=ci_high, alpha=alpha, equivalent=bool(p < alpha))
+    given = sum(np.asarray(x, dtype="float64").size for x in (first, second))
+    return two_one_sided_test("equivalence", n=a.size + b.size, n_dropped=given - a.size - b.size, mean=mean,
+                              sd=None, se=se, df=df, low=low, high=high, alpha=alpha)
 
 
 def noninferiority_welch(first: Any, second: Any, *, margin: float, alpha: float = 0.05) -> WelchNonInferiority:
@@ -148,3 +132,10 @@ def noninferiority_welch(first: Any, second: Any, *, margin: float, alpha: float
     lower = mean - t_ppf(1.0 - alpha, df) * se
     return WelchNonInferiority(mean=mean, se=se, df=df, margin=m, t=t, p=t_sf(t, df), lower=lower,
                                alpha=alpha, holds=bool(lower > -m))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WelchTost":  # the old result type: one TwoOneSided for every two one-sided test
+        deprecated("WelchTost", "TwoOneSided")
+        return TwoOneSided
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,6 +37,7 @@ from ._checks import (
     check_alpha,
     check_alternative,
     check_confidence,
+    deprecated,
     equivalence_bounds,
     paired_differences,
 )
@@ -393,17 +394,23 @@ def wilcoxon_paired(diff: Any, confidence: float = 0.95, *, alternative: str = "
                           ci_method=how)
 
 
-def wilcoxon_tost(diff: Any, low: float, high: float | None = None, *, alpha: float = 0.05) -> WilcoxonTost:
+def wilcoxon_tost(diff: Any, *bounds: float | None, margin: Any = None, alpha: float = 0.05) -> WilcoxonTost:
     """Signed-rank equivalence test: two one-sided Wilcoxon tests at the bounds.
 
+    ``margin=m`` means the bounds ``(−m, +m)``; a ``(low, high)`` pair gives asymmetric bounds.
     ``p_lower`` tests H0: centre ≤ ``low`` (signed-rank test of ``d − low``, ``greater``),
     ``p_upper`` tests H0: centre ≥ ``high`` (``d − high``, ``less``); ``p = max`` and
-    ``equivalent`` is ``p < α`` (TOSTER's ``wilcox_TOST``). ``high=None`` takes ``low`` as a
-    margin m and uses ``(−m, +m)``. ``hl`` and ``ci`` are those of :func:`wilcoxon_paired` at
-    confidence 1−2α (two-sided).
+    ``equivalent`` is ``p < α`` (TOSTER's ``wilcox_TOST``). ``hl`` and ``ci`` are those of
+    :func:`wilcoxon_paired` at confidence 1−2α (two-sided). The bounds given as positional
+    arguments (``low, high``, or a margin alone) are deprecated, kept for one release.
     """
+    if bounds:
+        if margin is not None or len(bounds) > 2:
+            raise TypeError("wilcoxon_tost takes the bounds as margin=m or margin=(low, high)")
+        deprecated("wilcoxon_tost(diff, low, high)", "wilcoxon_tost(diff, margin=...)")
+        margin = bounds[0] if len(bounds) == 1 or bounds[1] is None else tuple(bounds)
     alpha = check_alpha(alpha)
-    low, high = equivalence_bounds(low if high is None else (low, high))
+    low, high = equivalence_bounds(margin)
     d, n_dropped = paired_differences(diff)
     p_lower = _signed_rank_p(d - low, "greater")[1]
     p_upper = _signed_rank_p(d - high, "less")[1]

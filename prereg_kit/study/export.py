@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..canonical import canonical_json
 from ..chain.lock import Chain, read_chain
 from ..chain.timestamp import RECEIPT_SUFFIX, TIMESTAMPS_DIR, receipt_name
-from ..diff import describe
 from ..errors import PreregError
 from ..plan import Contrast, Plan, resolve_plan_path, validate_plan
+from ..plan.canonical import canonical_json
 from ..plan.designs import seed_text
+from ..plan.diff import describe
 from .jobs import run_summary
 
 

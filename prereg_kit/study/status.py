@@ -35,7 +35,6 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ..calibrate import CALIBRATION_ITERATIONS
 from ..errors import PreregError
 from ..plan import load_plan
 from ..runlog import (
@@ -55,6 +54,7 @@ from ..runlog import (
 )
 from ..runlog.writerlock import heartbeat_age, read_note
 from ..stages import is_blind
+from ..stages.calibration import CALIBRATION_ITERATIONS
 from .audit import device_type
 from .jobs import planned_runs
 

@@ -1,7 +1,7 @@
 """One ``at = "extrapolated"`` contrast of ``prereg analyze``: e resolved, each seed's mean of
 observed − extrapolated accuracy over the usable evaluations (:mod:`prereg_kit.readings.extrapolation`,
 dense-rewards paper §3.3), and the statistics every paired contrast gets
-(:func:`prereg_kit.verdicts.contrast_statistics`), with the heuristic's own columns: ``efficiency``,
+(:func:`prereg_kit.analysis.verdicts.contrast_statistics`), with the heuristic's own columns: ``efficiency``,
 ``efficiency_source``, ``usable_evaluations``, ``last_usable``, ``predicted_lead``, ``observed_lead``.
 """
 
@@ -11,25 +11,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from .contrast_designs import seed_list
-from .errors import PreregError
-from .plan import Contrast, Plan
-from .readings import ReadingError
-from .readings.extrapolation import Extrapolation, contrast_efficiency, evaluation_label, read_extrapolated
+from ..chain.lock import Chain
+from ..errors import PreregError
+from ..plan import Contrast, Plan
+from ..readings import ReadingError
+from ..readings.extrapolation import Extrapolation, contrast_efficiency, evaluation_label, read_extrapolated
+from .designs import seed_list
 from .verdicts import contrast_statistics
 
 
 def extrapolation_contrast(study_dir: str | Path, plan: Plan, c: Contrast, curves: pd.DataFrame, *, n_resamples: int,
-                           notes: list[str]) -> tuple[dict, pd.DataFrame, Extrapolation]:
+                           notes: list[str], chain: Chain | None = None) -> tuple[dict, pd.DataFrame, Extrapolation]:
     """The row statistics, the per-seed frame (``contrast`` first) and the reading of contrast
     ``c`` on ``curves`` (its metric on its set, its seeds). Raises :class:`PreregError` naming the
     contrast when the reading cannot be made (no usable evaluation, a run that stops short, fewer
-    than two seeds, no gradient test results for a "TEST:configuration" efficiency)."""
+    than two seeds, no gradient test results for a "TEST:configuration" efficiency). ``chain``: the
+    study's lock chain when the caller has read it (read here otherwise)."""
     B = plan.budgets()
     if not isinstance(B, float):
         raise PreregError(f"contrast {c.id}: an extrapolated reading needs one token budget B for every configuration")
     try:
-        e, source = contrast_efficiency(study_dir, plan, c.efficiency)
+        e, source = contrast_efficiency(study_dir, plan, c.efficiency, chain=chain)
     except PreregError as err:
         raise PreregError(f"contrast {c.id}: " + " ".join(err.lines)) from None
     interval = float(plan.budget.eval_interval_tokens())

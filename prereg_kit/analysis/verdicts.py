@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import stats
-from .margin import margin_bounds, noninferiority_margin
-from .plan import Contrast, Plan
+from .. import stats
+from ..margin import margin_bounds, noninferiority_margin
+from ..plan import Contrast, Plan
 from .robustness import flag_changes, own_reading
 
 NOT_READ = "not read"  # status and verdict of a contrast the runs cannot give (analyze_study(not_read=True))
@@ -30,7 +30,7 @@ def contrast_statistics(d: np.ndarray, c: Contrast, plan: Plan, *, matrices=None
     lo, hi = margin_bounds(margin)
     pt = stats.paired_t(d, confidence=st.confidence, alternative=c.alternative)
     tost = stats.tost_paired(d, margin=(lo, hi), alpha=st.alpha)
-    ni = stats.noninferiority(d, margin=noninferiority_margin(margin), alpha=st.alpha)
+    ni = stats.noninferiority_paired(d, margin=noninferiority_margin(margin), alpha=st.alpha)
     boot = stats.seed_bootstrap(d, n_resamples=n_resamples, confidence=st.confidence, seed=st.seed, margin=(lo, hi))
     if boot.note and notes is not None:
         notes.append(f"contrast {c.id}: {boot.note}")
@@ -63,7 +63,7 @@ STAT_COLUMNS = ("n", "mean", "sd", "se", "dz", "ci_low", "ci_high", "t", "df", "
 
 def adjust_and_read(df: pd.DataFrame, plan: Plan, *, exploratory: bool) -> pd.DataFrame:
     """Holm (or the family's ``method``) within each family on ``tested_p``, then the verdict, the
-    robustness rows and their flag (``prereg_kit.robustness``) and the claim label."""
+    robustness rows and their flag (``prereg_kit.analysis.robustness``) and the claim label."""
     df = df.copy()
     for col in STAT_COLUMNS:
         if col not in df:

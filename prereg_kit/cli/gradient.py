@@ -16,14 +16,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from .chain.gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
-from .chain.lock import read_chain
-from .errors import PreregError, ViolationError
-from .gradient_tests import gradient_results
-from .plan import load_plan
-from .report.gradient import gradient_markdown
+from ..analysis.gradient import gradient_results
+from ..chain.gradient_seal import read_result_meta, result_folder, seal_gradient, sealed_tests
+from ..chain.lock import read_chain
+from ..errors import PreregError, ViolationError
+from ..plan import load_plan
+from ..report.gradient import gradient_markdown
+from ..study.jobs import require_locked
 from .runners import load_runner
-from .study.jobs import require_locked
 
 
 def run_gradient_tests(study_dir: str | Path, tests: list[str] | None, runner: Any = None, *, runner_name: str | None = None,

@@ -20,11 +20,11 @@ Dense-rewards paper §2.3, §C.1 (budget, evaluation, verifiers, statistics), Ap
 4. Holm within each family on the p that the contrast's kind tests (paired-t for superiority,
    TOST for equivalence, the one-sided NI test for non-inferiority), then the verdict;
 5. each hypothesis read as its plan said; per-configuration compute at B; the manipulation
-   checks (``prereg_kit.checks``), each a pass or a fail.
+   checks (``prereg_kit.analysis.checks``), each a pass or a fail.
 
 A contrast's unit follows its ``design``: a seed's paired difference, a seed's difference of two
 differences, a (pair, seed) difference pooled over pairs, or two unpaired groups (Welch;
-``prereg_kit.readings.designs``, ``prereg_kit.contrast_designs``); ``seeds`` restricts it to a subset.
+``prereg_kit.readings.designs``, ``prereg_kit.analysis.designs``); ``seeds`` restricts it to a subset.
 
 Multi-reward metrics (multi-reward paper §6.1, App. C.1): ``relative_accuracy`` (accuracy over the ``[evaluation]
 reference`` configuration's, same seed, at the same k·B) and ``collapse`` (pass@4 below the run's
@@ -44,23 +44,23 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from . import readings as rd
-from .callables import callable_module
+from .. import readings as rd
+from ..callables import callable_module
+from ..errors import PreregError
+from ..margin import margin_bounds
+from ..plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan
+from ..progress import progress as _progress
+from ..readings.designs import design_readings
+from ..study.audit import DeviceSummary, device_summary, run_devices
 from .checks import CHECK_COLUMNS, CHECK_SEED_COLUMNS, read_checks
-from .contrast_designs import comparison_label, welch_statistics
-from .contrast_designs import seed_list as _seed_list
-from .errors import PreregError
+from .designs import comparison_label, welch_statistics
+from .designs import seed_list as _seed_list
 from .extrapolated import extrapolation_contrast
-from .gradient_tests import GradientResults, gradient_results
-from .margin import margin_bounds
+from .gradient import GradientResults, gradient_results
+from .looks import SequentialLook, read_look
 from .notebook import Shown
-from .plan import COLLAPSE_K, DERIVED_METRICS, Contrast, Plan
-from .progress import progress as _progress
-from .readings.designs import design_readings
 from .robustness import robust_columns
-from .sequential_looks import SequentialLook, read_look
-from .study.audit import DeviceSummary, device_summary, run_devices
-from .study.verified import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401 - study_curves: public here too
+from .runs import StudyCurves, admitted_curves, study_curves, verified_runs  # noqa: F401 - study_curves: public here too
 from .verdicts import NOT_READ, PREDICTION_READING, adjust_and_read, contrast_statistics, read_hypotheses  # noqa: F401
 
 UNSPLIT = "unavailable (time not split by stage)"  # never invented from an unsplit step time
@@ -138,7 +138,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
     ``not_read``: a contrast the runs cannot give (a reading point never reached, a metric or
     verifier not logged) becomes a row with status ``"not read"`` and the reason, and the others
     are read (``prereg dry-run``); otherwise its error stops the analysis. ``look``: the look of a
-    sequential plan to read (default the last the runs complete; ``prereg_kit.sequential_looks``)."""
+    sequential plan to read (default the last the runs complete; ``prereg_kit.analysis.looks``)."""
     v = verified_runs(study_dir, exploratory=exploratory, progress=progress, tsa_ca=tsa_ca, look=look)
     plan_path, pf, st, notes, design_ex = v.plan_path, v.plan_file, v.runs, v.notes, v.design_exclusions
     lock_lines, lock_summary = v.lock_lines, v.lock_summary
@@ -226,7 +226,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                 per_seed.append(ps.assign(contrast=c.id)[["contrast"] + list(ps.columns)])
                 continue
             if rp.kind == "extrapolated":  # observed − the control's curve read at e·t (dense-rewards paper §3.3)
-                xrow, ps, extrapolations[c.id] = extrapolation_contrast(study_dir, plan, c, curves, n_resamples=nres, notes=notes)
+                xrow, ps, extrapolations[c.id] = extrapolation_contrast(study_dir, plan, c, curves, n_resamples=nres, notes=notes,
+                                                                             chain=v.chain)
                 rows.append({**row, **xrow})
                 per_seed.append(ps)
                 continue
@@ -277,7 +278,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         per_seed = [pd.DataFrame(columns=["contrast", "seed", "treatment_value", "control_value", "difference", "read_at"])]
     seq = None
     if v.look:  # Holm on the look's repeated p-values, then stop or continue
-        contrasts, seq = read_look(pd.DataFrame(rows), plan, v.look, plan_path, exploratory=exploratory)
+        contrasts, seq = read_look(pd.DataFrame(rows), plan, v.look, plan_path, exploratory=exploratory, chain=v.chain)
         notes.extend(seq.notes)
     else:
         contrasts = adjust_and_read(pd.DataFrame(rows), plan, exploratory=exploratory)
@@ -305,7 +306,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
         checks=checks, check_seeds=check_seeds, extrapolations=extrapolations, sequential=seq, devices=device_summary(plan, run_devices(st.meta)),
         missing_runs=[(str(r.configuration), int(r.seed)) for r in design_ex[design_ex["rule"] == "missing"].itertuples()],
-        gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory) if plan.gradient_tests else None,
+        gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory, chain=v.chain) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))
 
 

@@ -1,7 +1,9 @@
 """The stages of a study: calibration, pilot, smoke and main (dense-rewards paper C.1).
 
 The plan names the stages it runs, every run records its stage, and only main-stage runs are
-analyzed; calibration, pilot and smoke runs live apart (``<study>/stages/<stage>/``).
+analyzed; calibration, pilot and smoke runs live apart (``<study>/stages/<stage>/``). What the stages
+before main decide: ``calibration`` (the budget and truncation rules, written by amendment) and
+``probe`` (the pilot stage's learning-rate stability probe).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ interval and n exactly as it does for the papers (dense-rewards paper §C.1 "Sta
 A contrast whose per-seed differences are all equal (``zero_sd``: identical runs) has no t
 statistic; its row keeps the mean and the zero-width interval as ``ci_kind = "none"``.
 
-``python -m prereg_kit.record STUDY_DIR ...`` analyzes each study and writes its record.
+``python -m prereg_kit.registry.record STUDY_DIR ...`` analyzes each study and writes its record.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import tomli_w
 
-from .analyze import analyze_study
-from .registry import REPORTED_FILE, load_reported
-from .report import format_p
+from ..analysis.analyze import analyze_study
+from ..report import format_p
+from . import REPORTED_FILE, load_reported
 
 _P_KEYS = {"superiority": ("p", "holm_p"), "equivalence": ("tost_p", "tost_holm_p"),
            "non-inferiority": ("noninferiority_p", "noninferiority_holm_p")}
@@ -77,14 +77,14 @@ def record_row(c: dict[str, Any], *, source: str) -> dict[str, Any]:
 
 
 def study_record(analysis, *, when: datetime | None = None) -> dict[str, Any]:
-    """The ``reported.toml`` document of an analyzed study (``prereg_kit.analyze.Analysis``)."""
+    """The ``reported.toml`` document of an analyzed study (``prereg_kit.analysis.analyze.Analysis``)."""
     when = when or datetime.now(timezone.utc)
     source = f"prereg analyze of the study's run logs, {when:%Y-%m-%d}"
     rows = [record_row(c, source=source) for c in analysis.contrasts.to_dict("records")]
     plan = analysis.plan
     return {"study": plan.study.id, "paper": "prereg-kit",
             "source": f"{plan.study.title}: `prereg analyze` of the run logs kept with the study (plan hash {analysis.plan_hash[:19]}…)",
-            "notes": ["Rebuilt by `python -m prereg_kit.record`; means and intervals rounded to 4 decimals."],
+            "notes": ["Rebuilt by `python -m prereg_kit.registry.record`; means and intervals rounded to 4 decimals."],
             "rows": rows}
 
 
@@ -103,7 +103,7 @@ def write_record(study_dir: str | Path, *, when: datetime | None = None) -> Path
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m prereg_kit.record STUDY_DIR ...", file=sys.stderr)
+        print("usage: python -m prereg_kit.registry.record STUDY_DIR ...", file=sys.stderr)
         return 2
     for d in argv:
         print(f"wrote {write_record(d)}")

@@ -4,7 +4,7 @@ A *task* is one of the plan's evaluation sets (``[[evaluation.sets]]``: the held
 further test set, a MATH level's set, …). Each run's score on a task is its accuracy at B, read
 as every contrast reads it (the first evaluation at or after B, dense-rewards paper §2.3,
 "Metric"; :func:`prereg_kit.readings.read_at_tokens`) from the curves the analysis admits
-(:func:`prereg_kit.analyze.study_curves`: the same lock, seal, design and admission checks).
+(:func:`prereg_kit.analysis.analyze.study_curves`: the same lock, seal, design and admission checks).
 A set that is scored only at the start and at B is read at B like the others.
 
 :func:`task_scores` gives the tidy table (configuration, seed, task, score);
@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import readings as rd
-from . import stats
+from .. import readings as rd
+from .. import stats
+from ..errors import PreregError
+from ..plan import load_plan
 from .analyze import study_curves
-from .errors import PreregError
-from .plan import load_plan
 
 SCORE_COLUMNS = ["configuration", "seed", "task", "score"]
 

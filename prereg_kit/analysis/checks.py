@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import stats
-from .errors import PreregError
-from .plan import Check, Plan
-from .plan.designs import seed_text
+from .. import stats
+from ..errors import PreregError
+from ..plan import Check, Plan
+from ..plan.designs import seed_text
 
 CHECK_COLUMNS = ["check", "configuration", "metric", "expect", "reference", "target", "threshold", "at", "n",
                  "seeds", "value_mean", "reference_mean", "mean", "ci_low", "ci_high", "t", "df", "p", "alpha",

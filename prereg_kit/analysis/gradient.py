@@ -33,11 +33,11 @@ import pandas as pd
 
 from analyses.gradient_stats import alignment_summary, continuation_fit, relative_efficiency
 
-from .chain.gradient_seal import BATCHES_FILE, GRADIENT_DIR, check_gradient_seals, read_result_meta, sealed_tests
-from .chain.lock import read_chain
-from .errors import PreregError, ViolationError
-from .plan import GradientTest, Plan, resolve_plan_path
-from .plan.gradient import credit_of, with_variants
+from ..chain.gradient_seal import BATCHES_FILE, GRADIENT_DIR, check_gradient_seals, read_result_meta, sealed_tests
+from ..chain.lock import Chain, read_chain
+from ..errors import PreregError, ViolationError
+from ..plan import GradientTest, Plan, resolve_plan_path
+from ..plan.gradient import credit_of, with_variants
 
 COLUMNS = ("test", "dot_uh", "uu", "perp_dh", "perp_dd", "perp_hh", "tokens", "batch", "configuration", "mc_k")
 Z_PASS = 3.0  # the paper's positivity check: mean ⟨u, ĥ⟩ at least 3 standard errors above 0
@@ -117,12 +117,12 @@ def _summaries(frame: pd.DataFrame, configurations: list[str], baseline: str, fi
 # ------------------------------------------------------------------------------- the study
 
 
-def _check_sealed(study: Path, t: GradientTest, seal: dict[str, Any] | None) -> Path:
+def _check_sealed(study: Path, t: GradientTest, seal: dict[str, Any] | None, chain: Chain) -> Path:
     """The result folder of a sealed test whose files match their seal; a violation otherwise."""
     if seal is None:
         raise PreregError(f"gradient test {t.id}: no sealed result: run `prereg gradient-test {study} --test {t.id}`")
     folder = study / seal["result"]
-    rep = check_gradient_seals(study, read_chain(study))
+    rep = check_gradient_seals(study, chain)
     bad = [v for v in rep.violations if v.startswith(seal["result"] + "/") or v.startswith(seal["result"] + ":")]
     if bad:
         raise ViolationError(f"gradient test {t.id}: {bad[0]}")
@@ -130,21 +130,24 @@ def _check_sealed(study: Path, t: GradientTest, seal: dict[str, Any] | None) -> 
 
 
 def gradient_results(study_dir: str | Path, plan: Plan, *, n_resamples: int | None = None,
-                     exploratory: bool = False) -> GradientResults:
+                     exploratory: bool = False, chain: Chain | None = None) -> GradientResults:
     """Every gradient test of ``plan`` read from the study's sealed results (docstring above).
     ``exploratory``: a result that fails its seal is a row set with status ``"refused"`` and the
-    reason in the notes, instead of an error."""
+    reason in the notes, instead of an error. ``chain``: the study's lock chain when the caller
+    has read it (an analysis reads ``plan.lock`` once); read here otherwise."""
     study = resolve_plan_path(study_dir).parent
     st = plan.statistics
     nres = n_resamples or st.bootstrap_resamples
-    seals = sealed_tests(read_chain(study)) if plan.gradient_tests else {}
+    if plan.gradient_tests and chain is None:
+        chain = read_chain(study)
+    seals = sealed_tests(chain) if plan.gradient_tests else {}
     rows, fits, conds, notes, synthetic = [], [], [], [], False
     for t in plan.gradient_tests:
         base = t.baseline_of(plan.study.comparator)
         seal, status, folder = seals.get(t.id), NOT_RUN, None
         if seal is not None:
             try:
-                folder = _check_sealed(study, t, seal)
+                folder = _check_sealed(study, t, seal, chain)
             except ViolationError as e:  # only with --exploratory: the result is listed, not read
                 if not exploratory:
                     raise
@@ -182,10 +185,11 @@ def gradient_results(study_dir: str | Path, plan: Plan, *, n_resamples: int | No
     return GradientResults(pd.DataFrame(rows), pd.DataFrame(fits), pd.DataFrame(conds), synthetic, notes)
 
 
-def efficiency_value(study_dir: str | Path, plan: Plan, ref: str) -> float:
+def efficiency_value(study_dir: str | Path, plan: Plan, ref: str, *, chain: Chain | None = None) -> float:
     """The per-token efficiency estimate that ``ref`` (``"G1:critic_td"``: test id and one of its
     configurations) names, from the test's sealed result; a one-line error when the test has not
-    run, the result was edited, or ``ref`` names no test configuration."""
+    run, the result was edited, or ``ref`` names no test configuration. ``chain``: the study's lock
+    chain when the caller has read it; read here otherwise."""
     test_id, sep, name = ref.partition(":")
     t = next((x for x in plan.gradient_tests if x.id == test_id), None)
     if not sep or t is None:
@@ -195,11 +199,12 @@ def efficiency_value(study_dir: str | Path, plan: Plan, ref: str) -> float:
         raise PreregError(f"efficiency {ref!r}: {name!r} is not a configuration of gradient test {test_id} "
                           f"(have: {', '.join(t.configurations)})")
     study = resolve_plan_path(study_dir).parent
-    seal = sealed_tests(read_chain(study)).get(test_id)
+    chain = chain if chain is not None else read_chain(study)
+    seal = sealed_tests(chain).get(test_id)
     if seal is None:
         raise PreregError(f"efficiency {ref!r}: gradient test {test_id} has not run; gradient test results are "
                           f"needed: run prereg gradient-test {study} --test {test_id}")
-    folder = _check_sealed(study, t, seal)
+    folder = _check_sealed(study, t, seal, chain)
     base = t.baseline_of(plan.study.comparator)
     rows, _ = _summaries(read_batches(folder), [name], base, [], n_resamples=1, seed=plan.statistics.seed,
                          confidence=plan.statistics.confidence)

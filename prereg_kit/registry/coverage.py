@@ -28,9 +28,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import PreregError
-from .plan import PLAN_FILE, load_plan
-from .registry import REPORTED_FILE, find_study, recheck_study
+from ..errors import PreregError
+from ..plan import PLAN_FILE, load_plan
+from . import REPORTED_FILE, find_study, recheck_study
 
 COVERAGE_DIR = "coverage"
 PAPERS = ("dense-rewards", "multi-reward")  # the short names of docs/papers.md

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import stats
-from .chain.lock import Chain, read_chain
-from .chain.look_chain import FINAL, STOP, look_entries
-from .errors import PreregError
-from .plan import Plan
-from .plan.sequential import sequential_ids
-from .stats.group_sequential import (
+from .. import stats
+from ..chain.lock import Chain, read_chain
+from ..chain.look_chain import FINAL, STOP, look_entries
+from ..errors import PreregError
+from ..plan import Plan
+from ..plan.sequential import sequential_ids
+from ..stats.group_sequential import (
     conditional_power,
     final_boundary,
     look_threshold,
@@ -38,8 +38,8 @@ from .stats.group_sequential import (
     sequential_holm,
     z_of_p,
 )
-from .stats.sequential_t import sequential_t_boundaries
-from .stats.tdist import t_isf
+from ..stats.sequential_t import sequential_t_boundaries
+from ..stats.tdist import t_isf
 from .verdicts import adjust_and_read
 
 LOOK_COLUMNS = ["look", "of", "seeds", "contrast", "scale", "df", "boundary", "boundary_z", "nominal_p", "spent_alpha",
@@ -323,12 +323,15 @@ def restrict_to_look(pf: Any, runs: Any, look: int | None, notes: list[str]) -> 
     return dataclasses.replace(pf, plan=plan_at_look(plan, k)), runs_at_look(runs, seeds), k
 
 
-def read_look(rows: pd.DataFrame, plan: Plan, look: int, plan_path: Any, *, exploratory: bool) -> tuple[pd.DataFrame, SequentialLook]:
-    """Holm on the repeated p-values and the decisions of ``look`` (module rule)."""
-    try:
-        chain = read_chain(plan_path)
-    except PreregError:
-        chain = None
+def read_look(rows: pd.DataFrame, plan: Plan, look: int, plan_path: Any, *, exploratory: bool,
+              chain: Chain | None = None) -> tuple[pd.DataFrame, SequentialLook]:
+    """Holm on the repeated p-values and the decisions of ``look`` (module rule). ``chain``: the
+    study's lock chain when the caller has read it; read here otherwise (None when unreadable)."""
+    if chain is None:
+        try:
+            chain = read_chain(plan_path)
+        except PreregError:
+            chain = None
     contrasts = adjust_and_read(prepare_look(rows, plan, look, chain), plan, exploratory=exploratory)
     contrasts, table, decision = decide_look(contrasts, plan, look)
     fields = look_fields(plan, look, table, decision, chain) if chain is not None else {}

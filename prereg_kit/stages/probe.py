@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .errors import PreregError
-from .plan import load_plan
-from .runlog import read_run, run_dir
+from ..errors import PreregError
+from ..plan import load_plan
+from ..runlog import read_run, run_dir
 
 COLLAPSE_DROP = 0.15  # paper's collapse event (§H.2 "Deficits and collapse events")
 _TOL = 1e-12  # accuracies are fractions of counts: a drop of exactly 0.15 counts despite float error

@@ -1,7 +1,7 @@
 """What a contrast compares and its statistics when its units are not seed-paired differences.
 
 Paired, difference-of-differences and pooled contrasts reduce to one per-unit difference and
-go through :func:`prereg_kit.verdicts.contrast_statistics`; a Welch contrast (two unpaired groups,
+go through :func:`prereg_kit.analysis.verdicts.contrast_statistics`; a Welch contrast (two unpaired groups,
 dense-rewards paper S21's primary, §C.5.2) is read here with Welch's t, Welch TOST and the
 Welch non-inferiority test (``prereg_kit.stats.welch``).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import stats
-from .margin import margin_bounds, noninferiority_margin
-from .plan import Contrast, Plan
-from .plan.designs import seed_text
+from .. import stats
+from ..margin import margin_bounds, noninferiority_margin
+from ..plan import Contrast, Plan
+from ..plan.designs import seed_text
 
 
 def welch_statistics(first: np.ndarray, second: np.ndarray, c: Contrast, plan: Plan) -> dict:

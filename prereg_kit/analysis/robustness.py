@@ -5,7 +5,7 @@ one-line description of each row.
 Each test reads the contrast's per-unit differences ``d`` (fractions) under its kind:
 
 - ``t``: paired t (superiority), TOST (equivalence), one-sided t against −m (non-inferiority),
-  minimal-effect test (``stats.minimal_effect_test``) — the papers' tests;
+  minimal-effect test (``stats.minimal_effect_paired``) — the papers' tests;
 - ``wilcoxon``: signed-rank test with the Hodges–Lehmann estimate and its interval, R's rules
   (``stats.wilcoxon_paired``; the interval's attained level in ``ci_level``); equivalence by ``stats.wilcoxon_tost``; non-inferiority and
   minimal effect by the one-sided signed-rank tests of ``d`` shifted by the bounds;
@@ -28,9 +28,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import stats
-from .margin import margin_bounds, noninferiority_margin
-from .plan import Contrast, Plan
+from .. import stats
+from ..margin import margin_bounds, noninferiority_margin
+from ..plan import Contrast, Plan
 
 MARK = "‡"  # beside a verdict that changes under a robustness row
 
@@ -59,9 +59,9 @@ def reading_of(test: str, d: np.ndarray, kind: str, *, low: float, high: float, 
             r = stats.tost_paired(d, margin=(low, high), alpha=alpha)
             return _out(r.p, float(np.mean(d)), r.ci_low, r.ci_high)
         if kind == "non-inferiority":
-            r = stats.noninferiority(d, margin=m, alpha=alpha)
+            r = stats.noninferiority_paired(d, margin=m, alpha=alpha)
             return _out(r.p, float(np.mean(d)), r.lower, math.inf)
-        r = stats.minimal_effect_test(d, low, high, alpha=alpha)
+        r = stats.minimal_effect_paired(d, margin=(low, high), alpha=alpha)
         return _out(r.p, r.mean, r.ci_low, r.ci_high)
     if test == "wilcoxon":
         if kind == "superiority":
@@ -69,7 +69,7 @@ def reading_of(test: str, d: np.ndarray, kind: str, *, low: float, high: float, 
             return _out(r.p, r.hl, *r.ci, r.ci_level)
         w = stats.wilcoxon_paired(d, 1 - 2 * alpha)  # the interval wilcoxon_tost reads too
         if kind == "equivalence":
-            r = stats.wilcoxon_tost(d, low, high, alpha=alpha)
+            r = stats.wilcoxon_tost(d, margin=(low, high), alpha=alpha)
             return _out(r.p, r.hl, *r.ci, w.ci_level)
         if kind == "non-inferiority":
             return _out(stats.wilcoxon_paired(d - low, alternative="greater").p, w.hl, w.ci[0], math.inf, w.ci_level)
@@ -131,11 +131,11 @@ def in_words(test: str, d: np.ndarray, kind: str, reading: dict, *, low: float, 
     if test == "t":
         result = {"superiority": lambda: stats.paired_t(d, confidence=confidence, alternative=alternative),
                   "equivalence": lambda: stats.tost_paired(d, margin=(low, high), alpha=alpha),
-                  "non-inferiority": lambda: stats.noninferiority(d, margin=-low, alpha=alpha),
-                  "minimal-effect": lambda: stats.minimal_effect_test(d, low, high, alpha=alpha)}[kind]()
+                  "non-inferiority": lambda: stats.noninferiority_paired(d, margin=-low, alpha=alpha),
+                  "minimal-effect": lambda: stats.minimal_effect_paired(d, margin=(low, high), alpha=alpha)}[kind]()
     elif test == "wilcoxon" and kind in ("superiority", "equivalence"):
         result = (stats.wilcoxon_paired(d, confidence, alternative=alternative) if kind == "superiority"
-                  else stats.wilcoxon_tost(d, low, high, alpha=alpha))
+                  else stats.wilcoxon_tost(d, margin=(low, high), alpha=alpha))
     elif test == "sign-flip" and kind == "superiority":
         result = stats.sign_flip_test(d, alternative=alternative, n_resamples=n_resamples, seed=seed)
     if result is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from .errors import PreregError
+from ..errors import PreregError
 
 GROUP = "prereg_kit.runners"
 NONE_INSTALLED = ("no trainer installed: pip install 'prereg-kit[train]' for the built-in one, "

@@ -3,7 +3,7 @@ of a plan must be settings its trainer knows.
 
 A plan names its trainer in ``[study] trainer`` (default ``"builtin"``; ``"external"`` for runs
 made elsewhere and imported: no check). When that trainer is installed (an entry point of group
-``prereg_kit.runners``, :mod:`prereg_kit.runners`), its ``check_configuration(plan, name)`` is
+``prereg_kit.runners``, :mod:`prereg_kit.cli.runners`), its ``check_configuration(plan, name)`` is
 asked about every configuration except those marked ``runnable = false``; each line it returns
 becomes ``plan.toml:LINE: configurations.X.overrides.credit.mc_kk: unknown key; did you mean
 'credit.mc_k'?`` (or ``recipe.<key>`` when the key is in the shared ``[recipe]``), the line being
@@ -21,11 +21,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .errors import PlanError, PreregError
-from .plan import MAX_MESSAGE, Plan, PlanFile
-from .plan.gradient import with_variants
+from ..errors import PlanError, PreregError
+from ..plan import MAX_MESSAGE, Plan, PlanFile
+from ..plan.gradient import with_variants
+from ..plan.tomlpos import key_lines, line_of
 from .runners import installed_runners, load_runner
-from .tomlpos import key_lines, line_of
 
 EXTERNAL = "external"  # runs come from another trainer and are imported: nothing to check
 BUILTIN = "builtin"

@@ -25,11 +25,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .chain.lock import check_plan, lock_path, read_chain
-from .errors import PreregError
-from .plan import PLAN_FILE, Plan, load_plan, read_toml, resolve_plan_path
-from .stats import bootstrap_from_summary, bootstrap_from_values, from_summary, p_from_dz
-from .stats.summary import parse_p
+from ..chain.lock import check_plan, lock_path, read_chain
+from ..errors import PreregError
+from ..plan import PLAN_FILE, Plan, load_plan, read_toml, resolve_plan_path
+from ..stats import bootstrap_from_summary, bootstrap_from_values, from_summary, p_from_dz
+from ..stats.summary import parse_p
 
 REPORTED_FILE = "reported.toml"
 TEST_KEYS = ("p", "holm_p", "tost_p", "tost_holm_p", "noninferiority_p", "noninferiority_holm_p")
@@ -251,7 +251,7 @@ def default_root() -> Path:
     here = Path.cwd() / "registry"
     if here.is_dir():
         return here
-    return Path(__file__).resolve().parents[1] / "registry"
+    return Path(__file__).resolve().parents[2] / "registry"
 
 
 def study_dirs(root: str | Path) -> list[Path]:
@@ -668,7 +668,7 @@ class RecheckResult:
 
 def _raw_range(row: ReportedRow, kind: str, plan: Plan) -> tuple[float, float] | None:
     """The range of a row's raw p for its contrast's kind (p, TOST p or non-inferiority p)."""
-    from .stats import from_summary
+    from ..stats import from_summary
 
     if row.mean is None or row.ci_low is None or row.n is None or row.ci_kind != "paired-t" or row.unit != "fraction":
         return None
@@ -693,7 +693,7 @@ def family_holm_ranges(rows: list[ReportedRow], plan: Plan) -> dict[str, tuple[f
     raw p range comes from its narrowest printed row at the plan's margin (text rows usually have
     more decimals than figure rows).
     """
-    from .stats import holm
+    from ..stats import holm
 
     out: dict[str, tuple[float, float]] = {}
     for fam in plan.families:

@@ -32,11 +32,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from .chain.lock import amend_plan, lock_path
-from .errors import PreregError, writing
-from .plan import load_plan, parse_tokens
-from .runlog import read_run, run_dir
-from .tomlpos import key_lines
+from ..chain.lock import amend_plan, lock_path
+from ..errors import PreregError, writing
+from ..plan import load_plan, parse_tokens
+from ..plan.tomlpos import key_lines
+from ..runlog import read_run, run_dir
 
 CALIBRATION_ITERATIONS = 3  # iterations 0-2
 BUDGET_MULTIPLE = 48

@@ -34,7 +34,7 @@ def _title(study: str, title: str, *, synthetic: bool, exploratory: bool) -> str
 
 
 class Shown:
-    """Mixin of :class:`~prereg_kit.analyze.Analysis` and :class:`~prereg_kit.api.Report`:
+    """Mixin of :class:`~prereg_kit.analysis.analyze.Analysis` and :class:`~prereg_kit.api.Report`:
     ``summary()``, a short ``repr`` and the notebook's HTML display. Reads ``contrasts``,
     ``per_seed``, ``exclusions``, ``notes``, ``synthetic``, ``exploratory`` and the study's id and
     title (from ``plan.study``, or the ``study`` and ``title`` fields)."""

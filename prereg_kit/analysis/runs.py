@@ -5,7 +5,7 @@ seals and the run-timing audit are verified (``prereg_kit.study.verify``); the r
 (main stage) and the plan's design is enforced (``prereg_kit.study.design``): an unreadable run log, a
 planned run that is missing (unless the plan allows missing seeds) or an evaluation on other
 problems than the plan's is a violation, named run by run. :func:`admitted_curves` then applies
-the plan's admission rules to one set's curves. ``prereg analyze`` (``prereg_kit.analyze``) and
+the plan's admission rules to one set's curves. ``prereg analyze`` (``prereg_kit.analysis.analyze``) and
 the figures' :func:`study_curves` read through here, so both refuse the same studies.
 """
 
@@ -18,18 +18,21 @@ from pathlib import Path
 import pandas as pd
 
 from .. import readings as rd
+from ..chain.lock import Chain
 from ..errors import PreregError, ViolationError
 from ..plan import Plan, PlanFile, load_plan, resolve_plan_path
 from ..runlog import StudyRuns, load_study
 from ..runlog.memory import release_memory
-from ..sequential_looks import restrict_to_look
-from .design import eval_problem_violations, missing_runs
-from .verify import verify_study
+from ..study.design import eval_problem_violations, missing_runs
+from ..study.verify import verify_study
+from .looks import restrict_to_look
 
 HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
 
 
-def check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[list[str], dict, list[str]]:
+def check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[list[str], dict, list[str], Chain | None]:
+    """``prereg verify`` as an analysis reads it: its lines, its summary, its notes and the lock chain
+    it read (None when unreadable), which the analysis passes on instead of reading ``plan.lock`` again."""
     rep = verify_study(study_dir, tsa_ca=tsa_ca)
     lines = list(rep.info) + [f"warning: {w}" for w in rep.warnings]
     notes = []
@@ -48,7 +51,7 @@ def check_verified(study_dir: Path, exploratory: bool, tsa_ca=None) -> tuple[lis
                if rep.chain else [],
                "seals": len(rep.chain.seals) if rep.chain else 0,
                "head": {k: rep.chain.head[k] for k in ("index", "kind", "time", "hash")} if rep.chain else None}
-    return lines, summary, notes
+    return lines, summary, notes, rep.chain
 
 
 
@@ -70,6 +73,7 @@ class VerifiedRuns:
     sets: rd.SetRows  # each set's rows of the main runs' evaluations, split once
     drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
     look: int = 0  # the sequential look read (0: the plan has none)
+    chain: Chain | None = None  # the lock chain as verified, read once (None: unreadable, --exploratory)
 
     def rows_of(self, eval_sets: list[str]) -> pd.DataFrame:
         """The evaluation rows of ``eval_sets`` (a new frame when more than one)."""
@@ -81,7 +85,7 @@ def verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress:
                    tsa_ca: str | Path | None = None, look: int | None = None) -> VerifiedRuns:
     plan_path = resolve_plan_path(study_dir)
     study_dir = plan_path.parent
-    lock_lines, lock_summary, notes = check_verified(study_dir, exploratory, tsa_ca)
+    lock_lines, lock_summary, notes, chain = check_verified(study_dir, exploratory, tsa_ca)
     pf = load_plan(plan_path)
     plan = pf.plan
     st = load_study(study_dir, progress=progress)
@@ -102,7 +106,7 @@ def verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress:
     st = dataclasses.replace(st, evals=keep.iloc[:0].copy())  # the rows live on in their sets only (a view would keep them)
     sets = rd.SetRows(keep, consume=True)  # at hundreds of runs the rows are most of the memory
     release_memory()
-    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, design_ex, notes, sets, look=k)
+    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, design_ex, notes, sets, look=k, chain=chain)
 
 
 def admitted_curves(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
