@@ -222,26 +222,32 @@ class Reported(_Strict):
         return self
 
 
-def load_reported(path: str | Path) -> Reported:
-    """Read and validate a ``reported.toml`` (a path to the file or its study folder)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / REPORTED_FILE
+def load_record_file(path: Path, model: type[BaseModel]) -> BaseModel:
+    """A registry TOML file (a ``reported.toml``, a coverage file) read and validated against
+    ``model``: each error one line naming the file and the key."""
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise PreregError(f"{p}: no such file") from None
+        raise PreregError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as e:
-        raise PreregError(f"{p}: TOML syntax error: {e}") from None
+        raise PreregError(f"{path}: TOML syntax error: {e}") from None
     try:
-        return Reported.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         lines = []
         for err in e.errors():
             loc = ".".join(str(x) for x in err["loc"])
             msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            lines.append(f"{p}: {loc}: {msg}")
+            lines.append(f"{path}: {loc}: {msg}")
         raise PreregError(*lines) from None
+
+
+def load_reported(path: str | Path) -> Reported:
+    """Read and validate a ``reported.toml`` (a path to the file or its study folder)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / REPORTED_FILE
+    return load_record_file(p, Reported)
 
 
 # --------------------------------------------------------------------------- finding studies

@@ -22,15 +22,15 @@ registry: an unknown study, contrast, check or row is an error naming the file a
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import PreregError
 from ..plan import PLAN_FILE, load_plan
-from . import REPORTED_FILE, find_study, recheck_study
+from . import REPORTED_FILE, find_study, load_record_file, recheck_study
 
 COVERAGE_DIR = "coverage"
 PAPERS = ("dense-rewards", "multi-reward")  # the short names of docs/papers.md
@@ -110,21 +110,7 @@ def coverage_files(root: str | Path) -> list[Path]:
 def load_coverage_file(path: str | Path) -> CoverageFile:
     """Read and validate the schema of one coverage file (names are checked by :func:`coverage`)."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PreregError(f"{p}: no such file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise PreregError(f"{p}: TOML syntax error: {e}") from None
-    try:
-        cf = CoverageFile.model_validate(data)
-    except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            loc = ".".join(str(x) for x in err["loc"])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            lines.append(f"{p}: {loc}: {msg}")
-        raise PreregError(*lines) from None
+    cf = load_record_file(p, CoverageFile)
     if cf.paper not in PAPERS:
         raise PreregError(f"{p}: paper = {cf.paper!r} is not a paper of docs/papers.md (one of {', '.join(PAPERS)})")
     ids = [i.id for i in cf.item]
@@ -191,22 +177,19 @@ def _check_item(reg: _Registry, path: Path, paper: str, item: CoverageItem) -> I
 
     for name in item.plans:
         study(name)
+    def name_in(ref: str, what: str, names: Callable[[Path], set[str]], plural: str) -> None:
+        try:
+            s, c = _split(ref, what)
+        except PreregError as e:
+            raise PreregError(f"{where}: {e.lines[0]}") from None
+        d = study(s)
+        if c not in names(d):
+            raise PreregError(f"{where}: {ref}: the plan of {d.name} has no {plural} {c!r}")
+
     for ref in item.contrasts:
-        try:
-            s, c = _split(ref, "contrast")
-        except PreregError as e:
-            raise PreregError(f"{where}: {e.lines[0]}") from None
-        d = study(s)
-        if c not in reg.contrasts(d):
-            raise PreregError(f"{where}: {ref}: the plan of {d.name} has no contrast {c!r}")
+        name_in(ref, "contrast", reg.contrasts, "contrast")
     for ref in item.checks:
-        try:
-            s, c = _split(ref, "check")
-        except PreregError as e:
-            raise PreregError(f"{where}: {e.lines[0]}") from None
-        d = study(s)
-        if c not in reg.checks(d):
-            raise PreregError(f"{where}: {ref}: the plan of {d.name} has no manipulation check {c!r}")
+        name_in(ref, "check", reg.checks, "manipulation check")
     row_status = {}
     for ref in item.recheck:
         try:

@@ -6,6 +6,7 @@ import json
 import numbers
 import os
 from pathlib import Path
+from typing import Callable
 
 from ..errors import writing
 from ..stages import STAGES
@@ -60,14 +61,15 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write_bytes(target: Path, data: bytes, fsync: bool = True) -> None:
+def _atomic_write(target: Path, write: Callable[[Path], None], *, fsync: bool = True, kept: str = "") -> None:
+    """``write`` the file to a temp name beside ``target``, fsync it, rename it over ``target``: a
+    reader sees the old file or the new one, never part of one (a full disk names ``target``)."""
     tmp = target.with_name(target.name + ".tmp")
-    with writing(target, f"{target.name} is as it was"):
+    with writing(target, kept or f"{target.name} is as it was"):
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                if fsync:
+            write(tmp)
+            if fsync:
+                with open(tmp, "rb+") as fh:
                     os.fsync(fh.fileno())
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -75,6 +77,10 @@ def _atomic_write_bytes(target: Path, data: bytes, fsync: bool = True) -> None:
     tmp.replace(target)
     if fsync:
         _fsync_dir(target.parent)
+
+
+def _atomic_write_bytes(target: Path, data: bytes, fsync: bool = True) -> None:
+    _atomic_write(target, lambda tmp: tmp.write_bytes(data), fsync=fsync)
 
 
 def write_meta(path: str | Path, meta: RunMeta, *, fsync: bool = True) -> Path:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import PreregError, writing
-from .folder import _atomic_write_bytes, _fsync_dir, read_meta, write_meta
+from .folder import _atomic_write, _atomic_write_bytes, _fsync_dir, read_meta, write_meta
 from .reader import _jsonl_path, _load_jsonl, _parquet_path, _read_parquet
 from .schema import (
     _PARQUET_KEY,
@@ -58,19 +58,8 @@ def _write_parquet(folder: Path, kind: str, df: pd.DataFrame, jsonl_bytes: int, 
     table = pa.Table.from_pandas(df, preserve_index=False)
     info = {"format": FORMAT, "rows": len(df), "jsonl_bytes": jsonl_bytes}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), _PARQUET_KEY: json.dumps(info).encode()})
-    tmp = pp.with_name(pp.name + ".tmp")
-    with writing(pp, kept):
-        try:
-            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
-            if fsync:
-                with open(tmp, "rb+") as fh:
-                    os.fsync(fh.fileno())
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    tmp.replace(pp)
-    if fsync:
-        _fsync_dir(folder)
+    _atomic_write(pp, lambda tmp: pq.write_table(table, tmp, compression="zstd", write_page_checksum=True),
+                  fsync=fsync, kept=kept)
     return pp
 
 
