@@ -66,6 +66,23 @@ def test_amendment_of_another_configuration_does_not_touch_a_run(study):
     assert rep.exit_code == 1 and any(v.startswith("B/seed-1") for v in rep.violations)
 
 
+def test_a_comments_only_amendment_after_the_runs_does_not_move_their_entry(study):
+    """A run claims the plan entry in force when it started: an amendment that changes comments
+    only has the same plan hash, and does not make the run 'start before the entry it claims'."""
+    plan = study / "plan.toml"
+    h0 = lock_at(plan, T0).entry["content_sha256"]
+    _run(study, "A", 0, start=T0 + H, plan_hash=h0)
+    plan.write_text("# a comment added after the runs\n" + SMALL_PLAN)
+    amend_at(plan, "a comment", T0 + 2 * H)
+    assert read_chain(plan).last["content_sha256"] == h0
+    rep = verify_study(study)
+    assert rep.exit_code == 0, rep.violations
+    # the attack it must not let through: a run that started before the lock is still named
+    _run(study, "B", 0, start=T0 - H, plan_hash=h0)
+    rep = verify_study(study)
+    assert rep.exit_code == 1 and any(v.startswith("B/seed-0") and "before the plan was locked" in v for v in rep.violations)
+
+
 def test_unknown_hash_other_study_and_unreadable_meta(study):
     h = lock_at(study, T0).entry["content_sha256"]
     _run(study, "A", 0, start=T0 + H, plan_hash="sha256:" + "0" * 64)

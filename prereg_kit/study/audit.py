@@ -70,10 +70,8 @@ def _applies_to(key: str, configuration: str) -> bool:
 def audit_runs(study_dir: str | Path, chain: Chain, *, study_id: str | None = None) -> AuditReport:
     """Audit the start time, stage and plan hash of every run under ``study_dir/runs``."""
     report = AuditReport()
-    by_hash: dict[str, int] = {}
     plan_entries = chain.plan_entries  # built from the whole chain (every seal too): once, not per run
-    for e in plan_entries:
-        by_hash[e["content_sha256"]] = e["index"]  # latest entry with that content wins
+    by_hash = _entries_by_hash(plan_entries)
     election_now = election_sha256(study_dir)
     trainers: Counter[str] = Counter()
     devices: dict[tuple[str, int], str] = {}
@@ -168,18 +166,30 @@ def main_run_problems(name: str, meta: RunMeta, chain: Chain) -> list[str]:
     that a later amendment superseded for its configuration. Empty when the run is admissible;
     an importer asks before it writes, so the refusal comes at import, not at the next verify."""
     plan_entries = chain.plan_entries
-    by_hash = {e["content_sha256"]: e["index"] for e in plan_entries}
-    return _main_run_violations(name, meta, chain, by_hash, plan_entries)
+    return _main_run_violations(name, meta, chain, _entries_by_hash(plan_entries), plan_entries)
 
 
-def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, int],
+def _entries_by_hash(plan_entries: list[dict]) -> dict[str, list[int]]:
+    """Plan hash -> the plan entries that have it, in chain order (an amendment of comments only
+    keeps the hash of the entry before it)."""
+    out: dict[str, list[int]] = {}
+    for e in plan_entries:
+        out.setdefault(e["content_sha256"], []).append(e["index"])
+    return out
+
+
+def _main_run_violations(name: str, meta: RunMeta, chain: Chain, by_hash: dict[str, list[int]],
                          plan_entries: list[dict]) -> list[str]:
     started = format_time(meta.started_at)
     if meta.started_at < chain.locked_at:
         return [f"{name}: main run started {started}, before the plan was locked ({chain.entries[0]['time']})"]
-    idx = by_hash.get(meta.plan_hash)
-    if idx is None:
+    claimed = by_hash.get(meta.plan_hash)
+    if not claimed:
         return [f"{name}: main run launched under plan hash {meta.plan_hash[:19]}…, which no lock entry has"]
+    # the entry the run claims: the last with its hash in force when it started (else the first,
+    # which it then started before)
+    before = [i for i in claimed if chain.time(i) <= meta.started_at]
+    idx = before[-1] if before else claimed[0]
     if meta.started_at < chain.time(idx):
         return [f"{name}: main run started {started}, before entry {idx} it claims ({chain.entries[idx]['time']})"]
     out = []
