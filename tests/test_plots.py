@@ -315,6 +315,30 @@ def test_every_report_figure_keeps_its_legends_off_the_data_of_every_panel(repor
     assert "one seed's difference" in labels["forest"] and "primary: mean, 95% CI" in labels["forest"]
 
 
+def test_the_difference_figure_draws_each_contrasts_own_margin_where_the_margins_differ():
+    """Two contrasts on one panel, [-0.01, 0.03] and ±0.02: each its own dashed bounds in its colour
+    and legend line, no grey band of the largest; one shared margin keeps one band, named as it is."""
+    curves = _curves(30_000, 600)
+    pairs = [("C1", "t", "c"), ("C2", "t", "c")]
+    panel = plots.DifferencePanel("tokens", pairs, margins={"C1": (-0.01, 0.03), "C2": (-0.02, 0.02)})
+    ax = plots.subplots()[1]
+    plots._draw_difference(ax, curves, panel, 0.03, 20)
+    assert _bands(ax) == []
+    dashed = sorted(round(float(ln.get_ydata()[0]), 3) for ln in ax.lines if ln.get_linestyle() == "--")
+    assert dashed == [-0.02, -0.01, 0.02, 0.03]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "C1: its margin [-0.01, 0.03]" in legend and "C2: its margin [-0.02, 0.02]" in legend
+    same = plots.DifferencePanel("tokens", pairs, margins={"C1": (-0.01, 0.03), "C2": (-0.01, 0.03)})
+    ax = plots.subplots()[1]
+    plots._draw_difference(ax, curves, same, 0.03, 20)
+    assert [b[2:] for b in _bands(ax)] == [(-0.01, 0.03)]
+    assert "margin [-0.01, 0.03]" in [t.get_text() for t in ax.get_legend().get_texts()]
+    ax = plots.subplots()[1]  # no margins named: ±margin, as before
+    plots._draw_difference(ax, curves, plots.DifferencePanel("tokens", pairs), 0.02, 20)
+    assert [b[2:] for b in _bands(ax)] == [(-0.02, 0.02)]
+    assert "±0.02 margin" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
 def test_the_difference_figure_reads_where_the_table_reads(reports):
     """C1 is read at B (matched generated tokens): the figure's axis is matched tokens, its curve
     ends at B, and the table's Δ and 95% CI are drawn there (the figure of a time reading ended

@@ -57,8 +57,11 @@ def difference_panels(a: Analysis) -> list[plots.DifferencePanel]:
         p = panels.setdefault(axis, plots.DifferencePanel(axis, [], until, {}))
         p.pairs.append((c.id, c.treatment, c.control))
         p.marks[c.id] = mark  # type: ignore[index]
+        lo, hi = r.get("margin_low", math.nan), r.get("margin_high", math.nan)
+        if not (pd.isna(lo) or pd.isna(hi)):
+            p.margins[c.id] = (float(lo), float(hi))  # type: ignore[index]
         if until is not None and (p.until is None or until > p.until):
-            panels[axis] = plots.DifferencePanel(axis, p.pairs, until, p.marks)
+            panels[axis] = plots.DifferencePanel(axis, p.pairs, until, p.marks, p.margins)
     return list(panels.values()) or [plots.DifferencePanel("time", [])]
 
 

@@ -333,12 +333,14 @@ class TableMark:
 class DifferencePanel:
     """One panel of the difference figure: the contrasts (label, treatment, control) read on one
     axis (``tokens``, ``time`` or ``updates``), the grid's end on it (``until``: k·B for a token
-    reading; None: the shortest run's end) and the table's readings to mark, by label."""
+    reading; None: the shortest run's end), the table's readings to mark, by label, and each
+    contrast's own ``(margin_low, margin_high)``, by label (``±margin`` for one not named)."""
 
     x: str
     pairs: list[tuple[str, str, str]]
     until: float | None = None
     marks: Mapping[str, TableMark] = field(default_factory=dict)
+    margins: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def difference(curves: pd.DataFrame, pairs: list[tuple[str, str, str]], *, ax=None, title: str | None = None,
@@ -398,13 +400,18 @@ def _axis_unit(x: str, span: float) -> tuple[float, str]:
 
 
 def _draw_difference(ax, curves, panel: DifferencePanel, margin, grid_points) -> pd.DataFrame:
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     col = _axis_column(panel.x)
     data = difference_data(curves, panel.pairs, grid_points, x=panel.x, until=panel.until)
     span = max([float(data[col].max()) if len(data) else 0.0] + [m.x for m in panel.marks.values() if np.isfinite(m.x)])
     div, xlabel = _axis_unit(panel.x, span)
-    ax.axhspan(-margin, margin, color="#d9d9d9", alpha=0.6, lw=0)
+    bounds = {label: panel.margins.get(label, (-margin, margin)) for label, _, _ in panel.pairs}
+    shared = set(bounds.values()) if bounds else {(-margin, margin)}
+    if len(shared) == 1:  # one band across the panel, as the contrasts share it
+        lo, hi = next(iter(shared))
+        ax.axhspan(lo, hi, color="#d9d9d9", alpha=0.6, lw=0)
     ax.axhline(0, color="black", lw=0.8)
     handles, labels = [], []
     for (label, tr, co), g in data.groupby(["label", "treatment", "control"], sort=False):
@@ -413,13 +420,19 @@ def _draw_difference(ax, curves, panel: DifferencePanel, margin, grid_points) ->
         ax.fill_between(xs, m - half, m + half, color=line.get_color(), alpha=0.2, lw=0)
         handles += [line, Patch(color=line.get_color(), alpha=0.2, lw=0)]
         labels += [f"{label}: {tr} − {co}, mean of {int(g['n'].iloc[0])} seeds", f"{label}: 95% t band"]
+        if len(shared) > 1:  # the contrasts' margins differ: each its own, in its colour
+            for y in bounds[label]:
+                ax.axhline(y, color=line.get_color(), ls="--", lw=0.9)
+            handles.append(Line2D([], [], color=line.get_color(), ls="--", lw=0.9))
+            labels.append(f"{label}: its margin [{bounds[label][0]:g}, {bounds[label][1]:g}]")
         if (mk := panel.marks.get(label)) is not None and np.isfinite(mk.x):
             handles.append(_mark(ax, mk, div, line.get_color()))
             one_sided = not (np.isfinite(mk.ci_low) and np.isfinite(mk.ci_high))
             labels.append(f"{label} in the table ({mk.what}): Δ {mk.mean:+.3f} and its "
                           + ("one-sided 95% bound" if one_sided else "95% CI"))
-    handles.append(Patch(color="#d9d9d9", alpha=0.6, lw=0))
-    labels.append(f"±{margin:g} margin")
+    if len(shared) == 1:
+        handles.append(Patch(color="#d9d9d9", alpha=0.6, lw=0))
+        labels.append(f"±{hi:g} margin" if lo == -hi else f"margin [{lo:g}, {hi:g}]")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("difference in accuracy (fraction)")
     ax.grid(alpha=0.3)
