@@ -7,8 +7,8 @@ Each figure has a function that draws it and returns its ``Figure``; given ``ax=
 that axes (a notebook's own subplot) and returns ``ax.figure`` without laying out, saving or
 closing it. ``synthetic=True`` (a ``prereg dry-run``) marks the title and watermarks every panel.
 
-- :func:`forest` — every contrast: mean with its 95% CI, per-seed differences as dots, a
-  ±margin band (dense-rewards paper, Figures 7–8);
+- :func:`forest` — every contrast: mean with its 95% CI, per-seed differences as dots, the
+  margin band, each contrast's own where they differ (dense-rewards paper, Figures 7–8);
 - :func:`accuracy` — accuracy against generated tokens or training time (one panel) per
   configuration, mean over seeds with a min–max band;
 - :func:`difference` — treatment − control against matched generated tokens, training time or
@@ -21,6 +21,9 @@ below it), so they cover no data; laid out (``tight_layout`` or ``layout="constr
 figure makes room for them. The report's files are written by :func:`forest_plot`,
 :func:`accuracy_curves` (both panels) and :func:`difference_panels` (one panel per axis the
 primary contrasts are read on), each as a PNG and a PDF with the same stem (:func:`save_all`).
+
+The module runs past 500 lines (about 530) because it is one public module, ``pk.plots``: every
+figure a user draws in a notebook and the helpers they share (axes, legends, marks, units).
 """
 
 from __future__ import annotations
