@@ -118,6 +118,24 @@ def test_a_row_recheck_cannot_check_does_not_cover(small):
     assert rep.exists()
 
 
+def test_an_endpoint_covers_only_when_its_checks_hold(small):
+    """An endpoint (a value printed without an interval) counts by what recheck found: one whose
+    checks hold covers; a qualitative one ("below base") is "not checkable" and does not."""
+    (small / "mr-code-fast").mkdir()
+    for f in ("plan.toml", "plan.lock", "reported.toml"):
+        shutil.copyfile(REGISTRY / "mr-code-fast" / f, small / "mr-code-fast" / f)
+    f = small / "coverage" / "dense-rewards.toml"
+    f.write_text(SMALL.replace('recheck = ["S25:T3-k1"]', 'recheck = ["mr-code-fast:tag-latency-4b"]'))
+    (p,) = coverage(small)
+    assert p.items[0].status == "covered" and p.items[0].row_status == {"mr-code-fast:tag-latency-4b": "consistent"}
+    f.write_text(SMALL.replace('recheck = ["S25:T3-k1"]', 'recheck = ["mr-code-fast:symmetric"]'))
+    (p,) = coverage(small)
+    assert p.items[0].status == "partial" and p.items[0].row_status == {"mr-code-fast:symmetric": "not checkable"}
+    f.write_text(SMALL.replace('recheck = ["S25:T3-k1"]', 'recheck = ["mr-code-fast:no-such-endpoint"]'))
+    with pytest.raises(PreregError, match="no reported row 'no-such-endpoint'"):
+        coverage(small)
+
+
 def test_cli_table_and_json(small):
     res = runner.invoke(app, ["registry", "--coverage", "--root", str(small)])
     assert res.exit_code == 0 and "2 of 3 tables and figures covered" in res.output and "not covered" in res.output
