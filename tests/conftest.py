@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from plans import SMALL_PLAN
 from tsa import tsa, tsa_factory  # noqa: F401 - fixtures: a local TSA (RFC 3161) for any test file
 
@@ -17,6 +18,13 @@ from tsa import tsa, tsa_factory  # noqa: F401 - fixtures: a local TSA (RFC 3161
 # imports above loads them; and in every process a test starts, which inherits the environment).
 for _pool in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_pool] = "1"
+
+
+# Property tests draw the same examples on every run (a failure in CI is one a developer sees
+# again); HYPOTHESIS_PROFILE=explore draws new ones each run, to look for more (docs/testing.md).
+settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def pytest_collection_finish(session):
