@@ -10,14 +10,16 @@ A mismatch that is a real inconsistency of the paper carries its ``explanation``
 a percentile-bootstrap row is checked against its estimate, n and d_z, or recomputed from its
 per-seed values; an endpoint printed without an interval (the multi-reward grids' single runs) is
 rechecked by its ``checks``, each recomputing it from other printed numbers of the paper (a ratio,
-a difference, a rounding, a stated ordering; :func:`check_endpoint`). See ``docs/registry.md``.
-The module runs past 500 lines (about 720) because the record's schema and the recheck of each of
-its keys, rows and endpoints, are kept in one place.
+a difference, a rounding, a stated ordering; :func:`check_endpoint`). A row without a printed
+test is rechecked against other printed numbers of the same runs — its own ``checks`` and
+``printed_elsewhere``, and the relations to other rows (``same_as``, ``difference_of``,
+``sum_of``, ``pooled_from``) that :mod:`prereg_kit.registry.relations` evaluates across the
+registry. See ``docs/registry.md``. The module runs past 500 lines (about 800) because the
+record's schema and the recheck of each of its keys, rows and endpoints, are kept in one place.
 """
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,39 +32,14 @@ from ..errors import PreregError
 from ..plan import PLAN_FILE, Plan, load_plan, read_toml, resolve_plan_path
 from ..stats import bootstrap_from_summary, bootstrap_from_values, from_summary, p_from_dz
 from ..stats.summary import parse_p
+from .relations import RELATION_KEYS, apply_relations, merge, printed_row, same_statistic
+from .relations import printed_interval as printed_interval
 
 REPORTED_FILE = "reported.toml"
 TEST_KEYS = ("p", "holm_p", "tost_p", "tost_holm_p", "noninferiority_p", "noninferiority_holm_p")
 # printed paired-t p-values recomputed from the printed d_z and n (p_from_dz), by the test each names
 DZ_TEST_KEYS = {"dz_p": "two-sided", "dz_p_greater": "greater", "dz_p_less": "less", "dz_tost_p": "tost"}
 STATUSES = ("consistent", "explained", "inconsistent", "no test", "not checkable")
-
-
-_NUMBER = r"[+-]?\d+(?:\.\d+)?"
-_RANGE = re.compile(rf"^({_NUMBER})\s*[-–]\s*(\d+(?:\.\d+)?)$")
-
-
-def _rounding(num: str) -> tuple[float, float]:
-    """The interval of values that round to ``num`` at its printed decimals (half a unit of the last digit)."""
-    decimals = len(num.split(".")[1]) if "." in num else 0
-    half = 0.5 * 10.0 ** -decimals
-    x = float(num)
-    return x - half, x + half
-
-
-def printed_interval(text: str) -> tuple[float, float]:
-    """The values a printed number or range stands for: ``"0.82×"`` → [0.815, 0.825], ``"33%"`` →
-    [32.5, 33.5], ``"0.254-0.282"`` → [0.2535, 0.2825] (a range spans its two ends' roundings)."""
-    t = text.strip().replace("−", "-").replace("×", "").replace("%", "").replace(" ms", "").strip()
-    m = _RANGE.match(t)
-    if m:
-        lo, hi = _rounding(m.group(1))[0], _rounding(m.group(2))[1]
-        if lo > hi:
-            raise ValueError(f"printed range {text!r}: its low end is above its high end")
-        return lo, hi
-    if not re.fullmatch(_NUMBER, t):
-        raise ValueError(f"printed value {text!r}: not a number or a range of two numbers")
-    return _rounding(t)
 
 
 # --------------------------------------------------------------------------- the record's schema
@@ -128,6 +105,27 @@ class Endpoint(_Strict):
     explanation: str = ""
 
 
+class Printing(_Strict):
+    """The row's statistic printed a second time elsewhere in the paper (the text, another table),
+    perhaps in other units or with other rounding: ``same_statistic`` compares the two."""
+
+    mean: str
+    ci_low: str | None = None
+    ci_high: str | None = None
+    unit: Literal["fraction", "points", "ratio"]
+    source: str
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _readable(self) -> "Printing":
+        if (self.ci_low is None) != (self.ci_high is None):
+            raise ValueError("a second printing's interval needs ci_low and ci_high")
+        for text in (self.mean, self.ci_low, self.ci_high):
+            if text is not None:
+                printed_interval(text)
+        return self
+
+
 class ReportedRow(_Strict):
     """One printed contrast: n, mean and 95% interval as printed, the printed test(s), the source."""
 
@@ -171,9 +169,29 @@ class ReportedRow(_Strict):
     rebuilt: bool = False
     explanation: str = ""
     note: str = ""
+    # cross-row checks (relations.py, docs/registry.md): other printed numbers of the same runs
+    checks: list[EndpointCheck] = []  # re-analyses from other printed numbers, as an endpoint's
+    printed_elsewhere: list[Printing] = []  # the same statistic printed again (text, points)
+    same_as: str = ""  # "ROW" or "STUDY:ROW": the same contrast on the same seeds, printed as another row
+    difference_of: list[str] = []  # [A, B]: this row is A − B seed by seed on the same seeds
+    sum_of: list[str] = []  # [A, B]: this row is A + B seed by seed on the same seeds
+    pooled_from: list[str] = []  # rows over disjoint seed sets whose union is this row's seeds
 
     @model_validator(mode="after")
     def _check(self) -> "ReportedRow":
+        for key in ("difference_of", "sum_of"):
+            if getattr(self, key) and len(getattr(self, key)) != 2:
+                raise ValueError(f"{key} names two rows, got {len(getattr(self, key))}")
+        if self.pooled_from and len(self.pooled_from) < 2:
+            raise ValueError("pooled_from names at least two rows")
+        if (self.printed_elsewhere or any(getattr(self, k) for k in RELATION_KEYS)) and (
+                self.mean is None or self.ci_low is None):
+            raise ValueError("a relation to other printed numbers needs the row's mean and interval")
+        own = {self.mean, self.ci_low, self.ci_high, *(v.strip() for v in self.values.split("/") if v.strip())} - {None}
+        for c in self.checks:
+            if not own & {*c.of, c.printed}:
+                raise ValueError(f"a row check ({c.rule} of {c.of}) must name one of the row's own printed numbers "
+                                 f"({', '.join(sorted(own)) or 'none'})")
         have = [x is not None for x in (self.mean, self.ci_low, self.ci_high)]
         if any(have[1:]) and not all(have):
             raise ValueError("an interval needs mean, ci_low and ci_high")
@@ -409,13 +427,38 @@ _KIND_KEY = {"superiority": ("p", "holm_p"), "equivalence": ("tost_p", "tost_hol
 
 def recheck_row(study: str, row: ReportedRow, plan: Plan | None = None,
                 holm_exact: dict[str, tuple[float, float]] | None = None) -> CheckedRow:
-    """Recompute the row's printed tests from its printed mean, interval and n.
+    """Recompute the row's printed tests from its printed mean, interval and n, then its own
+    re-analyses from other printed numbers: ``checks`` (:func:`check_endpoint`) and
+    ``printed_elsewhere`` (:func:`prereg_kit.registry.relations.same_statistic`). Relations to
+    other rows (``same_as``, ``difference_of``, ``sum_of``, ``pooled_from``) need the other rows:
+    :func:`recheck_study` adds them.
 
     ``holm_exact`` maps a Holm key (``holm_p``, ``tost_holm_p``, ``noninferiority_holm_p``) to the
     range of the exact Holm value when every member of the row's family has a printed row
     (:func:`family_holm_ranges`); otherwise a Holm value is checked against ``[p, min(1, m·p)]``.
     """
+    out = _recheck_tests(study, row, plan, holm_exact)
+    for c in row.checks:
+        try:
+            good, (lo, hi), line = check_endpoint(c)
+        except ValueError as e:
+            good, (lo, hi), line = False, (float("nan"), float("nan")), f"{c.rule}: cannot recompute: {e}"
+        merge(out, good, [line + (f" ({c.note})" if c.note else "")],
+              [{"test": c.rule, "printed": c.printed or _SYMBOL[c.rule], "recomputed": [lo, hi], "match": bool(good)}])
+    if row.printed_elsewhere:
+        mine = printed_row(row.id, mean=row.mean, ci_low=row.ci_low, ci_high=row.ci_high, n=row.n, unit=row.unit,
+                           ci_kind="paired-t", confidence=row.confidence)
+        for other in row.printed_elsewhere:
+            theirs = printed_row(other.source, mean=other.mean, ci_low=other.ci_low, ci_high=other.ci_high, n=None,
+                                 unit=other.unit, ci_kind="paired-t", confidence=row.confidence)
+            res = same_statistic(mine, theirs)
+            merge(out, res.ok, [f"printed elsewhere ({other.source}):"] + [f"  {x}" for x in res.lines], res.tests)
+    return out
 
+
+def _recheck_tests(study: str, row: ReportedRow, plan: Plan | None,
+                   holm_exact: dict[str, tuple[float, float]] | None) -> CheckedRow:
+    """The row's printed tests (:func:`recheck_row`)."""
     out = CheckedRow(study=study, row=row.id, label=row.label, source=row.source, n=row.n,
                      printed=row.printed, test=row.test, status="not checkable", explanation=row.explanation)
     tests = row.printed_tests()
@@ -741,6 +784,7 @@ def recheck_study(d: Path) -> list[CheckedRow]:
             he = {key: exact[row.contrast]}
         out.append(recheck_row(rep.study, row, plan, he))
     out.extend(recheck_endpoint(rep.study, ep) for ep in rep.endpoints)
+    apply_relations(d, out, load_reported, REPORTED_FILE)
     return out
 
 
