@@ -51,6 +51,53 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 
+# The report's figures are drawn only where a test reads them: drawing and saving them (PNG and
+# PDF) was about a tenth of the default suite's CPU time, spent by tests that read only tables.
+# A module or test marked `figures` draws them, and so does every slow test (the registry's dry
+# runs draw every figure of every plan's design). Elsewhere the report names figures it did not
+# write, as it does any missing figure (report.html: "figure not embedded").
+_DRAWERS = (("prereg_kit.report", "report_figures"), ("prereg_kit.report", "extrapolation_figures"),
+            ("prereg_kit.report.gradient", "efficiency_figure"))
+
+
+def _none_drawn(*args, **kwargs) -> list[Path]:
+    return []
+
+
+def _draws(node) -> bool:
+    return any(node.get_closest_marker(m) is not None for m in ("figures", "slow"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures_only_where_read(request):
+    """For a whole module (its module-scoped fixtures' reports too): no figures unless it is
+    marked; yields the drawing functions themselves."""
+    import importlib
+
+    real = {(m, n): getattr(importlib.import_module(m), n) for m, n in _DRAWERS}
+    if _draws(request.node):
+        yield real
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        for m, n in _DRAWERS:
+            mp.setattr(importlib.import_module(m), n, _none_drawn)
+        yield real
+
+
+@pytest.fixture(autouse=True)
+def _figures_where_a_test_reads_them(request, _figures_only_where_read):
+    """A test marked `figures` (or slow) in a module that is not draws them for itself."""
+    import importlib
+
+    if not _draws(request.node) or _draws(request.node.getparent(pytest.Module)):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        for (m, n), fn in _figures_only_where_read.items():
+            mp.setattr(importlib.import_module(m), n, fn)
+        yield
+
+
 @pytest.fixture
 def lock_reads(monkeypatch) -> list[Path]:
     """Every ``plan.lock`` read while the test runs, in order (``read_chain`` reads it with

@@ -19,6 +19,8 @@ from prereg_kit.plan import load_plan
 from prereg_kit.report import format_p
 from prereg_kit.simulate.dryrun import MARKER, configuration_effects, dry_run
 
+pytestmark = pytest.mark.figures  # reads the report's figures (tests/conftest.py)
+
 EFFECTS = {"P1": 0.06, "P2": 0.0}
 
 

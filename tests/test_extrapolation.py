@@ -256,6 +256,7 @@ batches = 8
 '''
 
 
+@pytest.mark.figures
 def test_the_dry_run_reads_a_numeric_e_and_a_synthetic_test_reference(tmp_path, lock_reads):
     from pathlib import Path
 

@@ -19,6 +19,8 @@ from prereg_kit.readings.extrapolation import Extrapolation
 from prereg_kit.report import extrapolation_plots, plots
 from prereg_kit.report import gradient as gradient_report
 
+pytestmark = pytest.mark.figures  # reads the report's figures (tests/conftest.py)
+
 THUMB = (48, 16)  # width, height of the grey thumbnail a reference keeps
 # rendered by the plain way (tight_layout, then savefig(bbox_inches="tight") per file) at dpi 120:
 # the PNG's pixel size and a BOX-filtered grey thumbnail, one hex byte per pixel, row by row

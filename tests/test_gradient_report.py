@@ -25,6 +25,8 @@ from prereg_kit.simulate.dryrun import dry_run
 from prereg_kit.simulate.gradient import synthetic_batches, write_synthetic_result
 from prereg_kit.study.verify import verify_study
 
+pytestmark = pytest.mark.figures  # reads the report's figures (tests/conftest.py)
+
 cli = CliRunner()
 
 

@@ -23,6 +23,8 @@ from prereg_kit.report import extrapolation_plots, plots, write_report
 from prereg_kit.report import gradient as gradient_report
 from prereg_kit.simulate.dryrun import dry_run
 
+pytestmark = pytest.mark.figures  # reads the report's figures (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ("forest", "accuracy", "difference_vs_time")
 

@@ -31,6 +31,8 @@ from prereg_kit.report.html import render_html
 from prereg_kit.report.tex import contrasts_tex, tex_test
 from prereg_kit.simulate.dryrun import dry_run
 
+pytestmark = pytest.mark.figures  # reads the report's figures (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPLORATORY = '''
 [[contrasts]]
