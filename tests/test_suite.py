@@ -1,5 +1,6 @@
 """How the suite itself runs (docs/testing.md): one thread per test process, so that the workers
-of `make test` (one per core) do not spin their thread pools against each other."""
+of `make test` (one per core) do not spin their thread pools against each other; the report's
+figures drawn only by tests marked `figures` and by slow tests."""
 
 from __future__ import annotations
 
@@ -26,3 +27,31 @@ def test_a_process_a_test_starts_inherits_one_thread():
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                          capture_output=True, text=True, check=True, env=dict(os.environ))
     assert out.stdout.strip() == "1"
+
+
+def _report_figures_drawn(tmp_path) -> list:
+    """What the report's figure writer returns for an analysis of nothing (no contrasts, no
+    curves): the no-op returns [] without looking at its arguments; the real one raises on them."""
+    from prereg_kit import report
+
+    try:
+        return report.report_figures(None, tmp_path)
+    except AttributeError:  # the real writer reads the analysis
+        return ["drawn"]
+
+
+def test_a_test_not_marked_figures_draws_none(tmp_path):
+    from prereg_kit.report import gradient
+
+    assert _report_figures_drawn(tmp_path) == []
+    assert gradient.efficiency_figure(None, tmp_path / "g.png", title="") == []
+
+
+@pytest.mark.figures
+def test_a_test_marked_figures_draws_them(tmp_path):
+    assert _report_figures_drawn(tmp_path) == ["drawn"]
+
+
+@pytest.mark.slow
+def test_a_slow_test_draws_them(tmp_path):
+    assert _report_figures_drawn(tmp_path) == ["drawn"]
