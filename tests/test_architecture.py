@@ -31,7 +31,7 @@ LAYERS = {
                         "prereg_kit.chain.__init__", "prereg_kit.chain.gitinfo", "prereg_kit.stages.__init__", "prereg_kit.margin", "prereg_kit.progress", "prereg_kit.stats",
                         "prereg_kit.callables"]),
         ("plan", ["prereg_kit.plan"]),
-        ("records", ["prereg_kit.chain.entry", "prereg_kit.chain.integrity", "prereg_kit.chain.lock", "prereg_kit.chain.anchors", "prereg_kit.runlog", "prereg_kit.chain.timestamp", "prereg_kit.chain.seal", "prereg_kit.chain.gradient_seal",
+        ("records", ["prereg_kit.chain.entry", "prereg_kit.chain.chainfile", "prereg_kit.chain.sources", "prereg_kit.chain.integrity", "prereg_kit.chain.lock", "prereg_kit.chain.anchors", "prereg_kit.runlog", "prereg_kit.chain.timestamp", "prereg_kit.chain.seal", "prereg_kit.chain.gradient_seal",
                      "prereg_kit.chain.look_chain", "prereg_kit.study.__init__", "prereg_kit.study.audit", "prereg_kit.study.design", "prereg_kit.study.jobs", "prereg_kit.study.verify"]),
         ("analysis", ["prereg_kit.analysis", "prereg_kit.readings",
                       "prereg_kit.simulate.__init__", "prereg_kit.simulate.gradient", "prereg_kit.simulate.synth"]),

@@ -58,9 +58,15 @@ def test_every_paper_study_and_grid_is_in_the_registry():
 
 @pytest.mark.parametrize("plan", ALL_PLANS, ids=[p.parent.name for p in ALL_PLANS])
 def test_every_registry_plan_validates_and_locks(plan, tmp_path):
-    load_plan(plan)
+    """Each plan, copied and locked; a plan with [[sources]] after its sources, copied beside it and
+    locked first (the order `prereg lock` needs: a source is pinned by its lock)."""
+    sources = load_plan(plan).plan.sources
     d = tmp_path / plan.parent.name
     d.mkdir()
+    for s in sources:
+        (d / s.study).mkdir()
+        shutil.copyfile((plan.parent / s.study / "plan.toml"), d / s.study / "plan.toml")
+        lock_plan(d / s.study / "plan.toml")
     shutil.copyfile(plan, d / "plan.toml")
     assert lock_plan(d / "plan.toml").status == "locked"
     assert verify_study(d).exit_code == 0

@@ -92,6 +92,7 @@ class Analysis(Shown):
     synthetic: bool = False  # runs simulated by `prereg dry-run`: every title, table and figure says SYNTHETIC
     sequential: SequentialLook | None = None  # the look read, for a plan with [sequential]
     missing_runs: list[tuple[str, int]] = field(default_factory=list)  # planned main runs without a run log
+    sources: list[dict] = field(default_factory=list)  # the studies whose configurations it read, as pinned (analysis.sources)
 
 
 # ---------------------------------------------------------------------------------------- study
@@ -198,7 +199,8 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
             read_as = (eval_set, verifier, "accuracy" if metric == "relative_accuracy" else metric, tuple(c.levels))
             curves = curves_for(*read_as)[0]
             rp = c.reading_point
-            point = rp.at_budget(B)
+            # a span or a share of B needs one B: the contrast's arms' own, where they share one
+            point = rp.at_budget(rd.shared_budget(B, c.configuration_names()) if rp.kind in rd.ONE_B_KINDS else B)
             if c.minus_eval_set:  # the second difference on its own test set (S21's Welch form, §C.5.2)
                 second = curves_for(c.minus_eval_set, verifier, metric, tuple(c.levels))[0]
                 curves = pd.concat([curves[curves["configuration"].isin([c.treatment, c.control])],
@@ -218,7 +220,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
                    "levels": ",".join(map(str, c.levels))}
             if rp.kind in rd.TARGET_KINDS:  # Table 11: a share of the budget with a paired seed bootstrap
                 try:
-                    trow, ps = rd.target_statistics(curves, c.treatment, c.control, point, n_resamples=nres,
+                    trow, ps = rd.target_statistics(curves, arms, point, n_resamples=nres,
                                                     confidence=plan.statistics.confidence, seed=plan.statistics.seed)
                 except rd.ReadingError as e:
                     raise PreregError(f"contrast {c.id} ({label}): {e}") from None
@@ -305,6 +307,7 @@ def analyze_study(study_dir: str | Path, *, exploratory: bool = False, n_resampl
         per_seed=pd.concat(per_seed, ignore_index=True), hypotheses=read_hypotheses(plan, contrasts),
         configurations=configuration_summary(curves, st.iterations, B, **extra), exclusions=ex, curves=curves, notes=notes,
         checks=checks, check_seeds=check_seeds, extrapolations=extrapolations, sequential=seq, devices=device_summary(plan, run_devices(st.meta)),
+        sources=v.sources,
         missing_runs=[(str(r.configuration), int(r.seed)) for r in design_ex[design_ex["rule"] == "missing"].itertuples()],
         gradient=gradient_results(study_dir, plan, n_resamples=nres, exploratory=exploratory, chain=v.chain) if plan.gradient_tests else None,
         dynamics=rd.training_dynamics(st.iterations, (r := rd.read_at_tokens(curves, B))[r["reached"]]))

@@ -4,7 +4,8 @@ Dense-rewards paper §2.3, §C.1, App. D: before any reading, the lock chain, th
 seals and the run-timing audit are verified (``prereg_kit.study.verify``); the run logs are loaded
 (main stage) and the plan's design is enforced (``prereg_kit.study.design``): an unreadable run log, a
 planned run that is missing (unless the plan allows missing seeds) or an evaluation on other
-problems than the plan's is a violation, named run by run. :func:`admitted_curves` then applies
+problems than the plan's is a violation, named run by run; a plan's ``[[sources]]`` add their
+runs (``prereg_kit.analysis.sources``), held to the same design. :func:`admitted_curves` then applies
 the plan's admission rules to one set's curves. ``prereg analyze`` (``prereg_kit.analysis.analyze``) and
 the figures' :func:`study_curves` read through here, so both refuse the same studies.
 """
@@ -12,6 +13,7 @@ the figures' :func:`study_curves` read through here, so both refuse the same stu
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from ..runlog.memory import release_memory
 from ..study.design import eval_problem_violations, missing_runs
 from ..study.verify import verify_study
 from .looks import restrict_to_look
+from .sources import load_sources, merged, open_sources, run_folders, source_records
 
 HINT = "(use --exploratory to analyze anyway, with every result labelled exploratory)"
 
@@ -74,6 +77,7 @@ class VerifiedRuns:
     drift: dict = field(default_factory=dict)  # drift flags by (set, levels): read once per analysis
     look: int = 0  # the sequential look read (0: the plan has none)
     chain: Chain | None = None  # the lock chain as verified, read once (None: unreadable, --exploratory)
+    sources: list[dict] = field(default_factory=list)  # the studies [[sources]] read: identity, runs (analysis.sources)
 
     def rows_of(self, eval_sets: list[str]) -> pd.DataFrame:
         """The evaluation rows of ``eval_sets`` (a new frame when more than one)."""
@@ -87,12 +91,16 @@ def verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress:
     study_dir = plan_path.parent
     lock_lines, lock_summary, notes, chain = check_verified(study_dir, exploratory, tsa_ca)
     pf = load_plan(plan_path)
-    plan = pf.plan
     st = load_study(study_dir, progress=progress)
+    folders, studies = {}, []
+    if pf.plan.sources:  # other studies' configurations: added to the plan, their runs to this study's
+        plan, studies = open_sources(pf, chain, notes)
+        st = merged(st, load_sources(studies, [s.name for s in plan.evaluation.sets], progress=progress))
+        pf, folders = dataclasses.replace(pf, plan=plan), run_folders(study_dir, studies)
     release_memory()  # what loading freed (per-run tables), before the design check's working arrays
     pf, st, k = restrict_to_look(pf, st, look, notes)  # a sequential plan: only the look's seeds
     plan = pf.plan
-    design_ex = enforce_design(study_dir, plan, st, exploratory, notes)
+    design_ex = enforce_design(study_dir, plan, st, exploratory, notes, folders=folders)
     release_memory()
     for prob in st.problems:
         if prob.kind != "corrupt":
@@ -106,7 +114,8 @@ def verified_runs(study_dir: str | Path, *, exploratory: bool = False, progress:
     st = dataclasses.replace(st, evals=keep.iloc[:0].copy())  # the rows live on in their sets only (a view would keep them)
     sets = rd.SetRows(keep, consume=True)  # at hundreds of runs the rows are most of the memory
     release_memory()
-    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, design_ex, notes, sets, look=k, chain=chain)
+    return VerifiedRuns(plan_path, pf, lock_lines, lock_summary, st, design_ex, notes, sets, look=k, chain=chain,
+                        sources=source_records(studies, plan, st.meta))
 
 
 def admitted_curves(v: VerifiedRuns, eval_set: str, verifier: str, metric: str,
@@ -158,41 +167,51 @@ def study_curves(study_dir: str | Path, *, metric: str = "accuracy", eval_set: s
 
 
 
-def _run_of(path: str) -> tuple[str, int]:
+def _run_of(path: str, study_dir: Path, folders: dict[str, str]) -> tuple[str, int]:
     p = Path(path)
+    shown = Path(os.path.relpath(p.parent, study_dir)).as_posix()
+    name = next((c for c, f in folders.items() if f == shown), p.parent.name)  # a source's run: its name here
     try:
-        return p.parent.name, int(p.name.removeprefix("seed-"))
+        return name, int(p.name.removeprefix("seed-"))
     except ValueError:
-        return p.parent.name, -1
+        return name, -1
 
 
-def enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: bool, notes: list[str]) -> pd.DataFrame:
+def enforce_design(study_dir: Path, plan: Plan, st: StudyRuns, exploratory: bool, notes: list[str],
+                   folders: dict[str, str] | None = None) -> pd.DataFrame:
     """Exactly the runs and evaluation problems the plan names (``prereg_kit.study.design``).
 
     Violations, in the order of their cause: run logs that cannot be read, planned runs that are
     missing, evaluations on other problems. Refused unless ``exploratory``; a missing run the
     plan allows (``admission.allow_missing_seeds``) and, when exploratory, every run left out are
-    returned as exclusions (configuration, seed, eval_index, rule, reason)."""
+    returned as exclusions (configuration, seed, eval_index, rule, reason). ``folders``: the run
+    folders of the configurations taken from other studies (``analysis.sources.run_folders``)."""
+    folders = folders or {}
     rows, violations = [], []
     unreadable = {}
+
+    def folder(c: str, s: int) -> str:
+        return f"{folders.get(c, f'runs/{c}')}/seed-{s}"
+
     for prob in st.problems:
         if prob.kind == "corrupt":
-            unreadable[_run_of(prob.path)] = prob
-            violations.append(f"{Path(prob.path).relative_to(study_dir).as_posix()}: unreadable run log: "
+            key = _run_of(prob.path, study_dir, folders)
+            unreadable[key] = prob
+            violations.append(f"{Path(os.path.relpath(prob.path, study_dir)).as_posix()}: unreadable run log: "
                               f"{prob.message.removeprefix('run left out: ')}")
-            rows.append((*_run_of(prob.path), pd.NA, "unreadable", prob.message.removeprefix("run left out: ")))
+            rows.append((*key, pd.NA, "unreadable", prob.message.removeprefix("run left out: ")))
     main = st.meta[st.meta["stage"] == "main"]
     present = set(zip(main["configuration"], main["seed"].astype(int))) | set(unreadable)
     for c, s in missing_runs(plan, present):
         if plan.admission.allow_missing_seeds:
             rows.append((c, s, pd.NA, "missing", "no run log (the plan's admission rules allow missing seeds)"))
         else:
-            violations.append(f"runs/{c}/seed-{s}: a planned run is missing (the plan names seeds "
+            violations.append(f"{folder(c, s)}: a planned run is missing (the plan names seeds "
                               f"{', '.join(map(str, plan.seeds_for('main', c)))} of configuration {c!r})")
             rows.append((c, s, pd.NA, "missing", "no run log"))
     keep = st.evals if len(main) == len(st.meta) else st.evals.merge(main[["configuration", "seed"]], on=["configuration", "seed"])
     for c, s, what in eval_problem_violations(keep, plan):
-        violations.append(f"runs/{c}/seed-{s}: {what}")
+        violations.append(f"{folder(c, s)}: {what}")
         rows.append((c, s, pd.NA, "evaluation_problems", what))
     if violations and not exploratory:
         raise ViolationError(*[f"design check failed: {v}" for v in violations], HINT)

@@ -9,6 +9,8 @@ runs, later edits were dated amendments, and the timing was audited. ``plan.lock
 - ``content``: the parsed plan itself, so later diffs can name the keys that changed;
 - ``time`` (UTC), ``tool_version``, ``git`` (commit; whether the plan was committed and clean);
 - for amendments, ``reason`` and ``changes`` (key, old → new);
+- for a plan with ``[[sources]]``, ``sources``: each source study's lock and last plan entry as it
+  is pinned (:mod:`prereg_kit.chain.sources`);
 - ``prev``: the previous entry's ``hash``; ``hash``: sha256 of the entry's canonical JSON
   without ``hash``. Changing any earlier entry breaks the chain.
 
@@ -21,8 +23,8 @@ entry: a writer waits for it with retries, saying so in the log, for up to 10 mi
 (``PREREG_CHAIN_LOCK_TIMEOUT_S``), and the file is replaced whole (temp file, fsync, rename) or not
 at all, even on a full disk.
 
-The file itself is written in one canonical JSON form, so any hand edit, even of white space,
-is detected. Someone who rewrites the whole chain consistently is not detected by the file alone:
+The file itself is written in one canonical JSON form (:mod:`prereg_kit.chain.chainfile`, which
+also reads it back), so any hand edit, even of white space, is detected. Someone who rewrites the whole chain consistently is not detected by the file alone:
 the git commit recorded in each entry (:func:`check_git_anchors`: the commit must exist no later
 than the entry and hold the plan it hashed), git's history of ``plan.lock`` and the head a reader
 holds (:mod:`prereg_kit.chain.anchors`) and external timestamps (:mod:`prereg_kit.chain.timestamp`) are the
@@ -33,7 +35,6 @@ stamped as they are written, ``plan.lock`` committed after each.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -48,11 +49,12 @@ from ..errors import LockError, PreregError, ViolationError, writing
 from ..plan import PlanFile, load_plan, read_toml, resolve_plan_path
 from ..plan.canonical import canonical_json, content_hash, normalized, sha256_hex
 from ..plan.diff import changed_keys, describe
-from .entry import KINDS, PLAN_KINDS, format_time, parse_time
+from .chainfile import FORMAT, Chain, entry_hash, lock_path, read_chain, serialize
+from .entry import format_time, parse_time
 from .gitinfo import blob_sha256, commit_time, git_status, in_work_tree
 from .integrity import Stamper, prepare
+from .sources import pin_sources
 
-FORMAT = "prereg-lock/1"
 GUARD_PREFIX = "."  # .plan.lock.guard beside plan.lock: the OS lock held while the chain is appended to
 GUARD_TIMEOUT_S = 600.0  # how long an append waits in all for other processes' appends before it gives up
 GUARD_TIMEOUT_ENV = "PREREG_CHAIN_LOCK_TIMEOUT_S"  # sets that bound (a test sets a short one)
@@ -61,106 +63,9 @@ _FIRST_TRY_S, _LONGEST_TRY_S = 0.25, 30.0  # each try waits twice as long as the
 log = logging.getLogger(__name__)
 
 
-def lock_path(plan_path: str | Path) -> Path:
-    """``plan.toml`` → ``plan.lock`` beside it."""
-    return resolve_plan_path(plan_path).with_suffix(".lock")
-
-
 def utc_now() -> datetime:
     """The clock every chain entry takes its time from (UTC)."""
     return datetime.now(timezone.utc)
-
-
-def serialize(doc: dict[str, Any]) -> str:
-    """The one canonical text of a lock file."""
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def entry_hash(entry: dict[str, Any]) -> str:
-    return content_hash({k: v for k, v in entry.items() if k != "hash"})
-
-
-@dataclass(frozen=True)
-class Chain:
-    """A verified lock chain: plan entries (lock, amendments) and run seals, in order."""
-
-    path: Path
-    entries: list[dict[str, Any]]
-
-    @property
-    def plan_entries(self) -> list[dict[str, Any]]:
-        return [e for e in self.entries if e["kind"] in PLAN_KINDS]
-
-    @property
-    def seals(self) -> list[dict[str, Any]]:
-        return [e for e in self.entries if e["kind"] == "seal"]
-
-    @property
-    def gradient_seals(self) -> list[dict[str, Any]]:
-        return [e for e in self.entries if e["kind"] == "gradient"]
-
-    @property
-    def last(self) -> dict[str, Any]:
-        """The last plan entry (lock or amendment): the plan as it stands locked."""
-        return self.plan_entries[-1]
-
-    @property
-    def head(self) -> dict[str, Any]:
-        """The last entry of any kind: what an external timestamp of the chain covers."""
-        return self.entries[-1]
-
-    @property
-    def locked_at(self) -> datetime:
-        return parse_time(self.entries[0]["time"])
-
-    def time(self, i: int) -> datetime:
-        return parse_time(self.entries[i]["time"])
-
-
-def read_chain(plan_path: str | Path) -> Chain:
-    """Read ``plan.lock`` and check that it is canonical and its hash chain intact.
-
-    Missing lock: :class:`LockError` (exit 2). A lock that was edited: :class:`ViolationError`.
-    """
-    lp = lock_path(plan_path)
-    try:
-        text = lp.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LockError(f"{lp}: no lock file: the plan is not locked (run `prereg lock {resolve_plan_path(plan_path)}`)") from None
-    except UnicodeDecodeError:
-        raise ViolationError(f"{lp}: not UTF-8 text: the lock file was edited or damaged") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ViolationError(f"{lp}:{e.lineno}: not valid JSON ({e.msg}): the lock file was edited or damaged") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), list) or not doc["entries"]:
-        raise ViolationError(f"{lp}: not a {FORMAT} lock file with entries: it was edited or damaged")
-    if serialize(doc) != text:
-        raise ViolationError(f"{lp}: the file differs from its canonical form: it was edited by hand")
-    entries = doc["entries"]
-    prev = None
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict) or e.get("index") != i:
-            raise ViolationError(f"{lp}: entry {i}: malformed or out of order: the chain is broken")
-        if e.get("prev") != prev:
-            raise ViolationError(f"{lp}: entry {i}: does not chain to entry {i - 1}: an earlier entry was changed")
-        if e.get("hash") != entry_hash(e):
-            raise ViolationError(f"{lp}: entry {i}: its hash does not match its content: the entry was edited")
-        kind = e.get("kind")
-        if kind not in KINDS or (kind == "lock") != (i == 0):
-            raise ViolationError(f"{lp}: entry {i}: kind {kind!r} out of place (the chain starts with one lock, "
-                                 "then amendments and seals): the chain was edited")
-        if kind in PLAN_KINDS and content_hash(e.get("content")) != e.get("content_sha256"):
-            raise ViolationError(f"{lp}: entry {i}: content does not match content_sha256: the entry was edited")
-        try:
-            t = parse_time(e["time"])
-        except (KeyError, TypeError, ValueError):
-            raise ViolationError(f"{lp}: entry {i}: no valid time: the entry was edited") from None
-        if i and t < parse_time(entries[i - 1]["time"]):
-            raise ViolationError(f"{lp}: entry {i}: dated {e['time']}, before entry {i - 1} "
-                                 f"({entries[i - 1]['time']}): times in the chain never go back")
-        prev = e["hash"]
-    return Chain(lp, entries)
 
 
 def _finish_entry(fields: dict[str, Any], head: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
@@ -171,7 +76,10 @@ def _finish_entry(fields: dict[str, Any], head: dict[str, Any] | None, now: date
     return entry
 
 
-def _plan_fields(pf: PlanFile, *, kind: str, reason: str = "", changes: list | None = None) -> dict[str, Any]:
+def _plan_fields(pf: PlanFile, *, kind: str, reason: str = "", changes: list | None = None,
+                 sources: list | None = None) -> dict[str, Any]:
+    """A plan entry's fields; ``sources``: the identities of the studies the plan takes configurations
+    from, pinned as they are locked now (:func:`prereg_kit.chain.sources.pin_sources`)."""
     fields: dict[str, Any] = {
         "kind": kind,
         "plan": pf.path.name,
@@ -181,6 +89,8 @@ def _plan_fields(pf: PlanFile, *, kind: str, reason: str = "", changes: list | N
         "tool_version": __version__,
         "git": git_status(pf.path),
     }
+    if pf.plan.sources:
+        fields["sources"] = sources if sources is not None else pin_sources(pf)
     if kind == "amendment":
         fields["reason"] = reason
         fields["changes"] = changes or []
@@ -353,10 +263,14 @@ def amend_plan(plan_path: str | Path, reason: str, *, check: PlanFileCheck | Non
 
     def make(chain: Chain) -> list[dict[str, Any]]:
         last = chain.last
-        if pf.raw_sha256 == last["raw_sha256"]:
+        pinned = pin_sources(pf) if pf.plan.sources else None
+        old = {r.get("name"): r.get("entry_hash") for r in last.get("sources") or []}
+        repinned = [{"key": f"sources.{r['name']} (its plan entry)", **({"old": old[r["name"]]} if r["name"] in old else {}),
+                     "new": r["entry_hash"]} for r in pinned or [] if old.get(r["name"]) != r["entry_hash"]]
+        if pf.raw_sha256 == last["raw_sha256"] and not repinned:  # a source locked or amended again: pinned anew
             raise ViolationError(f"{pf.path}: unchanged since entry {last['index']} ({last['time']}): nothing to amend")
-        changes = changed_keys(last["content"], normalized(pf.data))
-        return [_plan_fields(pf, kind="amendment", reason=reason.strip(), changes=changes)]
+        changes = changed_keys(last["content"], normalized(pf.data)) + repinned
+        return [_plan_fields(pf, kind="amendment", reason=reason.strip(), changes=changes, sources=pinned)]
 
     entry = append_entries(pf.path, make, what="the amendment", stamper=stamper)[0]
     return LockResult("amended", entry, lock_path(pf.path))

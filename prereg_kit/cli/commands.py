@@ -112,6 +112,9 @@ def lock(plan: Annotated[Path, typer.Argument(help="plan.toml or its study folde
         where = f"git {git['commit'][:12] if git['commit'] else '(no commit yet)'}, plan {state}" if git else "not in a git work tree"
         out.print(escape(f"locked {plan} at {e['time']} → {res.path}"))
         out.print(f"  content {e['content_sha256'][:23]}…  raw {e['raw_sha256'][:23]}…  ({where})")
+    for r in e.get("sources") or []:  # [[sources]]: each study read, as its lock was pinned
+        out.print(escape(f"  source {r['name']} ({r['study']}): study {r['study_id']}, lock {r['lock'][:23]}…, "
+                         f"plan entry {r['entry']} pinned"))
     _print_runs(plan)
     _stamp_head(plan, timestamp, tsa_ca)
 

@@ -71,6 +71,7 @@ def verify_record(rep, notes: list[str]) -> dict:
         "devices": {} if audit is None or not audit.devices else plain(dict(audit.devices.counts)),
         "sealed_runs": [] if rep.seals is None else sorted(rep.seals.sealed),
         "anchors": rep.anchors,  # head (index, kind, time, hash), shared_head (--head), git coverage
+        **({"sources": [s.record() for s in rep.sources]} if rep.sources else {}),  # [[sources]] verified, as pinned
     }
 
 

@@ -13,7 +13,8 @@ number of seeds, and names that become folder names (``runs/<configuration>/seed
 
 Modules: :mod:`.fields` (values: tokens, multiples of B, seeds, names, reading points, limits),
 :mod:`.schema` (the tables as models, cross-checks), :mod:`.integrity` (the ``[integrity]`` table: the lock
-chain's outside anchors), :mod:`.load` (reading and validating a file).
+chain's outside anchors), :mod:`.sources` (the ``[[sources]]`` table: configurations of other studies),
+:mod:`.load` (reading and validating a file).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from .schema import (
     Study,
     merge_tables,
 )
+from .sources import SOURCE_SEP, Source, source_problems, sourced_names, split_source_name
 
 __all__ = [
     "ANCHORS", "declared_integrity", "Integrity", "Admission", "Budget", "Condition", "GradientTest", "Reference", "Check", "check_name", "COLLAPSE_K", "Configuration", "Contrast", "cross_check",
@@ -83,5 +85,6 @@ __all__ = [
     "MAX_PLAN_BYTES", "MAX_SEEDS", "merge_tables", "METRICS_HELP", "Multiple", "Name", "NAME_RULE", "parse_multiple",
     "parse_reading_point", "parse_tokens", "parse_toml", "Plan", "PLAN_FILE", "PlanFile", "PointKind",
     "read_toml", "ReadingPoint", "resolve_plan_path", "Seeds", "SPAN_POINTS", "StageSpec", "Statistics", "Study",
-    "TARGET_POINTS", "Tokens", "validate_plan",
+    "TARGET_POINTS", "Tokens", "validate_plan", "SOURCE_SEP", "Source", "source_problems", "sourced_names",
+    "split_source_name",
 ]

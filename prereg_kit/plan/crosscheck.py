@@ -12,6 +12,7 @@ from .gradient import gradient_problems
 from .robust import robust_problems
 from .schema import Contrast, EvalSet, Plan
 from .sequential import sequential_problems
+from .sources import source_problems, sourced_names
 
 
 def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
@@ -21,7 +22,8 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
     thousands of contrasts).
     """
     errs: list[tuple[tuple, str]] = []
-    configs = set(plan.configurations)
+    own = plan.configurations  # run lengths and seeds are known here for these; a source's are checked once it is opened
+    configs = set(own) | set(sourced_names(plan))
     have = _cut(", ".join(sorted(configs)), 200)
     contrast_ids = [c.id for c in plan.contrasts]
     by_id: dict[str, Contrast] = {}
@@ -121,7 +123,7 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         errs += _reading_checks(c, where, rp, metric, sets_by_name.get(c.eval_set or ev.primary))
         if metric in DERIVED_METRICS and rp.kind != "tokens":
             errs.append((where + ("at",), f"metric {metric} is read at token reading points only (\"B\" or \"kB\"), not {c.at!r}"))
-        if metric == "relative_accuracy" and ev.reference in configs and rp.kind == "tokens" \
+        if metric == "relative_accuracy" and ev.reference in own and rp.kind == "tokens" \
                 and run_length(ev.reference) < rp.multiple:
             errs.append((where + ("at",), f"read at {rp} but the reference {ev.reference!r} trains only to {run_length(ev.reference):g}B"))
         if c.design == "welch" and not c.minus_treatment and rp.kind != "tokens":
@@ -129,10 +131,11 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
                                           f"(\"B\" or \"kB\"), not {c.at!r}: {rp.kind} readings pair runs by seed"))
         if rp.kind in ("tokens", EXTRAPOLATED) + SPAN_POINTS + TARGET_POINTS and len(errs) == n_before:  # no other problem here
             for name in c.configuration_names():
-                if name in configs and run_length(name) < rp.multiple:
+                if name in own and run_length(name) < rp.multiple:
                     errs.append((where + ("at",), f"read at {rp} but {name!r} trains only to {run_length(name):g}B"))
 
     errs += _check_problems(plan, configs, have, first_contrast, run_length)
+    errs += source_problems(plan)
 
     first_hypothesis = first_seen([h.id for h in plan.hypotheses])
     for hi, h in enumerate(plan.hypotheses):
@@ -148,8 +151,9 @@ def cross_check(plan: Plan) -> list[tuple[tuple, str]]:
         if first_stage[s.name] != si:
             errs.append((("stages", si, "name"), f"duplicate stage {s.name!r}"))
         for name in s.configurations or []:
-            if name not in configs:
-                errs.append((("stages", si, "configurations"), f"unknown configuration {_short(name)}"))
+            if name not in own:
+                errs.append((("stages", si, "configurations"), f"unknown configuration {_short(name)}"
+                             + (" (a source's configuration runs in its own study)" if name in configs else "")))
     if "main" not in stage_names:
         errs.append((("stages",), "the stages must include 'main'"))
     errs += gradient_problems(plan)
@@ -167,6 +171,9 @@ def _reading_checks(c: Contrast, where: tuple, rp: ReadingPoint, metric: str, es
         # Table 11 is exploratory: a share with a bootstrap interval, no test p to Holm-adjust
         if c.tier == "primary":
             errs.append((where + ("tier",), f"a {rp.kind} reading has a bootstrap interval but no test p: it cannot be primary"))
+        if c.design not in ("paired", "pooled"):
+            errs.append((where + ("design",), f"a {rp.kind} reading is paired by seed, or pooled over (pair, seed) units; "
+                                              f"not design {c.design!r}"))
         if c.kind != "superiority":
             errs.append((where + ("kind",), f"a {rp.kind} reading is a share of the budget read against 1 (no saving); "
                          f"it takes no kind {c.kind!r}"))

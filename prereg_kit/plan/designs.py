@@ -95,7 +95,13 @@ def extrapolation_problems(plan: Plan, c: Contrast, where: tuple) -> list[tuple[
 def seed_subset_problems(plan: Plan, c: Contrast, where: tuple) -> list[tuple[tuple, str]]:
     """A contrast's ``seeds`` must be run by each of its configurations (welch: by either arm)."""
     want = set(c.seeds or [])
+    if any(n not in plan.configurations for n in c.configuration_names()):
+        return []  # a source's seeds are known once it is opened (prereg_kit.chain.sources checks the plan again)
     runs = {n: set(plan.configuration_seeds(n)) for n in c.configuration_names()}
+    if c.design == "pooled":  # each pair on its own seeds: a seed some pair runs
+        if missing := sorted(want - set(plan.contrast_seeds(c.model_copy(update={"seeds": None})))):
+            return [(where + ("seeds",), f"seed(s) {seed_text(missing)} are run by no pair of the pooled contrast")]
+        return []
     if c.design == "welch":
         arms = [set().union(*(runs[n] for n in p)) for p in c.arm_pairs()] if c.minus_treatment else \
             [runs[c.treatment], runs[c.control]]
@@ -152,7 +158,7 @@ def check_problems(plan: Plan, configs: set[str], have: str, contrast_ids: dict[
                 errs.append((where + ("expect",), "expect = \"closer_to_target\" needs a control or a baseline column to be closer than"))
         elif k.target is not None:
             errs.append((where + ("target",), f"a target is read only with expect = \"closer_to_target\" (have {k.expect!r})"))
-        names = [n for n in (k.configuration, k.control) if n is not None and n in configs]
+        names = [n for n in (k.configuration, k.control) if n is not None and n in plan.configurations]
         for n in names:
             if run_length(n) < k.reading_point.multiple:
                 errs.append((where + ("at",), f"read at {k.reading_point} but {n!r} trains only to {run_length(n):g}B"))

@@ -28,6 +28,7 @@ from .fields import (
 from .gradient import GradientTest
 from .integrity import Integrity
 from .sequential import Sequential
+from .sources import Source
 
 # --------------------------------------------------------------------------- schema
 
@@ -403,7 +404,7 @@ class Plan(_Model):
     study: Study
     hypotheses: list[Hypothesis] = []
     recipe: dict[str, Any] = {}
-    configurations: dict[Name, Configuration] = Field(min_length=1)  # names become run folders
+    configurations: dict[Name, Configuration] = {}  # names become run folders; none when [[sources]] give them all
     budget: Budget
     evaluation: Evaluation
     contrasts: list[Contrast] = Field(min_length=1)
@@ -415,6 +416,7 @@ class Plan(_Model):
     gradient_tests: list[GradientTest] = []  # plan/gradient.py, docs/gradient-tests.md
     sequential: Sequential | None = None  # interim looks (plan/sequential.py, docs/plan-format.md)
     integrity: Integrity = Integrity()  # the chain's outside anchors (plan/integrity.py, docs/locking.md)
+    sources: list[Source] = []  # configurations of other locked studies (plan/sources.py, docs/plan-format.md)
 
     # ---- lookups used by run and analyze
     def contrast(self, cid: str) -> Contrast:
@@ -464,9 +466,14 @@ class Plan(_Model):
 
     def contrast_seeds(self, c: Contrast) -> list[int]:
         """The seeds a contrast reads: its ``seeds`` (else every seed) among the seeds that all
-        its configurations run; for ``welch`` the seeds either arm runs."""
-        names = c.configuration_names()
-        sets = [set(self.configuration_seeds(n)) for n in names if n in self.configurations]
+        its configurations run; for ``welch`` the seeds either arm runs; for ``pooled`` the seeds
+        both configurations of some pair run (pairs from several studies run different seeds)."""
+        def runs(n: str) -> set[int]:
+            return set(self.configuration_seeds(n)) if n in self.configurations else set()
+        if c.design == "pooled":
+            common = set().union(*(runs(t) & runs(k) for t, k in c.arm_pairs()))
+            return sorted(common if c.seeds is None else common & set(c.seeds))
+        sets = [runs(n) for n in c.configuration_names() if n in self.configurations]
         common = (set().union(*sets) if c.design == "welch" else set.intersection(*sets)) if sets else set()
         return sorted(common if c.seeds is None else common & set(c.seeds))
 

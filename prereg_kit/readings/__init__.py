@@ -75,9 +75,12 @@ from .points import (
     read_at_updates,
     read_point,
     read_span,
+    shared_budget,
     span_positions,
 )
 from .spans import TARGET_KINDS, first_crossing, share_to_target, target_curves, target_statistics, to_target
+
+ONE_B_KINDS = SPAN_KINDS + TARGET_KINDS  # readings that need one token budget B for both arms
 
 __all__ = [
     "accuracy_curve", "AdmissionResult", "budget_target", "Budgets", "admit_min_iteration", "admit_status", "apply_admission",
@@ -87,5 +90,5 @@ __all__ = [
     "read_at_time", "read_at_tokens", "read_at_updates", "READ_COLUMNS", "read_point", "ReadingError",
     "ReadingPoint", "relative_accuracy_curves", "RUN", "VERIFIERS", "select_levels", "SetRows", "first_crossing", "read_span",
     "share_to_target", "span_positions", "SPAN_KINDS", "target_curves", "TARGET_KINDS", "target_statistics", "to_target", "DYNAMICS", "training_dynamics",
-    "needed_columns", "refuse_unlogged", "runs_without",
+    "needed_columns", "refuse_unlogged", "runs_without", "shared_budget", "ONE_B_KINDS",
 ]

@@ -54,6 +54,17 @@ def budget_target(budget: Budgets, configuration: str) -> tuple[str, float]:
     return "tokens", float(budget)
 
 
+def shared_budget(budget: Budgets, names: list[str]) -> Budgets:
+    """B as one token count when the configurations ``names`` all have the same token budget, though
+    others of the plan have budgets of their own (a plan pooling several models, each pair on its
+    model's B); else ``budget`` as it is. A reading that needs one B for both arms (a span, a share
+    of B to a target) can then read those configurations."""
+    if not isinstance(budget, Mapping) or any(n not in budget for n in names):
+        return budget
+    values = {budget[n] for n in names}
+    return float(next(iter(values))[1]) if len(values) == 1 and next(iter(values))[0] == "tokens" else budget
+
+
 def one_token_budget(point: ReadingPoint) -> float:
     """k·B in tokens for a reading that needs one budget for both arms (a span of evaluations, a
     share of B to a target); configurations with budgets of their own cannot be read so."""

@@ -22,6 +22,9 @@ Evaluations run every B/16 (dense-rewards paper §C.1); evaluation 0 is the mode
   on the training-time axis"; the share is of the control's mean training time at B). Linear
   interpolation between the two evaluations around the first crossing; a curve that starts at or
   above the target crosses at its first evaluation. Not reached = ``inf`` ("n.r." in reports).
+  A *pooled* contrast reads the same over (pair, seed) units instead of seeds: the mean curves
+  are over every unit of every pair (Table 11's rows of 54 and 60 seeds pool one pair over the
+  seeds of several studies), and a resample draws units, each with its two configurations.
 """
 
 from __future__ import annotations
@@ -71,30 +74,35 @@ class TargetCurves:
     axis: np.ndarray
     target_acc: np.ndarray
     target_axis: np.ndarray
+    units: np.ndarray | None = None  # a pooled reading: each row's pair ("treatment − control")
 
 
-def target_curves(curves: pd.DataFrame, treatment: str, control: str, point: ReadingPoint) -> TargetCurves:
-    """Collect :class:`TargetCurves` for seeds present in both configurations; a control run
-    without an evaluation at ``point.tokens`` raises :class:`ReadingError` naming it."""
+def target_curves(curves: pd.DataFrame, treatment: str, control: str, point: ReadingPoint, *,
+                  pairs: list[tuple[str, str]] | None = None) -> TargetCurves:
+    """Collect :class:`TargetCurves` for seeds present in both configurations (``pairs``: one row
+    per (pair, seed) of every pair, a pooled reading); a control run without an evaluation at
+    ``point.tokens`` raises :class:`ReadingError` naming it. Every row is cut to the evaluations
+    every row has."""
     col = "train_seconds" if point.kind == "time_to_target" else "tokens"
     one_token_budget(point)  # both arms on one token budget B
-    t, c = _runs(curves, treatment), _runs(curves, control)
-    seeds = sorted({k[1] for k in t} & {k[1] for k in c})
-    if not seeds:
-        raise ReadingError(f"{treatment!r} and {control!r} share no seed")
-    n = min(len(t[(treatment, s)]) for s in seeds)
-    acc = np.vstack([t[(treatment, s)]["accuracy"].to_numpy(dtype="float64")[:n] for s in seeds])
-    axis = np.vstack([t[(treatment, s)][col].to_numpy(dtype="float64")[:n] for s in seeds])
-    tacc, tax = [], []
-    for s in seeds:
-        rc = c[(control, s)]
-        pos = _first_at_or_after(rc, point.tokens)
-        if pos is None:
-            raise ReadingError(f"configuration {control!r} seed {s}: no evaluation at or after {point.tokens:,.0f} tokens "
-                               "(the target is its accuracy there)")
-        tacc.append(float(rc["accuracy"].iloc[pos]))
-        tax.append(float(rc[col].iloc[pos]))
-    return TargetCurves(np.array(seeds), acc, axis, np.array(tacc), np.array(tax))
+    rows = []
+    for tr, ct in pairs or [(treatment, control)]:
+        t, c = _runs(curves, tr), _runs(curves, ct)
+        seeds = sorted({k[1] for k in t} & {k[1] for k in c})
+        if not seeds:
+            raise ReadingError(f"{tr!r} and {ct!r} share no seed")
+        for s in seeds:
+            rc = c[(ct, s)]
+            pos = _first_at_or_after(rc, point.tokens)
+            if pos is None:
+                raise ReadingError(f"configuration {ct!r} seed {s}: no evaluation at or after {point.tokens:,.0f} tokens "
+                                   "(the target is its accuracy there)")
+            rows.append((f"{tr} − {ct}", s, t[(tr, s)], float(rc["accuracy"].iloc[pos]), float(rc[col].iloc[pos])))
+    n = min(len(r[2]) for r in rows)
+    acc = np.vstack([r[2]["accuracy"].to_numpy(dtype="float64")[:n] for r in rows])
+    axis = np.vstack([r[2][col].to_numpy(dtype="float64")[:n] for r in rows])
+    return TargetCurves(np.array([r[1] for r in rows]), acc, axis, np.array([r[3] for r in rows]),
+                        np.array([r[4] for r in rows]), np.array([r[0] for r in rows]) if pairs else None)
 
 
 def share_to_target(tc: TargetCurves, point: ReadingPoint, idx: np.ndarray | None = None) -> tuple[float, float]:
@@ -109,8 +117,10 @@ def share_to_target(tc: TargetCurves, point: ReadingPoint, idx: np.ndarray | Non
 
 
 def to_target(curves: pd.DataFrame, treatment: str, control: str, point: ReadingPoint, *,
-              n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0) -> dict:
-    """The to-target reading of ``treatment`` against ``control`` with its paired seed bootstrap.
+              n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0,
+              pairs: list[tuple[str, str]] | None = None) -> dict:
+    """The to-target reading of ``treatment`` against ``control`` with its paired seed bootstrap
+    (``pairs``: pooled over the (pair, seed) units of every pair; ``units`` names each one's pair).
 
     Returns ``n`` (seeds), ``target``, ``share`` (inf = not reached), ``ci_low``/``ci_high``
     (percentiles of ``n_resamples`` resamples of seeds, each seed's two configurations kept
@@ -118,7 +128,7 @@ def to_target(curves: pd.DataFrame, treatment: str, control: str, point: Reading
     of resamples at or above 1, i.e. without a saving, incl. not reached), ``per_seed`` (each seed's
     own crossing of the full-sample target, as a share; inf = not reached).
     """
-    tc = target_curves(curves, treatment, control, point)
+    tc = target_curves(curves, treatment, control, point, pairs=pairs)
     share, target = share_to_target(tc, point)
     rng = np.random.default_rng(seed)
     n = len(tc.seeds)
@@ -132,10 +142,10 @@ def to_target(curves: pd.DataFrame, treatment: str, control: str, point: Reading
         per_seed.append(x / (point.tokens if point.kind == "to_target" else float(tc.target_axis.mean())))
     return {"n": n, "target": target, "share": share, "ci_low": lo, "ci_high": hi,
             "p_no_saving": float(np.mean(boots >= 1)), "seeds": tc.seeds.tolist(), "per_seed": per_seed,
-            "control_at": tc.target_acc.tolist()}
+            "control_at": tc.target_acc.tolist(), "units": [] if tc.units is None else tc.units.tolist()}
 
 
-def target_statistics(curves: pd.DataFrame, treatment: str, control: str, point: ReadingPoint, *,
+def target_statistics(curves: pd.DataFrame, pairs: list[tuple[str, str]], point: ReadingPoint, *,
                       n_resamples: int, confidence: float, seed: int) -> tuple[dict, pd.DataFrame]:
     """A contrast row for a to-target reading (the columns of ``prereg analyze``'s contrasts; the
     paired-t, TOST and non-inferiority columns are NaN: Table 11 reports a share with a bootstrap
@@ -143,9 +153,11 @@ def target_statistics(curves: pd.DataFrame, treatment: str, control: str, point:
 
     ``mean`` is the share of the budget (or of the control's training time) at the crossing, inf
     when the mean curve never reaches the target; the reading is ``gain`` (a saving) when the
-    interval's upper end is below 1, else ``inconclusive``.
+    interval's upper end is below 1, else ``inconclusive``. ``pairs``: the contrast's one pair, or
+    a pooled contrast's pairs (its per-seed rows then name each unit's pair).
     """
-    r = to_target(curves, treatment, control, point, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    r = to_target(curves, *pairs[0], point, n_resamples=n_resamples, confidence=confidence, seed=seed,
+                  pairs=pairs if len(pairs) > 1 else None)
     nan = float("nan")
     row = {k: nan for k in ("sd", "se", "dz", "t", "df", "p", "margin_low", "margin_high", "tost_p", "tost_ci_low",
                             "tost_ci_high", "ni_p", "ni_lower", "crossed_mean", "crossed_ci_low", "crossed_ci_high",
@@ -161,5 +173,6 @@ def target_statistics(curves: pd.DataFrame, treatment: str, control: str, point:
                               f"{'the budget' if point.kind == 'to_target' else 'the control’s training time'} to reach "
                               f"{r['target']:.3f}; " + ("upper end < 1: a saving" if shown else "the interval reaches 1 or n.r.")))
     per_seed = pd.DataFrame({"seed": r["seeds"], "treatment_value": [x if np.isfinite(x) else nan for x in r["per_seed"]],
-                             "control_value": r["control_at"], "difference": nan, "read_at": r["target"]})
+                             "control_value": r["control_at"], "difference": nan, "read_at": r["target"],
+                             "unit": r["units"] or ""})
     return row, per_seed

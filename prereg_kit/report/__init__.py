@@ -299,6 +299,7 @@ def results_record(a: Analysis) -> dict:
         "exploratory": a.exploratory,
         **({"missing_runs": [{"configuration": c, "seed": s} for c, s in a.missing_runs]} if a.missing_runs else {}),
         **({"synthetic": True} if a.synthetic else {}),  # simulated by `prereg dry-run`; absent on real reports
+        **({"sources": a.sources} if a.sources else {}),  # [[sources]]: each study read, its lock, its runs
         "contrasts": json_lists(_records(a.contrasts)),  # verdict_changes_under as a list
         "per_seed": _records(a.per_seed),
         "hypotheses": _records(a.hypotheses),
@@ -412,6 +413,8 @@ def render_markdown(a: Analysis) -> str:
     out += [f"- {line}" for line in a.lock_lines] if not a.synthetic else [
         "- lock and seals: written by `prereg dry-run` over a copy of the plan, for its synthetic runs; they "
         "preregister nothing and check nothing a real study would"]
+    out += [f"- runs of {', '.join(r['configurations'])} from study {r['study_id']} ({r['folder']}), lock {r['lock'][:19]}…, "
+            f"plan entry {r['entry']}" for r in a.sources]
     out += ["", "## Exclusions and admission", ""]
     if len(a.exclusions):
         out += ["| configuration | seed | what | reason |", "|---|---|---|---|"]

@@ -43,8 +43,10 @@ def _progress_wanted(progress: bool | None, n: int) -> bool:
     return n >= 8 and sys.stderr.isatty()
 
 
-def load_study(study_dir: str | Path, *, progress: bool | None = None, strict: bool = False) -> StudyRuns:
-    """Load every run under ``<study_dir>/runs``.
+def load_study(study_dir: str | Path, *, progress: bool | None = None, strict: bool = False,
+               configurations: list[str] | None = None) -> StudyRuns:
+    """Load every run under ``<study_dir>/runs`` (``configurations``: only theirs, e.g. the ones a
+    plan takes from this study as a source).
 
     A run whose files cannot be read (corrupt line, bad field, bad metadata) is left out and
     reported as a ``corrupt`` problem; with ``strict=True`` the first problem of kind torn,
@@ -52,6 +54,8 @@ def load_study(study_dir: str | Path, *, progress: bool | None = None, strict: b
     bar; ``None`` shows it for 8+ runs when stderr is a terminal.
     """
     folders = find_runs(study_dir)
+    if configurations is not None:
+        folders = [f for f in folders if f.parent.name in set(configurations)]
     return _load(study_dir, folders, progress=progress, strict=strict, columnar=True)
 
 

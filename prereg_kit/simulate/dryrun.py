@@ -6,10 +6,20 @@ variance; :mod:`prereg_kit.simulate.synth`), locks a copy of the plan beside the
 the same code as ``prereg analyze``. With ``repeat = N`` it does this N more times on fresh
 synthetic data and reports, per contrast, how often each verdict came out: the power of each
 primary contrast by simulation (or its false-positive rate when the true effect is zero).
+
+A plan with ``[[sources]]`` reads configurations of other studies, which a dry run cannot take
+from their real runs: each source is simulated too, as a study of its own under
+``<out>/sources/<name>/``: a copy of its plan file as it is on disk (locked or not: the registry's
+paper studies are not locked), locked there, with synthetic runs of the configurations this plan
+reads (its seeds, budget and run length; the same problems and seed effects as this plan's own
+runs). The copy of this plan names each source by that folder (``sources/<name>``) and is locked
+after them, so the analysis opens, pins and verifies them as it would real ones. A source's own
+sources are copied and locked the same way, without runs (only their locks are verified).
 """
 
 from __future__ import annotations
 
+import copy
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -17,14 +27,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
+import tomli_w
 
 from ..analysis.analyze import Analysis, analyze_study
 from ..analysis.looks import looks_of_differences, looks_power, per_seed_differences
 from ..chain.gradient_seal import result_folder, seal_gradient
 from ..chain.lock import lock_plan, parse_time
 from ..chain.seal import seal_runs
+from ..chain.sources import source_folder
 from ..errors import PreregError
-from ..plan import PLAN_FILE, Plan, load_plan
+from ..plan import PLAN_FILE, Plan, load_plan, sourced_names
 from ..progress import progress as _progress
 from ..report import write_report
 from ..runlog.schema import ITERATION_COLUMNS
@@ -32,6 +44,7 @@ from .gradient import write_synthetic_result
 from .synth import generate_study
 
 MARKER = ".prereg-dry-run"
+SOURCES = "sources"  # <out>/sources/<name>/: the simulated studies a plan's [[sources]] name
 
 
 def configuration_effects(plan: Plan, effects: dict[str, float]) -> dict[str, float]:
@@ -68,7 +81,7 @@ def configuration_effects(plan: Plan, effects: dict[str, float]) -> dict[str, fl
                 progressed = True
         if not progressed:  # contrasts not connected to the comparator: anchor at 0
             known[pending[0][2]] = 0.0
-    return {name: known.get(name, 0.0) for name in plan.configurations}
+    return {name: known.get(name, 0.0) for name in [*plan.configurations, *sourced_names(plan)]}
 
 
 def check_columns(plan: Plan) -> dict[str, dict[str, float]]:
@@ -108,12 +121,15 @@ class DryRun:
 ITERATION_TOKENS = 16_384  # tokens of one simulated iteration under an iteration budget (8 × 8 × 256)
 
 
-def _groups(plan) -> dict[tuple, list[str]]:
-    """The main stage's configurations grouped by what a synthetic study is generated with: their
-    budget (axis, B, evaluation interval) and seeds. One group when the plan has one budget and one
-    seed list; a configuration with a budget or seeds of its own makes a group of its own."""
+def _groups(plan, only: list[str] | None = None) -> dict[tuple, list[str]]:
+    """The main stage's configurations (``only``: these of them) grouped by what a synthetic
+    study is generated with: their budget (axis, B, evaluation interval) and seeds. One group when
+    the plan has one budget and one seed list; a configuration with a budget or seeds of its own
+    makes a group of its own."""
     out: dict[tuple, list[str]] = {}
     for c in plan.configurations_for("main"):
+        if only is not None and c not in only:
+            continue
         b = plan.budget_of(c)
         every = b.eval_interval_tokens() if b.tokens is not None else b.eval_interval_iterations()
         out.setdefault((b.axis, b.value, every, tuple(plan.seeds_for("main", c))), []).append(c)
@@ -121,8 +137,10 @@ def _groups(plan) -> dict[tuple, list[str]]:
 
 
 def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
-              time_ratio: dict[str, float] | None = None, update_ratio: dict[str, float] | None = None) -> None:
-    """Write the synthetic runs of every main-stage configuration × its seeds, each to its own B.
+              time_ratio: dict[str, float] | None = None, update_ratio: dict[str, float] | None = None,
+              only: list[str] | None = None) -> None:
+    """Write the synthetic runs of every main-stage configuration × its seeds, each to its own B
+    (``only``: of these configurations; a source's, see the module docstring).
 
     Configurations that share a budget and seeds are generated together (common random numbers
     within a seed); a group of its own otherwise, with the same problems and seed effects (the
@@ -131,11 +149,23 @@ def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
     plan = plan_file.plan
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MARKER).write_text("synthetic study written by `prereg dry-run`; safe to delete\n")
-    shutil.copyfile(plan_file.path, folder / PLAN_FILE)
+    if plan.sources:  # each source simulated as a study of its own, locked before this copy pins it
+        data = copy.deepcopy(plan_file.data)
+        for i, src in enumerate(plan.sources):
+            sub = load_plan(source_folder(plan_file.path.parent, src))
+            p = src.prefix
+            _generate(sub, folder / SOURCES / p, {c: effects.get(f"{p}/{c}", 0.0) for c in sub.plan.configurations}, rng,
+                      time_ratio={c: v for c in sub.plan.configurations if (v := (time_ratio or {}).get(f"{p}/{c}"))},
+                      update_ratio={c: v for c in sub.plan.configurations if (v := (update_ratio or {}).get(f"{p}/{c}"))},
+                      only=list(src.configurations) if only is None else [])
+            data["sources"][i]["study"] = f"{SOURCES}/{p}"
+        (folder / PLAN_FILE).write_text(tomli_w.dumps(data), encoding="utf-8")
+    else:
+        shutil.copyfile(plan_file.path, folder / PLAN_FILE)
     now = parse_time(lock_plan(folder / PLAN_FILE).entry["time"])
     started = 0
     log_length = any((c.metric or plan.evaluation.metric) == "log_length" for c in plan.contrasts)
-    for (axis, value, every, seeds), names in _groups(plan).items():
+    for (axis, value, every, seeds), names in _groups(plan, only).items():
         by_tokens = axis == "tokens"
         B = int(value) if by_tokens else int(value) * ITERATION_TOKENS
         # relative costs: seconds per generated token and updates per token (64 updates to B = 1)
@@ -157,7 +187,7 @@ def _generate(plan_file, folder: Path, effects: dict[str, float], rng: int, *,
             iteration_columns=check_columns(plan), fixed_iteration_tokens=not by_tokens)
         started += len(names) * len(seeds)
     seal_runs(folder)  # as a trainer seals its runs: the analysis checks every file against its seal
-    for t in plan.gradient_tests:  # made-up results marked synthetic, sealed as `prereg gradient-test` seals
+    for t in plan.gradient_tests if only is None else []:  # made-up results marked synthetic, sealed as `prereg gradient-test` seals
         write_synthetic_result(result_folder(folder, t.id), plan, t, plan_file.content_sha256, seed=rng)
         seal_gradient(folder, t.id)
 
@@ -179,9 +209,10 @@ def dry_run(plan_path: str | Path, effects: dict[str, float], *, out: str | Path
     token, so its time and update readings differ from its token reading).
     """
     pf = load_plan(plan_path)
+    names = [*pf.plan.configurations, *sourced_names(pf.plan)]
     for name in {**(time_ratio or {}), **(update_ratio or {})}:
-        if name not in pf.plan.configurations:
-            raise PreregError(f"no configuration {name!r} (have: {', '.join(pf.plan.configurations)})")
+        if name not in names:
+            raise PreregError(f"no configuration {name!r} (have: {', '.join(names)})")
     ratios = {"time_ratio": time_ratio, "update_ratio": update_ratio}
     folder = Path(out) if out is not None else pf.path.parent / "dry-run"
     _fresh_folder(folder)

@@ -14,7 +14,10 @@ In order, so that the first line of a refusal names the first thing that went wr
 5. the seals of completed runs (``prereg_kit.chain.seal``) and of gradient-test results
    (``prereg_kit.chain.gradient_seal``): every sealed file as it was sealed;
 6. the run-timing audit (``prereg_kit.study.audit``);
-7. the design: no run folder the locked plan does not name (``prereg_kit.study.design``).
+7. the design: no run folder the locked plan does not name (``prereg_kit.study.design``);
+8. the sources (``[[sources]]``): each still locked as this plan's last entry pinned it
+   (``prereg_kit.chain.sources``), then verified as a study of its own, steps 1–8, each of its
+   lines prefixed with the source's name; a chain of sources that leads back is refused.
 
 Exit codes: 0 clean (warnings allowed: comment-only edits), 1 violations, 2 unusable input.
 """
@@ -40,9 +43,10 @@ from ..chain.anchors import (
 from ..chain.gradient_seal import check_gradient_seals
 from ..chain.lock import Chain, check_git_anchors, check_plan, read_chain
 from ..chain.seal import SealCheck, check_seals
+from ..chain.sources import MAX_SOURCE_DEPTH, SourceStudy, label, open_source, pinned_records, plan_problems
 from ..chain.timestamp import StudyTimestamps, check_study_timestamps
 from ..errors import PreregError
-from ..plan import PlanFile, load_plan, resolve_plan_path, validate_plan
+from ..plan import Plan, PlanFile, load_plan, resolve_plan_path, validate_plan
 from ..runlog import ELECTION_FILE, election_sha256
 from .audit import AuditReport, audit_runs
 from .design import unexpected_runs
@@ -60,6 +64,7 @@ class VerifyReport:
     seals: SealCheck | None = None
     timestamps: StudyTimestamps | None = None
     anchors: dict | None = None  # the head, the shared head's entry, git's coverage (--json)
+    sources: list[SourceStudy] = field(default_factory=list)  # the sources opened as pinned, and verified
 
     @property
     def exit_code(self) -> int:
@@ -68,14 +73,15 @@ class VerifyReport:
 
 def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
                  check: Callable[[PlanFile], None] | None = None, head: str | None = None,
-                 receipts: str | Path | None = None) -> VerifyReport:
+                 receipts: str | Path | None = None, _within: tuple[Path, ...] = ()) -> VerifyReport:
     """Check ``PLAN`` or ``STUDY_DIR``: chain intact, plan unchanged in meaning, anchors, seals, runs
     after the lock, no unplanned runs. ``tsa_ca``: the TSA root certificate to check the study's
     timestamp receipts against (default: the certificates kept with them). ``check``: a further
     check of the plan as it validates (``prereg verify``: its recipe against its trainer); what it
     raises is unusable input. ``head``: the chain entry hash the author shared (``sha256:<hex>``):
     a violation unless an entry of the chain has it. ``receipts``: a folder of RFC 3161 receipts
-    the reader kept; each must stamp an entry of the chain (a violation naming the file otherwise)."""
+    the reader kept; each must stamp an entry of the chain (a violation naming the file otherwise).
+    ``_within``: the study folders whose sources led here (a cycle is refused)."""
     plan_path = resolve_plan_path(path)
     report = VerifyReport(plan_path)
     shared = parse_head(head) if head is not None else None  # a malformed hash is unusable input, before any check
@@ -169,10 +175,40 @@ def verify_study(path: str | Path, *, tsa_ca: str | Path | None = None,
         report.problems.extend(e.lines)
     else:
         report.violations.extend(unexpected_runs(study, locked))
+        _verify_sources(report, plan_path, locked, chain, _within + (study.resolve(),), tsa_ca)
     el = election_sha256(plan_path.parent)
     if el:
         report.info.append(f"{ELECTION_FILE}: {el[:19]}…{_election_summary(plan_path.parent / ELECTION_FILE)}")
     return report
+
+
+def _verify_sources(report: VerifyReport, plan_path: Path, locked: Plan, chain: Chain, within: tuple[Path, ...],
+                    tsa_ca: str | Path | None) -> None:
+    """Step 8: each source as this plan's last entry pinned it, verified as a study of its own."""
+    pinned = pinned_records(chain.last)
+    for src in locked.sources:
+        if src.prefix not in pinned:
+            report.violations.append(f"{label(src)}: plan entry {chain.last['index']} pins no lock of it: lock or "
+                                     "amend the plan with this tool to pin it")
+            continue
+        try:
+            s = open_source(plan_path.parent, src, pinned[src.prefix])
+        except PreregError as e:
+            (report.violations if e.exit_code == 1 else report.problems).extend(e.lines)
+            continue
+        if s.folder in within or len(within) > MAX_SOURCE_DEPTH:
+            report.problems.append(f"{s.label}: the sources lead back to a study they started from: "
+                                   + " → ".join(p.name for p in (*within, s.folder)))
+            continue
+        sub = verify_study(s.folder, tsa_ca=tsa_ca, _within=within)
+        for mine, theirs in ((report.violations, sub.violations), (report.problems, sub.problems),
+                             (report.warnings, sub.warnings)):
+            mine.extend(x if x.startswith("  ") else f"{s.label}: {x}" for x in theirs)
+        runs = f"; {sub.audit.n_runs} run(s) audited" if sub.audit and sub.audit.n_runs else ""
+        report.info.append(s.line() + runs)
+        report.sources.append(s)
+    if report.sources and len(report.sources) == len(locked.sources):
+        report.problems.extend(plan_problems(locked, plan_path, report.sources))
 
 
 def _election_summary(path: Path) -> str:
