@@ -79,8 +79,9 @@ def test_no_lock_files_in_the_dense_rewards_studies():
 @pytest.mark.parametrize("study", MR_GRIDS + MR_NEW)
 def test_multi_reward_plans_are_locked_and_evaluate_only_at_the_final_checkpoint(study):
     """The multi-reward plans are locked in the registry; the grids' eval_every slip (B/16 against their
-    own comment: evaluation only at the final checkpoint) and their per-metric contrasts are dated
-    amendments, and every plan verifies clean (no edit since its last entry)."""
+    own comment: evaluation only at the final checkpoint), their per-metric contrasts and the rewriting
+    of their citations (line numbers of the papers' plain-text copies → sections and tables; text
+    keys only) are dated amendments, and every plan verifies clean (no edit since its last entry)."""
     d = REGISTRY / study
     assert verify_study(d).exit_code == 0
     chain = read_chain(d / "plan.toml")
@@ -88,11 +89,15 @@ def test_multi_reward_plans_are_locked_and_evaluate_only_at_the_final_checkpoint
     assert plan.budget.eval_every == "B/1"
     kinds = [e["kind"] for e in chain.entries]
     if study in MR_GRIDS:
-        assert kinds == ["lock", "amendment", "amendment"]
+        assert kinds == ["lock", "amendment", "amendment", "amendment"]
         first = chain.entries[1]
         assert [(c["key"], c["old"], c["new"]) for c in first["changes"]] == [("budget.eval_every", "B/16", "B/1")]
         assert "final checkpoint" in first["reason"]
         assert all(c["key"].startswith("contrasts") for c in chain.entries[2]["changes"])
+        cites = chain.entries[3]
+        assert "Citations rewritten" in cites["reason"] and cites["changes"]
+        text_keys = ("source", "description", "rules")
+        assert all(c["key"].rsplit(".", 1)[-1] in text_keys for c in cites["changes"]), cites["changes"]
     else:
         assert kinds == ["lock"]
 
@@ -580,15 +585,16 @@ def test_table3_test_column_is_tost_at_002_with_001_values_in_the_text(tmp_path)
     from prereg_kit.stats.summary import from_summary
 
     build_table3_4.build(tmp_path)
+    F8_QWEN25 = "Figure 8, Qwen2.5-1.5B block, row Critic prompt filter, "  # the rows' sources
     t3 = {(r["study"], r["source"]): r for r in csv.DictReader(open(tmp_path / "table3.csv"))}
     t4 = {(r["study"], r["source"]): r for r in csv.DictReader(open(tmp_path / "table4.csv"))}
     p200 = from_summary("+0.007", "+0.001", "+0.013", 24, margin=0.02).tost_p
     assert 1e-5 < p200 < 1e-3
-    assert t3[("S33", "Figure 8, L2836")]["test"] == "Holm p=.034; TOST p≈8×10^-5 ‡"
-    assert t3[("S33", "Figure 8, L2839")]["test"] == "Holm p=1.3×10^-5; TOST p≈1×10^-8 ‡"
-    assert t3[("S32", "Figure 8, L2851")]["test"] == "V2: Holm p=.59; TOST p≈1×10^-5 ‡"
-    assert t4[("S31", "Figure 8, L2854")]["test"] == "T2: Holm p=.73; TOST p<10^-4"
-    assert t3[("S26", "Table 3, L2647")]["test"] == "Holm p=.016, TOST p<10^-5"  # a ±0.02 study: as printed
+    assert t3[("S33", F8_QWEN25 + "third study, fresh seeds")]["test"] == "Holm p=.034; TOST p≈8×10^-5 ‡"
+    assert t3[("S33", F8_QWEN25 + "1,543 further test problems")]["test"] == "Holm p=1.3×10^-5; TOST p≈1×10^-8 ‡"
+    assert t3[("S32", F8_QWEN25 + "decaying learning rate, both configurations")]["test"] == "V2: Holm p=.59; TOST p≈1×10^-5 ‡"
+    assert t4[("S31", "Figure 8, Qwen2.5-1.5B block, row Critic filter, target 0.25, L3–5 pool")]["test"] == "T2: Holm p=.73; TOST p<10^-4"
+    assert t3[("S26", "Table 3, row Learned critic, baseline form, Qwen2.5-1.5B")]["test"] == "Holm p=.016, TOST p<10^-5"  # a ±0.02 study: as printed
     assert not any("±0.01" in r["test"] for r in [*t3.values(), *t4.values()])
     md = (tmp_path / "table3_4.md").read_text()
     text3 = md.split("## Table 3")[1].split("## Table 4")[0]
