@@ -94,8 +94,8 @@ test-slow: .make-installed
 # as the test TSA, git) reads the same time. The lease tests are left out: libfaketime breaks the
 # timed waits of their heartbeat threads (EINVAL), and they read only ages, never dates.
 CLOCK_YEAR ?= 2027
-CLOCK_TESTS ?= tests/test_timestamp.py tests/test_lock.py tests/test_integrity.py tests/test_status.py \
-  tests/test_import_core.py tests/test_import_attacks.py tests/test_record.py tests/test_audit.py tests/test_sequential_looks.py tests/test_runlog.py
+CLOCK_TESTS ?= tests/chain/test_timestamp.py tests/chain/test_lock.py tests/chain/test_integrity.py tests/study/test_status.py \
+  tests/integrations/test_import_core.py tests/integrations/test_import_attacks.py tests/registry/test_record.py tests/study/test_audit.py tests/analysis/test_sequential_looks.py tests/runlog/test_runlog.py
 test-clock: .make-installed
 	@command -v faketime >/dev/null || { echo "make test-clock needs faketime (apt-get install faketime)"; exit 2; }
 	for m in 01 02 03 04 05 06 07 08 09 10 11 12; do echo "== clock at $(CLOCK_YEAR)-$$m-15"; \

@@ -5,11 +5,11 @@ machine and on what else runs on it, so the times are reported here instead of a
 Each line prints our time and a reference measured on the same machine in alternating timings
 (:func:`best_pair`), so that a change of load hits both:
 
-* answer extraction on multi-megabyte adversarial texts (tests/test_verify.py ``ADVERSARIAL``)
+* answer extraction on multi-megabyte adversarial texts (tests/trainer/test_verify.py ``ADVERSARIAL``)
   against the same extraction on the text's first tenth: about 10× for work linear in the text,
   about 100× for quadratic work (a backtracking pattern);
 * near-duplicate removal at the paper's scale (3,500 training against 1,700 evaluation problems)
-  against the brute-force Jaccard scan of tests/test_data.py on 100 of the problems, scaled to all;
+  against the brute-force Jaccard scan of tests/trainer/test_data.py on 100 of the problems, scaled to all;
 * plan loading with 10,000 seeds and with 100,000-level nesting against loading the small plan;
 * the tabular dynamics to 10⁶ iterations against 10⁵ (linear: a ratio near 10).
 

@@ -67,7 +67,7 @@ BENCHMARKS: list[Bench] = [
 #: Scripts of benchmarks/ that ``make bench`` does not run, and why.
 NOT_RUN: dict[str, str] = {
     "run_all.py": "this runner",
-    "gpu_check.py": "the GPU path check (one GPU: bash benchmarks/gpu_check.sh); its CPU half runs in tests/test_gpu_check.py",
+    "gpu_check.py": "the GPU path check (one GPU: bash benchmarks/gpu_check.sh); its CPU half runs in tests/project/test_gpu_check.py",
 }
 
 #: Scripts other engineers are adding at the same time; listed before they land.

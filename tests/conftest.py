@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from paths import TESTS
 from plans import SMALL_PLAN
 from tsa import tsa, tsa_factory  # noqa: F401 - fixtures: a local TSA (RFC 3161) for any test file
 
@@ -25,6 +27,14 @@ for _pool in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+# Every test folder on sys.path, after what is there: pytest puts a test file's own folder there
+# when it imports it, and a test module may import a helper from a test module of another folder
+# by its name (names are unique across folders: tests/project/test_layout.py).
+for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 def pytest_collection_finish(session):

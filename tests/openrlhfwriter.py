@@ -32,8 +32,8 @@ from functools import cache
 from pathlib import Path
 
 import pandas as pd
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 OPENRLHF_VERSION = "0.11.2"
 TARGET = ROOT / "build" / f"openrlhf-{OPENRLHF_VERSION}"
 SKIP_REASON = (f"OpenRLHF {OPENRLHF_VERSION}'s source is not here (python3 -m pip install --no-deps --target "

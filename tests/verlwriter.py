@@ -42,8 +42,8 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 VERL_VERSION = "0.9.1"
 VERL_TARGET = ROOT / "build" / f"verl-{VERL_VERSION}"
 INSTALL = f"python3 -m pip install --no-deps --target build/verl-{VERL_VERSION} verl=={VERL_VERSION}"

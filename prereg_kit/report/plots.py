@@ -103,7 +103,7 @@ def layout(fig, *, dpi: int = 120, rect: tuple[float, float, float, float] | Non
     (``Figure.get_tightbbox`` places ticks, titles and legends itself, without a draw) and each
     file is drawn once. The layout runs through a ``TightLayoutEngine`` the figure is not given,
     so no layout engine is left for ``savefig`` to run again; a figure that has one is laid out
-    by ``Figure.tight_layout``, as before. tests/test_figure_files.py checks every report
+    by ``Figure.tight_layout``, as before. tests/report/test_figure_files.py checks every report
     figure's PNG against the plain ``savefig(bbox_inches="tight")``, pixel for pixel."""
     import matplotlib as mpl
     from matplotlib.layout_engine import TightLayoutEngine

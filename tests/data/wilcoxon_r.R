@@ -1,4 +1,4 @@
-# Reference outputs of R's wilcox.test for tests/test_stats_wilcoxon.py (one-sample / paired
+# Reference outputs of R's wilcox.test for tests/stats/test_stats_wilcoxon.py (one-sample / paired
 # differences, conf.int = TRUE, correct = TRUE). Run: Rscript tests/data/wilcoxon_r.R > tests/data/wilcoxon_r.json
 # attained_level: 1 - 2 psignrank(qu - 1, n) (one-sided: 1 - psignrank), qu = qsignrank((1 - conf.level)/2, n)
 # (one-sided: of 1 - conf.level), at least 1: the level of R's exact interval, which wilcox.test prints only when far off.

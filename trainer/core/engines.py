@@ -194,7 +194,7 @@ class VLLMEngine:
     """vLLM colocated with the trainer (bf16), weights copied in after each update.
 
     Optional and lazily imported. Its wiring (per-request seeds, completion layout, weight sync,
-    the error without vLLM) is tested against a stand-in module (tests/test_trainer_vllm_stub.py);
+    the error without vLLM) is tested against a stand-in module (tests/trainer/test_trainer_vllm_stub.py);
     real vLLM needs a GPU and has not been run by this project yet. Per-request seeds are derived like the HF engine's, but vLLM's
     sampler is its own: the two engines do not draw identical tokens from identical seeds.
     """
