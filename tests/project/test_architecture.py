@@ -3,10 +3,13 @@ functions count), no module found by a name in a string. See docs/architecture.m
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
-from architecture import check, cycles, long_modules, missing_from_doc, scan
+from architecture import Module, check, cycles, long_modules, missing_from_doc, scan
 from paths import ROOT
 
 # Which top-level packages each may use. ``analyses`` is numerics only (numpy/scipy) and uses none
@@ -85,8 +88,14 @@ COMMANDS = ("prereg_kit.integrations.command", "prereg_kit.integrations.tracker_
 LIGHT_START = (("trainer.rewards.spec", "trainer.rewards.channels"),)
 
 
+@functools.cache
+def _scanned(root: Path, packages: tuple[str, ...]) -> Mapping[str, Module]:
+    """The project's modules parsed once per test process (the checks below only read them)."""
+    return MappingProxyType(scan(root, list(packages)))
+
+
 def _check(root: Path, packages=PACKAGES, layers=LAYERS, commands=COMMANDS, light=LIGHT_START) -> list[str]:
-    return check(scan(root, [p for p in packages if (root / p.split(".")[0]).is_dir()]), packages=packages,
+    return check(_scanned(root, tuple(p for p in packages if (root / p.split(".")[0]).is_dir())), packages=packages,
                  layers=layers, commands=commands, light=light)
 
 
@@ -99,7 +108,7 @@ MAX_LINES = 520  # "about 500"; a longer module says why in its docstring (a sen
 
 
 def test_modules_are_about_500_lines_or_say_why():
-    long = long_modules(scan(ROOT, list(PACKAGES)), MAX_LINES)
+    long = long_modules(_scanned(ROOT, tuple(PACKAGES)), MAX_LINES)
     assert long == [], long
 
 
@@ -111,7 +120,7 @@ def test_a_long_module_passes_only_when_its_docstring_says_why(tmp_path):
 
 
 def test_every_module_is_in_a_layer():
-    mods = scan(ROOT, list(PACKAGES))
+    mods = _scanned(ROOT, tuple(PACKAGES))
     assert len(mods) > 60  # the scan found the project
     assert not [p for p in _check(ROOT) if "in no layer" in p]
 
