@@ -11,6 +11,7 @@ import json
 import logging
 import shutil
 import struct
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -227,6 +228,11 @@ def _run_twice(study: Path, stage: str, trackers: list[str]):
     spec = spec_of(study, stage, trackers)
     with pytest.raises(KeyboardInterrupt):
         drive(spec, Counters(), 6, fail_after=5)
+    # A resume starts later than the run it resumes. TensorBoard reads a folder's event files in the
+    # order of their names, "events.out.tfevents.<second>.<host>.<pid>.<writer number>": two writers
+    # made in the same second of one process sort by that number as text (".10" before ".9"), so the
+    # resumed file could be read first and the interrupted one's steps purge the resumed steps.
+    time.sleep(1.0 - time.time() % 1.0 + 0.01)
     resumed = Counters(iteration=4, eval_index=3, tokens={"rollout": 400, "continuation": 16, "discarded": 32},
                        train_seconds=2.0, updates=4)
     drive(spec, resumed, 2, seconds=0.2)
