@@ -8,7 +8,8 @@ the parts that need hardware or data this machine lacks are replaced by the buil
 
 * the model becomes a smaller tiny model without warm start (its answers do not matter here);
 * a MATH, GSM8K or file task becomes the synthetic task; a code task keeps the built-in code task;
-* the completion limit is capped (the Monte-Carlo cut offsets and continuation cap scale with it);
+* the completion limit is capped (the Monte-Carlo cut offsets and continuation cap scale with it),
+  and a code task trains on 4 prompts per iteration (each completion's program runs in the sandbox);
 * a process-reward model becomes a tiny one built from a config;
 * an elected anchor (``rewards.anchor = "elected"``, read from a study's ``election.json``) becomes
   the first channel, since no election has run;
@@ -36,6 +37,7 @@ from prereg_kit.registry import default_root, study_dirs
 from trainer.config import ConfigError, EvalSetSpec, RunSpec, TrainerConfig, config_of, updated
 
 SMOKE_LIMIT = 24  # completion tokens: room for every cut rule, small enough for a CPU
+SMOKE_CODE_PROMPTS = 4  # prompts per iteration of a code task (each completion's program is run)
 SMOKE_EVAL = EvalSetSpec(name="smoke", source="synthetic:eval", n_problems=4)
 
 # What every smoke run replaces, whatever the configuration says (sectioned settings).
@@ -60,6 +62,10 @@ def substituted(cfg: TrainerConfig, limit: int = SMOKE_LIMIT, prm_path: str = "t
     old = cfg.rollout.completion_limit
     new = min(old, limit)
     changes["rollout"] = {"completion_limit": new}
+    if cfg.task.name == "code" and cfg.rollout.prompts_per_iteration > SMOKE_CODE_PROMPTS:
+        # every completion's program runs in the judge's sandbox (a process each): a code plan's
+        # 32 prompts × 8 took 13 s per configuration, most of the smoke run; the group is kept
+        changes["rollout"]["prompts_per_iteration"] = SMOKE_CODE_PROMPTS
     credit: dict[str, Any] = {}
     if cfg.credit.mc_cuts:  # the same relative cut positions in the shorter completion
         credit["mc_cuts"] = sorted({min(max(1, round(c * new / old)), new - 1) for c in cfg.credit.mc_cuts})

@@ -11,7 +11,7 @@ from paths import ROOT
 
 from prereg_kit.plan import load_plan
 from trainer.config import parse_config
-from trainer.smoke import SMOKE_LIMIT, SmokeCase, cases, not_runnable, smoke_spec, substituted
+from trainer.smoke import SMOKE_CODE_PROMPTS, SMOKE_LIMIT, SmokeCase, cases, not_runnable, smoke_spec, substituted
 
 
 def _cfg(**sections):
@@ -52,6 +52,16 @@ def test_code_task_keeps_the_built_in_code_task_and_elected_anchor_becomes_the_f
     assert (s.task.name, s.task.train_file) == ("code", "")
     assert s.rewards.anchor == "program_correct"
     assert s.rewards.aggregation["rule"] == "tag"
+
+
+def test_a_code_task_trains_on_a_few_prompts_and_keeps_its_group():
+    """Each completion's program runs in the sandbox: a code plan's 32 prompts become 4, its group
+    size stays (the group-relative rules read it); a smaller count and other tasks are kept."""
+    big = _cfg(task={"name": "code"}, rollout={"prompts_per_iteration": 32, "group_size": 8})
+    s = substituted(big)
+    assert (s.rollout.prompts_per_iteration, s.rollout.group_size) == (SMOKE_CODE_PROMPTS, 8)
+    assert substituted(_cfg(task={"name": "code"}, rollout={"prompts_per_iteration": 2})).rollout.prompts_per_iteration == 2
+    assert substituted(_cfg(rollout={"prompts_per_iteration": 32})).rollout.prompts_per_iteration == 32
 
 
 def test_a_process_reward_model_becomes_the_tiny_one(tmp_path):
