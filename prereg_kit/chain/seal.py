@@ -83,24 +83,27 @@ def run_files(folder: str | Path) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def _unreadable(folders: list[Path]) -> dict[int, str]:
+    if not folders:
+        return {}
+    from ..runlog import unreadable  # pyarrow only when there are runs to check
+
+    return unreadable(folders)
+
+
 def run_key(study_dir: Path, folder: Path) -> str:
     return Path(os.path.relpath(folder, study_dir)).as_posix()
 
 
-def _seal_fields(study_dir: Path, folder: Path) -> dict[str, Any]:
+def _seal_fields(study_dir: Path, folder: Path, problem: str | None) -> dict[str, Any]:
     """A seal entry's fields for a complete run, all but ``plan_entry`` (which reads the chain):
-    the run read as the analysis reads it and every file hashed, before the chain is locked."""
+    every file hashed, before the chain is locked. ``problem``: what the analysis's reader finds
+    wrong with the run (:func:`prereg_kit.runlog.unreadable`), if anything."""
     meta = read_meta(folder)
     if meta.status != "complete":
         raise PreregError(f"{folder}: run status is '{meta.status}': only a complete run is sealed")
-    try:  # never seal what the analysis cannot read
-        from ..runlog import read_run  # pyarrow only when there are runs to check
-
-        bad = [p for p in read_run(folder).problems if p.kind != "status"]
-    except RunLogError as e:
-        bad = [e]
-    if bad:
-        raise PreregError(f"{folder}: not sealed: {bad[0]}")
+    if problem is not None:  # never seal what the analysis cannot read
+        raise PreregError(f"{folder}: not sealed: {problem}")
     extra = meta.model_extra or {}
     return {
         "kind": "seal", "run": run_key(study_dir, folder), "configuration": meta.configuration, "seed": meta.seed,
@@ -136,10 +139,11 @@ def seal_runs(study_dir: str | Path, folders: Iterable[str | Path] | None = None
     # the slow part (reading each run, hashing its files) before the chain is locked, so that
     # runs finishing at once on a loaded machine hold the lock only to append
     ready: list[tuple[str, dict[str, Any]]] = []
-    for folder in targets:
+    problems = _unreadable(targets)
+    for i, folder in enumerate(targets):
         key = run_key(study, folder)
         try:
-            fields = _seal_fields(study, folder)
+            fields = _seal_fields(study, folder, problems.get(i))
         except (PreregError, RunLogError) as e:
             result.refused.append(str(e))
             continue
@@ -246,25 +250,22 @@ def check_seals(study_dir: str | Path, chain: Chain) -> SealCheck:
         ended = s.get("ended_at")
         if ended and parse_time(s["time"]) < parse_time(ended):
             rep.violations.append(f"{key}: sealed at {s['time']}, before the run ended ({ended})")
-    unsealed = []
+    complete = []
     for folder in find_runs(study):
-        key = run_key(study, folder)
-        if key in rep.sealed:
+        if run_key(study, folder) in rep.sealed:
             continue
         try:
-            meta = read_meta(folder)
+            if read_meta(folder).status == "complete":
+                complete.append(folder)
         except RunLogError:
             continue  # reported by the audit as unreadable metadata
-        if meta.status != "complete":
-            continue
-        try:  # an unsealed run is read, so that a log that cannot be sealed names its real cause
-            from ..runlog import read_run  # pyarrow only when there are runs to check
-
-            bad = [p for p in read_run(folder).problems if p.kind != "status"]
-        except RunLogError as e:
-            bad = [e]
-        if bad:
-            rep.violations.append(f"{key}: unreadable run log, so it cannot be sealed: {bad[0]}")
+    # an unsealed run is read, so that a log that cannot be sealed names its real cause
+    problems = _unreadable(complete)
+    unsealed = []
+    for i, folder in enumerate(complete):
+        key = run_key(study, folder)
+        if i in problems:
+            rep.violations.append(f"{key}: unreadable run log, so it cannot be sealed: {problems[i]}")
         else:
             unsealed.append(key)
     if unsealed:

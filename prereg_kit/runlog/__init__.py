@@ -55,7 +55,7 @@ _LAZY = {
                      "TOKEN_KINDS", "TRACKER_RECORD", "WRITER_LOCK", "WRITER_NOTE", "Column", "LogProblem", "RunBusyError", "RunLogError",
                      "RunLogWarning", "RunMeta", "Status", "election_sha256", "uses_elected_anchor", "utc_now",
                      "validate_frame"], ".schema"),
-    "StudyRuns": ".study", "load_study": ".study",
+    "StudyRuns": ".study", "load_study": ".study", "unreadable": ".study",
     "RunLogWriter": ".writer", "finalize": ".writer",
     "RunLock": ".writerlock", "run_busy": ".writerlock",
 }
@@ -119,7 +119,7 @@ if TYPE_CHECKING:
         utc_now,
         validate_frame,
     )
-    from .study import StudyRuns, load_study
+    from .study import StudyRuns, load_study, unreadable
     from .writer import RunLogWriter, finalize
     from .writerlock import RunLock, run_busy
 
@@ -130,6 +130,6 @@ __all__ = [
     "TRACKER_RECORD", "WRITER_LOCK", "WRITER_NOTE",
     "Column", "LogProblem", "RunBusyError", "RunLock", "RunLog", "RunLogError", "RunLogWarning", "RunLogWriter",
     "RunMeta", "Stage", "Status", "StudyRuns", "add_derived", "check_consistency", "check_inside", "election_sha256", "finalize",
-    "find_runs", "load_study", "read_meta", "read_run", "read_table", "run_busy", "run_dir", "utc_now",
+    "find_runs", "load_study", "read_meta", "read_run", "read_table", "run_busy", "run_dir", "unreadable", "utc_now",
     "validate_frame", "write_meta",
 ]

@@ -213,7 +213,7 @@ def test_a_second_seal_forged_into_the_chain_is_caught(sealed):
     _rewrite_parquet(sealed / "runs" / "ctl" / "seed-0" / "evals.parquet", lambda df: df.assign(correct=df["samples"]))
     from prereg_kit.chain.seal import _seal_fields
 
-    append_entries(sealed, lambda chain: [_seal_fields(sealed, sealed / "runs" / "ctl" / "seed-0")], what="a test")
+    append_entries(sealed, lambda chain: [_seal_fields(sealed, sealed / "runs" / "ctl" / "seed-0", None)], what="a test")
     v = verify_study(sealed).violations
     assert v[0].startswith("runs/ctl/seed-0: sealed twice with different files (entries 1 and 9)")
 

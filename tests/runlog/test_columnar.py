@@ -16,7 +16,7 @@ from prereg_kit.readings import accuracy_curve, check_pairing
 from prereg_kit.readings.curves import _set_hash, _set_hashes
 from prereg_kit.readings.pairing import _NO_CRN, _modal
 from prereg_kit.readings.points import _runs
-from prereg_kit.runlog import RunLogError, find_runs, load_study
+from prereg_kit.runlog import RunLogError, find_runs, load_study, read_run, unreadable
 from prereg_kit.runlog.study import _load
 from prereg_kit.simulate.synth import generate_study
 
@@ -103,6 +103,39 @@ def test_corrupt_run_k_of_many_is_named(study, tmp_path, how):
     assert len(st.meta) == len(folders) - 1
     with pytest.raises(RunLogError, match=str(path).replace("+", r"\+")):
         load_study(root, progress=False, strict=True)
+
+
+def _per_run_problem(folder):
+    """What sealing asked of each run before it read runs column-wise: the first problem of the
+    per-run reader that is not the run's status."""
+    try:
+        bad = [p for p in read_run(folder).problems if p.kind != "status"]
+    except RunLogError as e:
+        return str(e)
+    return str(bad[0]) if bad else None
+
+
+def test_unreadable_names_what_the_per_run_reader_names(study, tmp_path):
+    """Sealing checks its runs column-wise (:func:`unreadable`); every kind of damage the per-run
+    reader finds, several in one study, gives the same line for the same run, and the runs
+    without damage (one of them only not complete) give none."""
+    root = _copy(study, tmp_path)
+    f = find_runs(root)
+    _rewrite(f[1] / "evals.parquet", lambda d: d.assign(correct=np.where(np.arange(len(d)) == 4, d["samples"] + 1, d["correct"])))
+    _rewrite(f[2] / "iterations.parquet", lambda d: d.assign(iteration=np.where(np.arange(len(d)) == 3, 1, d["iteration"])))
+    _rewrite(f[3] / "evals.parquet", lambda d: pd.concat([d, d.iloc[[0]]], ignore_index=True).sort_values("eval_index", kind="stable"))
+    _rewrite(f[4] / "evals.parquet", lambda d: d.assign(tokens=np.where(d["eval_index"] == 2, d["tokens"] + 5, d["tokens"])))
+    (f[5] / "iterations.parquet").write_bytes(b"PAR1 not really")
+    (f[6] / "meta.json").write_text("{")
+    meta = json.loads((f[7] / "meta.json").read_text())
+    (f[7] / "meta.json").write_text(json.dumps({**meta, "status": "stopped"}))
+    _rewrite(f[8] / "evals.parquet", lambda d: d.drop(columns=["problem_id"]))
+    with (f[9] / "evals.jsonl").open("a") as fh:  # JSON lines newer than their Parquet: read from the lines, torn tail
+        fh.write('{"eval_index": 9')
+    want = {i: p for i, folder in enumerate(f) if (p := _per_run_problem(folder)) is not None}
+    assert sorted(want) == [1, 2, 3, 4, 5, 6, 8, 9]
+    assert unreadable(f) == want
+    assert unreadable(f[:1]) == {} and unreadable([f[4]]) == {0: want[4]}  # one run: the per-run reader
 
 
 @pytest.mark.parametrize("column", ["eval_set", "problem_id"])
