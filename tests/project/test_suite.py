@@ -1,6 +1,6 @@
 """How the suite itself runs (docs/testing.md): one thread per test process, so that the workers
 of `make test` (one per core) do not spin their thread pools against each other; the report's
-figures drawn only by tests marked `figures` and by slow tests."""
+figures drawn only by tests marked `figures` and by slow tests; the CLI's command built once per app."""
 
 from __future__ import annotations
 
@@ -55,3 +55,29 @@ def test_a_test_marked_figures_draws_them(tmp_path):
 @pytest.mark.slow
 def test_a_slow_test_draws_them(tmp_path):
     assert _report_figures_drawn(tmp_path) == ["drawn"]
+
+
+def test_the_cli_runner_builds_an_apps_command_once_and_again_when_its_commands_change():
+    """The suite's CliRunner reuses the click command built for an app (tests/conftest.py); an app
+    given another command, or another app, is built anew, so no test runs a stale command."""
+    import typer
+    from typer.testing import CliRunner, _get_command
+
+    from prereg_kit.cli import app
+
+    assert _get_command(app) is _get_command(app)
+    mine = typer.Typer()
+
+    @mine.command()
+    def first() -> None:
+        print("first")
+
+    assert CliRunner().invoke(mine, []).output == "first\n"
+
+    @mine.command()
+    def second() -> None:
+        print("second")
+
+    res = CliRunner().invoke(mine, ["second"])
+    assert res.exit_code == 0 and res.output == "second\n"
+    assert _get_command(mine) is not _get_command(app)
