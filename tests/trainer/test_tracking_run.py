@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tensorboard", reason="the tensorboard extra")
-pytest.importorskip("mlflow", reason="the mlflow extra (mlflow-skinny)")
 
 from test_tracking import (
     BLIND_KEYS,
@@ -36,6 +35,8 @@ TRACKERS = ["tensorboard", "mlflow"] + (["wandb"] if _have("wandb") else [])
 
 @pytest.fixture(scope="module")
 def cache(trainer_cache) -> Path:
+    # mlflow (a second of imports) only where these slow tests run, not in every worker that collects them
+    pytest.importorskip("mlflow", reason="the mlflow extra (mlflow-skinny)")
     return trainer_cache  # conftest: one warm start per worker, shared with the other modules that train
 
 
