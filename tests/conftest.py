@@ -132,6 +132,22 @@ def _figures_where_a_test_reads_them(request, _figures_only_where_read):
 
 
 @pytest.fixture
+def without_figures():
+    """A context in which the report draws no figures: for a test of a `figures` module whose
+    own dry runs' figures it never reads (the module's other tests read theirs)."""
+    import contextlib
+    import importlib
+
+    @contextlib.contextmanager
+    def off():
+        with pytest.MonkeyPatch.context() as mp:
+            for m, n in _DRAWERS:
+                mp.setattr(importlib.import_module(m), n, _none_drawn)
+            yield
+    return off
+
+
+@pytest.fixture
 def lock_reads(monkeypatch) -> list[Path]:
     """Every ``plan.lock`` read while the test runs, in order (``read_chain`` reads it with
     ``Path.read_text``): an analysis reads its chain once and passes it on."""

@@ -135,6 +135,12 @@ expect = "greater"
 control = "A"
 """
 PLAN = HEAD + CONTRASTS
+# the dry run's plan: 12 of the 24 seeds (each seed subset still a strict one: P1 0-5, POOL 0-7,
+# M-target 0-9), 4 evaluations of 20 problems per run (the designs read each run once, at B)
+DRY_PLAN = (PLAN.replace('seeds = "0-23"', 'seeds = "0-11"').replace('tokens = "1M"', 'tokens = "1M"\neval_every = "B/4"')
+            .replace("n_problems = 40", "n_problems = 20")
+            .replace('pairs = [["B", "A"], ["D", "C"]]\ntier = "secondary"\nseeds = "0-11"',
+                     'pairs = [["B", "A"], ["D", "C"]]\ntier = "secondary"\nseeds = "0-7"'))
 
 
 def _errors(text: str) -> list[str]:
@@ -150,7 +156,7 @@ def _plan(text: str = PLAN):
 @pytest.fixture(scope="module")
 def dry(tmp_path_factory):
     d = tmp_path_factory.mktemp("designs")
-    (d / "plan.toml").write_text(PLAN)
+    (d / "plan.toml").write_text(DRY_PLAN)
     run = dry_run(d / "plan.toml", {"BA": 0.03, "DC": 0.01}, seed=5, progress=False, n_resamples=200)
     res = json.loads((run.folder / "report" / "results.json").read_text())
     per_seed = pd.read_csv(run.folder / "report" / "per_seed.csv")
@@ -169,12 +175,12 @@ def _diffs(per_seed, cid):
 # ------------------------------------------------------------------ seeds and n in results.json
 
 
-def test_contrast_seeds_give_n_6_of_24(dry):
+def test_contrast_seeds_give_n_6_of_12(dry):
     _, res, per_seed = dry
     p1 = _row(res, "P1")
     assert p1["n"] == 6 and p1["seeds"] == "0-5"
     assert sorted(per_seed.loc[per_seed["contrast"] == "P1", "seed"]) == list(range(6))
-    assert _row(res, "BA")["n"] == 24
+    assert _row(res, "BA")["n"] == 12
     ba = _diffs(per_seed, "BA")["difference"]
     want = sps.ttest_1samp(ba.loc[0:5].to_numpy(), 0.0)
     assert p1["p"] == pytest.approx(want.pvalue, rel=1e-9)
@@ -192,7 +198,7 @@ def test_difference_of_differences_against_hand_and_scipy(dry):
     row = _row(res, "DD")
     ref = sps.ttest_1samp(hand.to_numpy(), 0.0)
     ci = ref.confidence_interval(0.95)
-    assert row["n"] == 24 and row["design"] == "difference_of_differences"
+    assert row["n"] == 12 and row["design"] == "difference_of_differences"
     assert row["mean"] == pytest.approx(hand.mean(), abs=1e-12)
     assert row["t"] == pytest.approx(ref.statistic) and row["p"] == pytest.approx(ref.pvalue)
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high))
@@ -205,12 +211,12 @@ def test_difference_of_differences_against_hand_and_scipy(dry):
 def test_pooled_units_are_pair_seed_differences(dry):
     _, res, per_seed = dry
     pool = per_seed[per_seed["contrast"] == "POOL"]
-    assert sorted(pool["unit"].unique()) == ["B − A", "D − C"] and len(pool) == 24
+    assert sorted(pool["unit"].unique()) == ["B − A", "D − C"] and len(pool) == 16
     ba, dc = _diffs(per_seed, "BA")["difference"], _diffs(per_seed, "DC")["difference"]
-    units = np.concatenate([ba.loc[0:11].to_numpy(), dc.loc[0:11].to_numpy()])
+    units = np.concatenate([ba.loc[0:7].to_numpy(), dc.loc[0:7].to_numpy()])
     ref = sps.ttest_1samp(units, 0.0)
     row = _row(res, "POOL")
-    assert row["n"] == 24 and row["df"] == 23
+    assert row["n"] == 16 and row["df"] == 15
     assert row["p"] == pytest.approx(ref.pvalue) and row["mean"] == pytest.approx(units.mean())
     assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(ref.confidence_interval(0.95)))
 
@@ -221,7 +227,7 @@ def test_welch_rows_against_scipy_and_statsmodels(dry):
     b, a = ba["treatment_value"].to_numpy(), ba["control_value"].to_numpy()
     ref = sps.ttest_ind(b, a, equal_var=False)
     w = _row(res, "W")
-    assert (w["n"], w["n_treatment"], w["n_control"]) == (48, 24, 24)
+    assert (w["n"], w["n_treatment"], w["n_control"]) == (24, 12, 12)
     assert w["p"] == pytest.approx(ref.pvalue) and w["df"] == pytest.approx(ref.df)
     assert (w["ci_low"], w["ci_high"]) == pytest.approx(tuple(ref.confidence_interval(0.95)))
     assert w["tost_p"] == pytest.approx(ttost_ind(b, a, -0.05, 0.05, usevar="unequal")[0])
@@ -239,7 +245,7 @@ def test_report_shows_design_and_checks(dry):
     run, res, _ = dry
     md = (run.folder / "report" / "report.md").read_text()
     assert "| design |" in md and "| difference_of_differences | (B − A) − (D − C) |" in md
-    assert "| welch | welch: B vs A | B | 24 + 24 |" in md
+    assert "| welch | welch: B vs A | B | 12 + 12 |" in md
     assert "## Manipulation checks" in md and "manipulation checks: 2 of 2 passed" in md
     checks = {c["check"]: c for c in res["checks"]}
     assert checks["M-target"]["passed"] is True and checks["M-target"]["n"] == 10

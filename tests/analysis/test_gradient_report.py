@@ -115,7 +115,7 @@ def dry(tmp_path_factory):
     return dry_run(d / "plan.toml", {}, out=d / "dry-run", n_resamples=300, progress=False)
 
 
-def test_dry_run_reports_the_section_marked_synthetic(dry):
+def test_dry_run_reports_the_section_marked_synthetic(dry, without_figures):
     g = dry.analysis.gradient
     assert g is not None and g.synthetic and set(g.table["status"]) == {"synthetic"}
     md = (dry.folder / "report" / "report.md").read_text()
@@ -127,8 +127,9 @@ def test_dry_run_reports_the_section_marked_synthetic(dry):
     out = dry.folder / "report"
     assert (out / "gradient_tests.csv").exists() and (out / "gradient_tests.png").stat().st_size > 0
     assert json.loads((out / "results.json").read_text())["gradient_tests"]["synthetic"] is True
-    res = cli.invoke(app, ["dry-run", str(dry.folder.parent / "plan.toml"), "--out", str(dry.folder.parent / "again"),
-                           "--resamples", "100"])
+    with without_figures():  # the command's figures are the fixture's, drawn and read above
+        res = cli.invoke(app, ["dry-run", str(dry.folder.parent / "plan.toml"), "--out", str(dry.folder.parent / "again"),
+                               "--resamples", "100"])
     assert res.exit_code == 0, res.output
 
 
@@ -191,14 +192,15 @@ def test_an_added_file_or_result_fails_verify(dry, tmp_path):
     assert any(v.startswith("gradient/G9: a gradient result that is not sealed") for v in verify_study(d).violations)
 
 
-def test_a_condition_flips_when_its_threshold_crosses_the_estimate(dry, tmp_path):
+def test_a_condition_flips_when_its_threshold_crosses_the_estimate(dry, tmp_path, without_figures):
     v = float(dry.analysis.gradient.table.set_index("configuration").loc["mc_k4", "per_token"])
     verdicts = {}
     for name, bound in (("below", v * 0.9), ("above", v * 1.1)):
         d = tmp_path / name
         d.mkdir()
         (d / "plan.toml").write_text(plan_text().replace("at_least = 0.8", f"at_least = {bound!r}"))
-        a = dry_run(d / "plan.toml", {}, out=d / "dry-run", n_resamples=100, progress=False).analysis
+        with without_figures():  # the verdict is in the report's text; the figures are the fixture's
+            a = dry_run(d / "plan.toml", {}, out=d / "dry-run", n_resamples=100, progress=False).analysis
         assert float(a.gradient.table.set_index("configuration").loc["mc_k4", "per_token"]) == pytest.approx(v)
         verdicts[name] = a.gradient.conditions["verdict"].iloc[0]
         # a dry run's report bolds nothing: the condition's line ends with its verdict

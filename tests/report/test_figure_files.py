@@ -126,20 +126,27 @@ def _write(kind: str, path: Path, *, synthetic: bool = False) -> list[Path]:
     return plots.difference_over_time(_curves(), [("C1", "t", "c")], path, title="differences", synthetic=synthetic)
 
 
-def _plain(fig, path, *, dpi=120, rect=None):
-    """The plain way: lay out, then let each savefig draw once more to find the tight box."""
+def _plain(fig, path, *, dpi=120, rect=None, pdf=True):
+    """The plain way: lay out, then let each savefig draw once more to find the tight box (the
+    PDF left out with ``pdf=False``, where only the PNG is read)."""
     fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    fig.savefig(Path(path).with_suffix(".pdf"), bbox_inches="tight")
+    if pdf:
+        fig.savefig(Path(path).with_suffix(".pdf"), bbox_inches="tight")
     return [Path(path), Path(path).with_suffix(".pdf")]
 
 
-def _untight(fig, path, *, dpi=120, rect=None):
+def _untight(fig, path, *, dpi=120, rect=None, pdf=True):
     """Laid out, but saved whole: what the tight box is there to prevent (margins, or text cut)."""
     fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi)
-    fig.savefig(Path(path).with_suffix(".pdf"))
+    if pdf:
+        fig.savefig(Path(path).with_suffix(".pdf"))
     return [Path(path), Path(path).with_suffix(".pdf")]
+
+
+def _png_only(saver):
+    return lambda fig, path, **kw: saver(fig, path, **kw, pdf=False)
 
 
 def _written_by(saver, kind: str, path: Path, synthetic: bool = False) -> list[Path]:
@@ -175,44 +182,63 @@ def _looks_like(path: Path, size: tuple[int, int], thumb_hex: str) -> list[str]:
     return why
 
 
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    """Each figure kind written once per module, three ways: as the report writes it (``ours``),
+    the plain way (``plain``) and saved whole (``whole``), read by the PNG, PDF and reference
+    tests alike. The plain and whole PDFs are written only where a test reads them (the
+    non-synthetic figures)."""
+    folder, done = tmp_path_factory.mktemp("drawn"), {}
+
+    def files(kind: str, synthetic: bool = False) -> dict[str, list[Path]]:
+        if (kind, synthetic) not in done:
+            d = folder / f"{kind}-{synthetic}"
+            plain, whole = (_png_only(s) if synthetic else s for s in (_plain, _untight))
+            done[kind, synthetic] = {"ours": _write(kind, d / "ours.png", synthetic=synthetic),
+                                     "plain": _written_by(plain, kind, d / "plain.png", synthetic),
+                                     "whole": _written_by(whole, kind, d / "whole.png", synthetic)}
+        return done[kind, synthetic]
+    return files
+
+
 @pytest.mark.parametrize("synthetic", [False, True])
 @pytest.mark.parametrize("kind", ["forest", "accuracy", "difference", "extrapolation", "gradient"])
-def test_a_written_png_is_the_plain_tight_savefig_pixel_for_pixel(tmp_path, kind, synthetic):
-    ours = _write(kind, tmp_path / "ours.png", synthetic=synthetic)
-    plain = _written_by(_plain, kind, tmp_path / "plain.png", synthetic)
+def test_a_written_png_is_the_plain_tight_savefig_pixel_for_pixel(drawn, kind, synthetic):
+    f = drawn(kind, synthetic)
+    ours, plain = f["ours"], f["plain"]
     assert [p.suffix for p in ours] == [".png", ".pdf"] and all(p.stat().st_size for p in ours)
     assert np.array_equal(_pixels(ours[0]), _pixels(plain[0]))
     # the comparison sees a figure saved without its tight box
-    whole = _written_by(_untight, kind, tmp_path / "whole.png", synthetic)
-    assert not np.array_equal(_pixels(whole[0]), _pixels(plain[0]))
+    assert not np.array_equal(_pixels(f["whole"][0]), _pixels(plain[0]))
 
 
 @pytest.mark.parametrize("kind", ["forest", "accuracy", "difference", "extrapolation", "gradient"])
-def test_a_written_pdf_page_holds_what_the_plain_tight_savefig_holds(tmp_path, kind):
+def test_a_written_pdf_page_holds_what_the_plain_tight_savefig_holds(drawn, kind):
     """The PDF shows the box measured for the PNG; the plain way measures it again with the PDF's
     own text metrics. The pages differ by less than the padding (savefig.pad_inches: 7.2 pt), so
     what the plain page holds fits on ours."""
-    ours, plain = _page(_write(kind, tmp_path / "ours.png")[1]), _page(_written_by(_plain, kind, tmp_path / "plain.png")[1])
+    f = drawn(kind)
+    ours, plain = _page(f["ours"][1]), _page(f["plain"][1])
     assert all(abs(a - b) < 4.0 for a, b in zip(ours, plain)), (ours, plain)
-    whole = _page(_written_by(_untight, kind, tmp_path / "whole.png")[1])
+    whole = _page(f["whole"][1])
     assert not all(abs(a - b) < 4.0 for a, b in zip(whole, plain)), (whole, plain)
 
 
 @pytest.mark.parametrize("kind", ["forest", "accuracy", "difference"])
-def test_a_written_png_has_the_size_and_look_of_its_reference(tmp_path, kind):
-    png = _write(kind, tmp_path / f"{kind}.png")[0]
+def test_a_written_png_has_the_size_and_look_of_its_reference(drawn, kind):
+    png = drawn(kind)["ours"][0]
     assert not _looks_like(png, *REFERENCE[kind])
 
 
-def test_the_reference_check_sees_a_material_change(tmp_path):
+def test_the_reference_check_sees_a_material_change(drawn, tmp_path):
     """Another resolution, the figure saved whole, darker seed dots, another title or the
     SYNTHETIC watermark: each is seen."""
     ref = REFERENCE["forest"]
 
-    lowres = _written_by(lambda fig, path, **kw: _plain(fig, path, **{**kw, "dpi": 100}), "forest", tmp_path / "a.png")[0]
+    lowres = _written_by(lambda fig, path, **kw: _plain(fig, path, **{**kw, "dpi": 100}, pdf=False), "forest",
+                         tmp_path / "a.png")[0]
     assert any("size" in w for w in _looks_like(lowres, *ref))
-    whole = _written_by(_untight, "forest", tmp_path / "b.png")[0]
-    assert _looks_like(whole, *ref)
+    assert _looks_like(drawn("forest")["whole"][0], *ref)
     save_all = plots.save_all
 
     def dark_dots(fig, path, **kw):
@@ -229,7 +255,7 @@ def test_the_reference_check_sees_a_material_change(tmp_path):
     for saver in (dark_dots, retitled):
         png = _written_by(saver, "forest", tmp_path / f"{saver.__name__}.png")[0]
         assert any("grey" in w for w in _looks_like(png, *ref)), saver.__name__
-    assert any("grey" in w for w in _looks_like(_write("forest", tmp_path / "d.png", synthetic=True)[0], *ref))
+    assert any("grey" in w for w in _looks_like(drawn("forest", synthetic=True)["ours"][0], *ref))
 
 
 def test_a_figure_with_its_own_layout_engine_is_laid_out_tightly_as_before(tmp_path):

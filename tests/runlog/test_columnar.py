@@ -233,15 +233,19 @@ def test_pairing_equals_per_seed(study):
 
 def test_pairing_equals_per_seed_on_random_damage(study):
     """Random damage (sets changed in one evaluation or a whole run, sampling seeds missing or
-    changed, runs dropped, rows shuffled): the seeds found at once are those the per-seed check finds."""
+    changed, runs dropped, rows shuffled): the seeds found at once are those the per-seed check finds.
+    Every trial is damaged (the undamaged curves are test_pairing_equals_per_seed's), and each kind
+    of damage is drawn in several trials, in some with another kind."""
     curves = accuracy_curve(load_study(study, progress=False).evals, eval_set="math200")
     rng = np.random.default_rng(8)
-    for trial in range(40):
+    drawn, found = [], 0  # the kinds of damage of each trial; trials in which damage is found
+    for trial in range(20):
         bad = curves.copy()
         bad["eval_seed"] = bad["eval_seed"].astype("Int64")
-        for _ in range(int(rng.integers(0, 5))):
+        kinds = [int(rng.integers(0, 5)) for _ in range(int(rng.integers(1, 5)))]
+        drawn.append(kinds)
+        for how in kinds:
             row = int(rng.integers(0, len(bad)))
-            how = int(rng.integers(0, 5))
             if how == 0:
                 bad.iloc[row, bad.columns.get_loc("problem_set")] = "other"
             elif how == 1:
@@ -258,6 +262,10 @@ def test_pairing_equals_per_seed_on_random_damage(study):
             got = check_pairing(bad, "treatment", "control", common_random_numbers=crn)
             want = _pairing_per_seed(bad, "treatment", "control", common_random_numbers=crn)
             pd.testing.assert_frame_equal(got, want)
+            found += crn and not got.empty
+    assert found == 20  # every trial's damage is seen, so the frames compared are not both empty
+    for how in range(5):  # each kind in several trials, in some of them with another kind
+        assert sum(how in k for k in drawn) >= 4 and sum(how in k and len(set(k)) > 1 for k in drawn) >= 2, (how, drawn)
 
 
 def test_runs_split_equals_group_by(study):
