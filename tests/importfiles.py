@@ -11,6 +11,7 @@ real run's files are built by ``trl_runs.real_run``).
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -256,9 +257,12 @@ def outputs_lines(steps: tuple[int, ...] = (0, 3, 6), skill: float = 0.5, seed: 
     return "".join(out)
 
 
+@functools.cache
 def prereg_app():
     """A copy of the `prereg` app with the `prereg_kit.commands` group's `import` loaded (the
-    editable install may predate the group; the real app is left as it is)."""
+    editable install may predate the group; the real app is left as it is). Made once per process:
+    no test changes it, and the test CliRunner builds an app's click command once per app
+    (tests/conftest.py), where a new copy on each call rebuilt every command's parameters."""
     import typer
 
     from prereg_kit import cli

@@ -9,6 +9,7 @@ commit. ``prereg verify`` and ``prereg analyze`` must refuse each, naming the re
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -69,17 +70,37 @@ def _study(tmp_path: Path, *, seal: bool = True) -> Path:
     return d
 
 
+def _copy(template: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(template, tmp_path / "study", symlinks=True))
+
+
 @pytest.fixture(scope="module")
-def sealed_template(tmp_path_factory) -> Path:
-    """One locked study with its 8 runs written and sealed, built once for the module; never
-    touched: each test gets a copy (``sealed``), since most tamper with theirs."""
-    return _study(tmp_path_factory.mktemp("sealed-template"))
+def unsealed_template(tmp_path_factory) -> Path:
+    """One locked study with its 8 runs written, not sealed, built once for the module; never
+    touched: each test gets a copy (``unsealed``)."""
+    return _study(tmp_path_factory.mktemp("unsealed-template"), seal=False)
+
+
+@pytest.fixture(scope="module")
+def sealed_template(unsealed_template, tmp_path_factory) -> Path:
+    """The unsealed template's copy with its 8 runs sealed; never touched: each test gets a copy
+    (``sealed``), since most tamper with theirs."""
+    d = _copy(unsealed_template, tmp_path_factory.mktemp("sealed-template"))
+    res = seal_runs(d)
+    assert len(res.sealed) == 8 and not res.refused
+    return d
 
 
 @pytest.fixture
 def sealed(sealed_template, tmp_path) -> Path:
     """A locked, sealed study of its own (a copy of the module's template, file times kept)."""
-    return Path(shutil.copytree(sealed_template, tmp_path / "study", symlinks=True))
+    return _copy(sealed_template, tmp_path)
+
+
+@pytest.fixture
+def unsealed(unsealed_template, tmp_path) -> Path:
+    """A locked study with 8 complete runs not yet sealed, of its own (a copy of the template)."""
+    return _copy(unsealed_template, tmp_path)
 
 
 def _refusal(study: Path) -> list[str]:
@@ -134,7 +155,12 @@ def test_rewritten_meta_with_another_plan_hash_and_start_is_refused(sealed):
     assert "runs/ctl/seed-2/meta.json: changed" in lines[0]
 
 
-def test_every_bit_flip_in_a_sealed_parquet_file_is_caught(sealed, tmp_path):
+def test_every_bit_flip_in_a_sealed_parquet_file_is_caught(sealed, monkeypatch):
+    # git's answers about the study's folder (outside any repository) cannot change while bits are
+    # flipped in its runs: each question is put to git once, not in each of the 120 verifications
+    from prereg_kit.chain import gitinfo
+
+    monkeypatch.setattr(gitinfo, "_git", functools.cache(gitinfo._git))
     rng = np.random.default_rng(7)
     files = sorted((sealed / "runs").glob("*/seed-*/*.parquet"))
     pristine = {f: f.read_bytes() for f in files}
@@ -218,8 +244,8 @@ def test_a_second_seal_forged_into_the_chain_is_caught(sealed):
     assert v[0].startswith("runs/ctl/seed-0: sealed twice with different files (entries 1 and 9)")
 
 
-def test_an_unsealed_complete_run_is_a_violation_until_sealed(tmp_path):
-    d = _study(tmp_path, seal=False)
+def test_an_unsealed_complete_run_is_a_violation_until_sealed(unsealed):
+    d = unsealed
     rep = verify_study(d)
     assert rep.exit_code == 1 and "complete but not sealed" in rep.violations[0] and "prereg seal" in rep.violations[0]
     res = CliRunner().invoke(app, ["seal", str(d)])
@@ -227,8 +253,8 @@ def test_an_unsealed_complete_run_is_a_violation_until_sealed(tmp_path):
     assert verify_study(d).exit_code == 0
 
 
-def test_seal_refuses_an_unreadable_or_incomplete_run(tmp_path):
-    d = _study(tmp_path, seal=False)
+def test_seal_refuses_an_unreadable_or_incomplete_run(unsealed):
+    d = unsealed
     (d / "runs" / "trt" / "seed-1" / "evals.parquet").write_bytes(b"PAR1 not really")
     meta = d / "runs" / "ctl" / "seed-1" / "meta.json"
     meta.write_text(meta.read_text().replace('"complete"', '"failed"'))
@@ -238,8 +264,8 @@ def test_seal_refuses_an_unreadable_or_incomplete_run(tmp_path):
     assert any("runs/ctl/seed-1" in r and "status is 'failed'" in r for r in res.refused)
 
 
-def test_many_runs_sealing_at_once_lose_no_entry(tmp_path):
-    d = _study(tmp_path, seal=False)
+def test_many_runs_sealing_at_once_lose_no_entry(unsealed):
+    d = unsealed
     folders = sorted(str(p.parent) for p in (d / "runs").glob("*/seed-*/meta.json"))
     ctx = mp.get_context("fork")
     with ctx.Pool(4) as pool:
@@ -275,8 +301,8 @@ def test_unplanned_configuration_stage_and_renamed_runs_are_violations(sealed):
     assert any(x.startswith("runs/notes.txt: a file") for x in v)
 
 
-def test_a_run_whose_meta_names_another_seed_is_a_violation(tmp_path):
-    d = _study(tmp_path, seal=False)
+def test_a_run_whose_meta_names_another_seed_is_a_violation(unsealed):
+    d = unsealed
     os.rename(d / "runs" / "ctl" / "seed-3", d / "runs" / "ctl" / "seed-3x")
     shutil.copytree(d / "runs" / "ctl" / "seed-2", d / "runs" / "ctl" / "seed-3")  # seed 2's log as seed 3
     shutil.rmtree(d / "runs" / "ctl" / "seed-3x")
@@ -284,12 +310,10 @@ def test_a_run_whose_meta_names_another_seed_is_a_violation(tmp_path):
     assert any(x.startswith("runs/ctl/seed-3: meta.json says configuration 'ctl' seed 2") for x in v)
 
 
-def test_a_missing_planned_run_is_a_violation_unless_the_plan_allows_it(tmp_path):
-    d = tmp_path / "study"
-    d.mkdir()
-    (d / "plan.toml").write_text(PLAN)
-    lock_plan(d)
-    _write_runs(d, seeds=range(3))  # seed 3 was never run
+def test_a_missing_planned_run_is_a_violation_unless_the_plan_allows_it(unsealed):
+    d = unsealed
+    for c in ("ctl", "trt"):
+        shutil.rmtree(d / "runs" / c / "seed-3")  # seed 3 was never run (nor sealed)
     seal_runs(d)
     assert verify_study(d).exit_code == 0  # verify runs during a study: runs still to come are no violation
     lines = _refusal(d)
@@ -312,12 +336,8 @@ def test_the_plan_may_allow_missing_seeds(tmp_path):
     assert {"missing"} <= set(a.exclusions["what"]) and "no run log" in a.exclusions["reason"].iloc[0]
 
 
-def test_a_run_evaluated_on_fewer_problems_is_a_violation(tmp_path):
-    d = tmp_path / "study"
-    d.mkdir()
-    (d / "plan.toml").write_text(PLAN)
-    lock_plan(d)
-    _write_runs(d)
+def test_a_run_evaluated_on_fewer_problems_is_a_violation(unsealed, tmp_path):
+    d = unsealed
     other = tmp_path / "other"
     (other).mkdir()
     (other / "plan.toml").write_text(PLAN)
@@ -343,8 +363,8 @@ def test_non_finite_values_are_errors(tmp_path):
         w.log_iteration({**row, "seconds_generation": 1.0, "my_metric": float("inf")})
 
 
-def test_an_inf_in_a_log_from_another_trainer_is_named_first(tmp_path):
-    d = _study(tmp_path, seal=False)
+def test_an_inf_in_a_log_from_another_trainer_is_named_first(unsealed):
+    d = unsealed
     _rewrite_parquet(d / "runs" / "trt" / "seed-2" / "evals.parquet",
                      lambda df: df.assign(train_seconds=np.where(df["eval_index"] == 2, np.inf, df["train_seconds"])))
     res = seal_runs(d)
@@ -363,9 +383,9 @@ CORRUPTIONS = {
 
 
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
-def test_the_first_line_of_a_refusal_names_the_corrupt_run(tmp_path, how):
+def test_the_first_line_of_a_refusal_names_the_corrupt_run(unsealed, how):
     """A log from another trainer, sealed as written, then read: the first line names the run and file."""
-    d = _study(tmp_path, seal=False)
+    d = unsealed
     run = d / "runs" / "trt" / "seed-0"
     seal_runs(d, [p.parent for p in (d / "runs").glob("*/seed-*/meta.json") if p.parent != run])
     CORRUPTIONS[how](run)
@@ -506,8 +526,8 @@ def test_git_anchors_catch_a_back_dated_lock_and_a_false_clean_claim(tmp_path):
     assert rep.exit_code == 0 and any("is not in this repository" in w for w in rep.warnings)
 
 
-def test_seals_follow_the_lock_in_time_and_a_clock_behind_the_chain_seals_nothing(tmp_path):
-    d = _study(tmp_path, seal=False)
+def test_seals_follow_the_lock_in_time_and_a_clock_behind_the_chain_seals_nothing(unsealed):
+    d = unsealed
     lock_time = parse_time(read_chain(d).entries[0]["time"])
     with clock_at(lock_time - timedelta(seconds=1)):  # a machine whose clock runs behind the chain
         with pytest.raises(PreregError, match="the clock reads .* before the last entry"):
@@ -540,10 +560,10 @@ def test_lock_and_seal_timestamps_verify_offline(tmp_path, tsa):
     assert rep.timestamps.report.proven[0].info.chain_checked
 
 
-def test_a_chain_rewritten_after_its_timestamp_is_caught(tmp_path, tsa):
+def test_a_chain_rewritten_after_its_timestamp_is_caught(sealed, tsa):
     """The determined author: edit a run, then rewrite the whole chain consistently — every seal,
     every hash — so that the file alone is a valid chain. The receipt on the old head remains."""
-    d = _study(tmp_path)
+    d = sealed
     CliRunner().invoke(app, ["timestamp", str(d), "--tsa", tsa.url])
     assert verify_study(d).exit_code == 0
     _rewrite_parquet(d / "runs" / "trt" / "seed-0" / "evals.parquet", lambda df: df.assign(correct=df["samples"]))

@@ -39,37 +39,78 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
-def test_help_lock_and_verify_import_no_heavy_library(study: Path, tmp_path: Path):
-    loaded, res = _loaded("--help", cwd=tmp_path)
-    assert res.returncode == 0 and "lock" in res.stdout, res.stderr
-    assert loaded == []
-    loaded, res = _loaded("lock", str(study / "plan.toml"), cwd=tmp_path)
-    assert res.returncode == 0 and (study / "plan.lock").exists(), res.stdout + res.stderr
-    assert loaded == []
-    loaded, res = _loaded("verify", str(study), cwd=tmp_path)
-    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
-    assert loaded == []
+# Every module some test below looks for: each command runs once, in one fresh process that reports
+# all of them, and each test reads the ones its claim names (``_of``).
+WATCHED = (*HEAVY, "numpy", "pydantic", "click", "filelock", "trainer.rewards.channels")
 
 
-def test_the_wrapper_sees_a_heavy_import(tmp_path: Path):
+def _of(loaded: list[str], names: tuple[str, ...]) -> list[str]:
+    return [m for m in loaded if m in names]
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory) -> dict[str, tuple[list[str], subprocess.CompletedProcess, Path]]:
+    """`prereg --help`, then `lock` of the small plan, then `verify` of that study, each a fresh
+    process reporting which of ``WATCHED`` it loaded."""
+    from plans import SMALL_PLAN
+
+    tmp = tmp_path_factory.mktemp("startup")
+    study = tmp / "study"
+    study.mkdir()
+    (study / "plan.toml").write_text(SMALL_PLAN)
+    out = {}
+    for name, args in (("help", ["--help"]), ("lock", ["lock", str(study / "plan.toml")]), ("verify", ["verify", str(study)])):
+        out[name] = (*_loaded(*args, cwd=tmp, heavy=WATCHED), study)
+        if name == "lock":
+            out[name] += ((study / "plan.lock").exists(),)
+    return out
+
+
+def _ran(commands, name: str) -> list[str]:
+    """What command ``name`` loaded, once it is checked to have done its work."""
+    loaded, res, study, *locked = commands[name]
+    if name == "help":
+        assert res.returncode == 0 and "lock" in res.stdout, res.stderr
+    elif name == "lock":
+        assert res.returncode == 0 and locked == [True], res.stdout + res.stderr
+    else:
+        assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
+    return loaded
+
+
+def test_help_lock_and_verify_import_no_heavy_library(commands):
+    for name in ("help", "lock", "verify"):
+        assert _of(_ran(commands, name), HEAVY) == [], name
+
+
+# Imports each module the wrapper must see (pandas, numpy, pydantic, click, filelock, the channel
+# table) before running `prereg --help`: one process, which each "the wrapper sees" test reads.
+SEEN = ("pandas", "numpy", "pydantic", "click", "filelock", "trainer.rewards.channels")
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory) -> str:
+    imports = "; ".join(f"import {m}" for m in SEEN)
+    code = WRAPPER.format(heavy=tuple(dict.fromkeys((*HEAVY, *SEEN)))).replace("runpy.run_module", f"{imports}; runpy.run_module")
+    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True,
+                         cwd=tmp_path_factory.mktemp("seen"), timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("LOADED ")]
+    assert res.returncode == 0 and line, res.stdout + res.stderr
+    return json.loads(line[-1][len("LOADED "):])
+
+
+def test_the_wrapper_sees_a_heavy_import(seen):
     """The check can fail: a command that does import pandas is reported (here: `analyze` of a
     folder without a plan still loads the analysis, which imports pandas and scipy)."""
-    code = WRAPPER.format(heavy=HEAVY).replace('runpy.run_module', 'import pandas; runpy.run_module')
-    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
-    assert 'LOADED ["pandas"]' in res.stdout
+    assert _of(seen, HEAVY) == ["pandas"]
 
 
-def test_lock_and_verify_import_no_numpy(study: Path, tmp_path: Path):
+def test_lock_and_verify_import_no_numpy(commands, tmp_path: Path):
     """The recipe check included: a plan naming reward channels loads the trainer's channel table."""
     from plans import run_plan
 
-    loaded, res = _loaded("lock", str(study / "plan.toml"), cwd=tmp_path, heavy=("numpy",))
-    assert res.returncode == 0 and (study / "plan.lock").exists(), res.stdout + res.stderr
-    assert loaded == []
-    loaded, res = _loaded("verify", str(study), cwd=tmp_path, heavy=("numpy",))
-    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
-    assert loaded == []
+    for name in ("lock", "verify"):
+        assert _of(_ran(commands, name), ("numpy",)) == [], name
     multi = tmp_path / "multi"
     multi.mkdir()
     (multi / "plan.toml").write_text(run_plan(
@@ -83,20 +124,15 @@ def test_lock_and_verify_import_no_numpy(study: Path, tmp_path: Path):
     assert loaded == ["trainer.rewards.channels"]  # the channels were checked, without numpy
 
 
-def test_help_imports_neither_numpy_nor_the_plan_models(tmp_path: Path):
+def test_help_imports_neither_numpy_nor_the_plan_models(commands):
     """`--help` lists the commands without building the plan's pydantic models."""
-    loaded, res = _loaded("--help", cwd=tmp_path, heavy=("numpy", "pydantic"))
-    assert res.returncode == 0 and "lock" in res.stdout, res.stderr
-    assert loaded == []
+    assert _of(_ran(commands, "help"), ("numpy", "pydantic")) == []
 
 
 @pytest.mark.parametrize("library", ["numpy", "pydantic"])
-def test_the_wrapper_sees_numpy_and_pydantic(tmp_path: Path, library: str):
+def test_the_wrapper_sees_numpy_and_pydantic(seen, library: str):
     """The checks above can fail: a process that imports the library is reported."""
-    code = WRAPPER.format(heavy=(library,)).replace('runpy.run_module', f'import {library}; runpy.run_module')
-    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
-    assert f'LOADED ["{library}"]' in res.stdout
+    assert library in seen
 
 
 @pytest.mark.parametrize("module, absent", [
@@ -136,25 +172,18 @@ def test_a_drawn_figure_still_gets_its_watermark():
     assert any(isinstance(a, Text) and a.get_text() == "SYNTHETIC" for a in ax.artists + ax.texts)
 
 
-def test_lock_and_verify_leave_out_click_filelock_and_the_channel_table(study: Path, tmp_path: Path):
+def test_lock_and_verify_leave_out_click_filelock_and_the_channel_table(commands):
     """typer 0.29 runs without click; verify only reads the lock chain, so it needs no OS lock
     (filelock); a plan naming no reward channels needs no channel table."""
-    light = ("click", "trainer.rewards.channels")
-    loaded, res = _loaded("lock", str(study / "plan.toml"), cwd=tmp_path, heavy=(*light, "filelock"))
-    assert res.returncode == 0 and (study / "plan.lock").exists(), res.stdout + res.stderr
-    assert loaded == ["filelock"]  # lock takes the chain's OS lock
-    loaded, res = _loaded("verify", str(study), cwd=tmp_path, heavy=(*light, "filelock"))
-    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
-    assert loaded == []
+    light = ("click", "trainer.rewards.channels", "filelock")
+    assert _of(_ran(commands, "lock"), light) == ["filelock"]  # lock takes the chain's OS lock
+    assert _of(_ran(commands, "verify"), light) == []
 
 
 @pytest.mark.parametrize("library", ["click", "filelock", "trainer.rewards.channels"])
-def test_the_wrapper_sees_click_filelock_and_the_channel_table(tmp_path: Path, library: str):
+def test_the_wrapper_sees_click_filelock_and_the_channel_table(seen, library: str):
     """The check above can fail: a process that imports the module is reported."""
-    code = WRAPPER.format(heavy=(library,)).replace('runpy.run_module', f'import {library}; runpy.run_module')
-    res = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=120, env={**_env(), "PYTHONPATH": str(ROOT)})
-    assert f'LOADED ["{library}"]' in res.stdout
+    assert library in seen
 
 
 def _commands() -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 CORE = ["prereg_kit", "prereg_kit.plan", "prereg_kit.chain.lock", "prereg_kit.study.verify", "prereg_kit.study.audit",
         "prereg_kit.runlog", "prereg_kit.readings", "prereg_kit.stats", "prereg_kit.analysis.analyze", "prereg_kit.report",
         "prereg_kit.simulate.dryrun", "prereg_kit.simulate.synth", "prereg_kit.cli", "prereg_kit.chain.timestamp", "prereg_kit.study.jobs",
@@ -18,20 +20,7 @@ def _fresh_python(code: str, timeout: int = 180) -> str:
     return res.stdout.strip()
 
 
-def test_core_imports_without_torch():
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('torch', 'transformers', 'vllm',\n"
-        "                                   'rfc3161_client', 'asn1crypto', 'cryptography'):\n"
-        "            raise ImportError(f'{name} is blocked in this test')\n"
-        "sys.meta_path.insert(0, Block())\n"
-        f"for m in {CORE!r}:\n"
-        "    __import__(m)\n"
-        "print('ok')\n"
-    )
-    assert _fresh_python(code) == "ok"
+BLOCKED = ('torch', 'transformers', 'vllm', 'rfc3161_client', 'asn1crypto', 'cryptography')
 
 
 def _core_modules() -> list[str]:
@@ -44,24 +33,68 @@ def _core_modules() -> list[str]:
                                    if not m.name.startswith("prereg_kit.integrations"))
 
 
-def test_no_core_module_loads_the_trainer_or_torch():
-    """Importing every prereg_kit module (the CLI included, with the commands it adds from the
-    prereg_kit.commands entry points) loads neither the trainer nor torch: `prereg run` reaches a
-    trainer only through the prereg_kit.runners entry point."""
-    mods = [m for m in _core_modules() if m != "prereg_kit.__main__"]
+def _two_steps(core: list[str], every: list[str], path: str | None = None) -> dict:
+    """One fresh interpreter's two steps. First, with torch, transformers, vllm and the timestamp
+    extra blocked, it imports ``core`` ('ok'). Then, the block lifted, it imports ``every`` module
+    and names those of the trainer or torch in sys.modules ('ok' if none) — and also any import of
+    torch, transformers or vllm the block refused in the first step, since a fresh process would
+    have loaded it there (the modules the first step cached are not imported again)."""
     code = (
         "import sys, importlib\n"
-        f"for m in {mods!r}:\n"
+        f"sys.path[:0] = {[path] if path else []!r}\n"
+        "tried = []\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {BLOCKED!r}:\n"
+        "            tried.append(name)\n"
+        "            raise ImportError(f'{name} is blocked in this test')\n"
+        "block = Block()\n"
+        "sys.meta_path.insert(0, block)\n"
+        f"for m in {core!r}:\n"
+        "    __import__(m)\n"
+        "print('ok')\n"
+        "sys.meta_path.remove(block)\n"
+        f"for m in {every!r}:\n"
         "    try:\n"
         "        importlib.import_module(m)\n"
         "    except ImportError as e:\n"
         "        if e.name not in ('rfc3161_client', 'asn1crypto', 'cryptography'):\n"
         "            raise\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('trainer', 'torch'))\n"
+        "bad += sorted(set(m for m in tried if m.split('.')[0] in ('torch', 'transformers', 'vllm')))\n"
         "print(','.join(bad) or 'ok')\n"
     )
-    assert _fresh_python(code) == "ok"
-    assert len(mods) > 40  # the walk found the package's modules
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    lines = [*res.stdout.strip().splitlines(), "", ""]  # a step that failed printed nothing
+    return {"core": lines[0], "every": lines[1], "stderr": res.stderr, "rc": res.returncode}
+
+
+@pytest.fixture(scope="module")
+def imported() -> dict:
+    """``CORE`` imported with the heavy extras blocked, then every core module (one process)."""
+    mods = [m for m in _core_modules() if m != "prereg_kit.__main__"]
+    return _two_steps(CORE, mods) | {"modules": len(mods)}
+
+
+def test_a_torch_import_the_block_refused_counts_in_the_second_step(tmp_path):
+    """A module that tries torch and carries on without it imports in the first step, and is cached
+    there without torch; the second step still names it, as a fresh import would have loaded torch."""
+    (tmp_path / "guarded.py").write_text("try:\n    import torch\nexcept ImportError:\n    pass\n")
+    (tmp_path / "plain.py").write_text("import json\n")
+    assert _two_steps(["guarded"], [], str(tmp_path))["every"] == "torch"
+    assert _two_steps(["plain"], ["plain"], str(tmp_path))["every"] == "ok"
+
+
+def test_core_imports_without_torch(imported):
+    assert imported["core"] == "ok", imported["stderr"]
+
+
+def test_no_core_module_loads_the_trainer_or_torch(imported):
+    """Importing every prereg_kit module (the CLI included, with the commands it adds from the
+    prereg_kit.commands entry points) loads neither the trainer nor torch: `prereg run` reaches a
+    trainer only through the prereg_kit.runners entry point."""
+    assert imported["rc"] == 0 and imported["every"] == "ok", imported
+    assert imported["modules"] > 40  # the walk found the package's modules
 
 
 def test_no_core_source_imports_the_trainer():

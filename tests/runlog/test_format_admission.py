@@ -97,6 +97,12 @@ def make_study(folder: Path, plan: str = PLAN, **synth) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def default_study(tmp_path_factory) -> Path:
+    """``make_study`` with the defaults, built once for the tests that only read it."""
+    return make_study(tmp_path_factory.mktemp("default") / "s")
+
+
 def with_keys(plan: str = PLAN, *, study: str = "", evaluation: str = "") -> str:
     return plan.replace('seeds = "0-3"\n', f'seeds = "0-3"\n{study}\n').replace("samples = 4\n", f"samples = 4\n{evaluation}\n")
 
@@ -173,8 +179,8 @@ def test_stage_shares_read_unavailable_and_time_readings_still_work(tmp_path):
     assert st.iterations["seconds_step"].notna().all() and st.iterations["seconds_generation"].isna().all()
 
 
-def test_split_runs_keep_their_stage_shares(tmp_path):
-    a = analyze_study(make_study(tmp_path / "s"), progress=False)
+def test_split_runs_keep_their_stage_shares(default_study):
+    a = analyze_study(default_study, progress=False)
     assert not (a.configurations["stage_shares"] == UNSPLIT).any()
     assert a.configurations["share_generation"].between(0.5, 0.6).all()
 
@@ -213,7 +219,7 @@ def test_one_run_without_correct_strict_is_enough_to_refuse(tmp_path):
     refuse_unlogged(ev, meta, contrast="Z", metric="accuracy", verifier="strict", eval_sets=["other"], configurations=["b"])
 
 
-def test_reading_strict_accuracy_directly_refuses_and_drift_leaves_such_runs_unflagged(tmp_path):
+def test_reading_strict_accuracy_directly_refuses_and_drift_leaves_such_runs_unflagged(tmp_path, default_study):
     make_study(tmp_path / "s", strict_columns=False)
     ev = load_study(tmp_path / "s").evals
     with pytest.raises(Exception, match=r"verifier 'strict' needs column correct_strict, which runs/ctl/seed-0"):
@@ -221,15 +227,15 @@ def test_reading_strict_accuracy_directly_refuses_and_drift_leaves_such_runs_unf
     flags = drift_flags(ev, eval_set="math")
     assert flags["accuracy_strict"].isna().all() and not flags["drifted"].any()
     # a study where one run lacks it: the others keep their strict accuracies
-    both = pd.concat([ev, load_study(make_study(tmp_path / "t")).evals.assign(configuration="full")], ignore_index=True)
+    both = pd.concat([ev, load_study(default_study).evals.assign(configuration="full")], ignore_index=True)
     fl = drift_flags(both, eval_set="math")
     assert fl.loc[fl.configuration == "full", "accuracy_strict"].notna().all()
     assert fl.loc[fl.configuration != "full", "accuracy_strict"].isna().all()
 
 
-def test_boxed_rate_reads_the_boxed_column(tmp_path):
+def test_boxed_rate_reads_the_boxed_column(default_study):
     from prereg_kit.readings import problem_accuracy
-    ev = load_study(make_study(tmp_path / "s")).evals
+    ev = load_study(default_study).evals
     pa = problem_accuracy(ev, eval_set="math", metric="boxed_rate")
     assert pa["accuracy"].between(0, 1).all() and pa["accuracy"].mean() > 0.9
 
@@ -283,8 +289,8 @@ def test_crn_false_pairs_runs_and_the_report_says_so(tmp_path, seeds):
     assert res["common_random_numbers"] is False
 
 
-def test_crn_default_leaves_reports_as_they_were(tmp_path):
-    a = analyze_study(make_study(tmp_path / "s"), progress=False)
+def test_crn_default_leaves_reports_as_they_were(default_study, tmp_path):
+    a = analyze_study(default_study, progress=False)
     write_report(a, tmp_path / "rep")
     assert "common_random_numbers" not in (tmp_path / "rep" / "report.md").read_text()
     assert "common_random_numbers" not in json.loads((tmp_path / "rep" / "results.json").read_text())

@@ -30,32 +30,41 @@ from paths import ROOT
 REFERENCE = ROOT / "tests" / "data" / "stats_reference.json"
 TOL = 1e-12
 
-# Prints which of the slow scipy sub-packages are in sys.modules after the imports.
+# Prints which of the slow scipy sub-packages are in sys.modules after the analysis's imports (in a
+# fresh process), then again after each of ``{then}`` is imported in turn: one process answers both
+# the check and the checks that the probe can fail.
 PROBE = """\
 import json, sys
-{before}
-import prereg_kit.analysis.analyze, prereg_kit.report, prereg_kit.stats
 slow = ("scipy.stats", "scipy.optimize", "scipy.integrate")
-print("LOADED " + json.dumps(sorted(m for m in slow if m in sys.modules)))
+def report():
+    print("LOADED " + json.dumps(sorted(m for m in slow if m in sys.modules)))
+import prereg_kit.analysis.analyze, prereg_kit.report, prereg_kit.stats
+report()
+for m in {then!r}:
+    __import__(m)
+    report()
 """
+THEN = ("scipy.optimize", "scipy.stats")
 
 
-def _loaded(before: str = "") -> list[str]:
+@pytest.fixture(scope="module")
+def loaded() -> list[list[str]]:
+    """What the probe reports: after the analysis's imports, then after each of ``THEN``."""
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    res = subprocess.run([sys.executable, "-c", PROBE.format(before=before)], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", PROBE.format(then=THEN)], capture_output=True, text=True,
                          timeout=120, cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)})
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("LOADED ")]
-    assert res.returncode == 0 and line, res.stdout + res.stderr
-    return json.loads(line[-1][len("LOADED "):])
+    lines = [json.loads(ln[len("LOADED "):]) for ln in res.stdout.splitlines() if ln.startswith("LOADED ")]
+    assert res.returncode == 0 and len(lines) == 1 + len(THEN), res.stdout + res.stderr
+    return lines
 
 
-def test_the_analysis_imports_no_scipy_stats_optimize_or_integrate():
-    assert _loaded() == []
+def test_the_analysis_imports_no_scipy_stats_optimize_or_integrate(loaded):
+    assert loaded[0] == []
 
 
-def test_the_probe_sees_scipy_stats_when_something_imports_it():
-    assert "scipy.stats" in _loaded("import scipy.stats")
-    assert _loaded("import scipy.optimize") == ["scipy.optimize"]
+def test_the_probe_sees_scipy_stats_when_something_imports_it(loaded):
+    assert loaded[1] == ["scipy.optimize"]  # the analysis loaded none of the three: this one alone
+    assert "scipy.stats" in loaded[2]
 
 
 # --- the distribution functions against scipy.stats ---------------------------------------------
