@@ -309,8 +309,8 @@ def _null_column(kind: str, n: int, index: pd.Index) -> pd.Series:
 
 def _check_plain(col: Column, s: pd.Series) -> tuple[pd.Series, np.ndarray, np.ndarray] | None:
     """``(checked column, bad rows, null rows)`` of a column held in its usual type (int64 or
-    float64 numbers, ``str`` or categorical text, bool), from its numpy array; ``None`` for any
-    other type, which :func:`_check_any` checks value by value."""
+    float64 numbers, ``str`` or categorical text, bool, or Python bools and None), from its numpy
+    array; ``None`` for any other type, which :func:`_check_any` checks value by value."""
     import numpy as np  # lock and verify start without numpy
     import pandas as pd
 
@@ -348,6 +348,12 @@ def _check_plain(col: Column, s: pd.Series) -> tuple[pd.Series, np.ndarray, np.n
     elif isinstance(dt, pd.BooleanDtype):
         null = np.asarray(s.array.isna(), dtype=bool)
         conv = s
+    elif isinstance(dt, np.dtype) and dt.kind == "O" and col.kind == "bool":  # how Arrow hands over a bool column with nulls
+        v = s.to_numpy()
+        if not set(map(type, v)) <= {bool, type(None)}:
+            return None
+        null = pd.isna(v)
+        conv = pd.Series(pd.arrays.BooleanArray(np.where(null, False, v).astype(bool), null), index=s.index)
     else:
         return None
     return conv, (null.copy() if col.required else np.zeros(len(s), bool)), null

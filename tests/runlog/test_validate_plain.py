@@ -203,7 +203,8 @@ def _frame(columns, rng: np.random.Generator) -> pd.DataFrame:
             vals[c.name][rng.integers(n)] = bads[rng.integers(len(bads))]
     for c in columns:  # nulls where a column may have them
         if n and not c.required and reps[c.name] in ("float64", "Float64", "Int64", "boolean", "object") and rng.random() < 0.3:
-            vals[c.name][rng.integers(n)] = np.nan if reps[c.name] in ("float64", "object") else None
+            nan = np.nan if rng.random() < 0.5 or c.kind != "bool" else None  # Arrow's bool nulls are None
+            vals[c.name][rng.integers(n)] = nan if reps[c.name] in ("float64", "object") else None
     if columns == ITERATION_COLUMNS and n and rng.random() < 0.2:  # one stage missing on one row
         c = STAGE_SECONDS[rng.integers(5)]
         if reps[c] in ("float64", "object", "Float64"):
@@ -262,3 +263,21 @@ def test_the_numpy_path_gives_the_frames_and_errors_of_the_value_by_value_check(
         assert got.dtypes.to_dict() == want.dtypes.to_dict(), trial
         pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True, check_column_type=True)
     assert kinds["frame"] > TRIALS // 5 and kinds["error"] > TRIALS // 5, kinds  # both outcomes are tried often
+
+
+@pytest.mark.parametrize("values", [[True, None, False], [None, None, None], [True, False, True], [np.True_, None, False],
+                                    [True, 2, None], [True, "yes", None], [True, np.nan, None], [1, 0, None], [True, 1.0, None]])
+def test_a_bool_column_of_python_objects_is_checked_as_before(values):
+    """Arrow hands over a bool column with nulls as Python bools and None (the numpy path); any
+    other object in it is checked value by value."""
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({c.name: _held(_good(c, "x", 3, rng), "object" if c.kind == "bool" else REPS[c.kind][0])
+                       for c in EVAL_COLUMNS})
+    df["samples"] += 10
+    df["greedy_correct"] = pd.Series(values, dtype=object)
+    want = _outcome(reference_validate_frame, df, EVAL_COLUMNS, "e.parquet", 1)
+    got = _outcome(validate_frame, df, EVAL_COLUMNS, "e.parquet", 1)
+    if isinstance(want, str):
+        assert got == want
+    else:
+        pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True, check_column_type=True)
