@@ -336,7 +336,7 @@ def _check_plain(col: Column, s: pd.Series) -> tuple[pd.Series, np.ndarray, np.n
         return s, bad, null
     if col.kind == "str":
         if isinstance(dt, pd.CategoricalDtype) and dt.categories.dtype == "str":
-            null = s.array.codes < 0
+            null = s.array.codes < 0  # text held as categories (runlog.text): each row is one of its strings
         elif dt == _str_dtype():
             null = np.asarray(s.array.isna(), dtype=bool)
         else:
