@@ -235,73 +235,19 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
             if col.required and n:
                 errors.append((0, f"field '{col.name}': missing (expected {col.describe()})"))
                 continue
-            dtype = {"int": "Int64" if n else "int64", "float": "float64", "str": "str", "bool": "boolean"}[col.kind]
-            out[col.name] = pd.Series(pd.array([None] * n, dtype=dtype), index=df.index)
+            out[col.name] = _null_column(col.kind, n, df.index)
             continue
         s = df[col.name]
-        null = s.isna().to_numpy()
-        bad = null.copy() if col.required else np.zeros(n, dtype=bool)
-        if col.kind in ("int", "float"):
-            if col.kind == "int" and s.dtype == np.int64:
-                # Common case (already int64): only the range needs checking.
-                v = s.to_numpy()
-                if col.min is not None:
-                    bad |= v < col.min
-                if col.max is not None:
-                    bad |= v > col.max
-                out[col.name] = s
-                i = _first_bad(bad)
-                if i is not None:
-                    errors.append((i, f"field '{col.name}': expected {col.describe()}, got {_show(s.iloc[i])}"))
-                continue
-            if s.dtype == object or pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
-                # Mixed or textual values: anything that is not a real number is an error.
-                is_num = s.map(lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
-                bad |= ~is_num & ~null
-                v = pd.to_numeric(s.where(is_num), errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
-            else:
-                v = s.to_numpy(dtype="float64", na_value=np.nan)
-            bad |= np.isinf(v)  # a non-finite number is never a reading
-            if col.kind == "int":
-                bad |= ~null & ~np.isnan(v) & (np.mod(np.nan_to_num(v), 1) != 0)
-            with np.errstate(invalid="ignore"):
-                if col.min is not None:
-                    bad |= v < col.min
-                if col.max is not None:
-                    bad |= v > col.max
-            conv = s if s.dtype == np.float64 else pd.Series(v, index=df.index)
-            if col.kind == "int" and not bad.any():
-                conv = conv.astype("Int64" if np.isnan(v).any() else "int64")
-        elif col.kind == "str":
-            if isinstance(s.dtype, pd.CategoricalDtype) and s.dtype.categories.dtype == "str":
-                conv = s  # text held as categories (runlog.text): each row is one of its strings
-            elif pd.api.types.is_string_dtype(s.dtype) and s.dtype != object:
-                conv = s.astype("str")
-            else:
-                ok = s.map(lambda v: isinstance(v, (str, int, np.integer)) and not isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
-                bad |= ~ok & ~null
-                conv = s.map(lambda v: v if isinstance(v, str) or v is None or (isinstance(v, float) and np.isnan(v)) else str(v)).astype("str")
-        else:  # bool
-            if pd.api.types.is_bool_dtype(s.dtype):
-                conv = s.astype("boolean")
-            else:
-                ok = s.map(lambda v: v is None or isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating)) and (v in (0, 1) or np.isnan(v)))).to_numpy(dtype=bool)
-                bad |= ~ok & ~null
-                conv = s
-                if not bad.any():
-                    conv = pd.Series([None if v is None or (isinstance(v, float) and np.isnan(v)) else bool(v) for v in s],
-                                     index=df.index, dtype="boolean")
+        conv, bad, null = _check_plain(col, s) or _check_any(col, s)
         i = _first_bad(bad)
         if i is not None:
-            got = s.iloc[i]
-            what = "missing or null" if (col.required and null[i]) else f"got {_show(got)}"
+            what = "missing or null" if (col.required and null[i]) else f"got {_show(s.iloc[i])}"
             errors.append((i, f"field '{col.name}': expected {col.describe()}, {what}"))
         out[col.name] = conv
     # Cross-column bounds, once each column has its type.
     for col in columns:
         if col.max_col and col.name in out and col.max_col in out and not errors:
-            a = pd.to_numeric(out[col.name]).to_numpy(dtype="float64", na_value=np.nan)
-            b = pd.to_numeric(out[col.max_col]).to_numpy(dtype="float64", na_value=np.nan)
+            a, b = _floats(out[col.name]), _floats(out[col.max_col])
             i = _first_bad(a > b)
             if i is not None:
                 errors.append((i, f"field '{col.name}': {int(a[i])} exceeds {col.max_col}={int(b[i])}"))
@@ -314,14 +260,165 @@ def validate_frame(df: pd.DataFrame, columns: Sequence[Column], *, where: str, f
     for extra in df.columns:
         if extra not in names:
             out[extra] = df[extra]
-            if pd.api.types.is_float_dtype(df[extra].dtype):
-                i = _first_bad(np.isinf(df[extra].to_numpy(dtype="float64", na_value=np.nan)))
+            if pd.api.types.is_float_dtype(out[extra].dtype):
+                i = _first_bad(np.isinf(out[extra].to_numpy(dtype="float64", na_value=np.nan)))
                 if i is not None:
                     raise RunLogError(f"{where}: line {first_line + i}: field '{extra}': expected a finite number, got {_show(df[extra].iloc[i])}")
     # copy=False: the checked columns are the input's own where no coercion was needed (pandas
     # copies on write); a copy here would double a study's rows while both are alive.
     res = pd.DataFrame(out, index=df.index, copy=False)
+    idx = df.index
+    if isinstance(idx, pd.RangeIndex) and idx.start == 0 and idx.step == 1:
+        return res  # already numbered 0..n-1
     return res.reset_index(drop=True)
+
+
+def _isnull(s: pd.Series) -> np.ndarray:
+    """Which rows of a checked column are null."""
+    import numpy as np  # lock and verify start without numpy
+    import pandas as pd
+
+    if isinstance(s.dtype, np.dtype) and s.dtype == np.float64:
+        return np.isnan(s.to_numpy())
+    return pd.isna(s).to_numpy()
+
+
+def _floats(s: pd.Series) -> np.ndarray:
+    """A checked numeric column as float64, null as NaN."""
+    import numpy as np  # lock and verify start without numpy
+    import pandas as pd
+
+    if isinstance(s.dtype, np.dtype) and s.dtype in (np.int64, np.float64):
+        return s.to_numpy().astype(np.float64, copy=False)
+    return pd.to_numeric(s).to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _null_column(kind: str, n: int, index: pd.Index) -> pd.Series:
+    """An absent optional column: all null, of the type the column's values would have."""
+    import numpy as np  # lock and verify start without numpy
+    import pandas as pd
+
+    if kind == "float":
+        return pd.Series(np.full(n, np.nan), index=index)
+    if kind == "bool":
+        return pd.Series(pd.arrays.BooleanArray(np.zeros(n, bool), np.ones(n, bool)), index=index)
+    if kind == "int" and n:
+        return pd.Series(pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool)), index=index)
+    return pd.Series(pd.array([None] * n, dtype="int64" if kind == "int" else "str"), index=index)
+
+
+def _check_plain(col: Column, s: pd.Series) -> tuple[pd.Series, np.ndarray, np.ndarray] | None:
+    """``(checked column, bad rows, null rows)`` of a column held in its usual type (int64 or
+    float64 numbers, ``str`` or categorical text, bool, or Python bools and None), from its numpy
+    array; ``None`` for any other type, which :func:`_check_any` checks value by value."""
+    import numpy as np  # lock and verify start without numpy
+    import pandas as pd
+
+    dt = s.dtype
+    if col.kind in ("int", "float"):
+        if not (isinstance(dt, np.dtype) and dt in (np.int64, np.float64)):
+            return None
+        v = s.to_numpy()
+        if dt == np.int64:
+            null = np.zeros(len(v), bool)
+            if col.kind == "int":
+                return s, _out_of_range(v, col), null
+            v = v.astype(np.float64)  # a float column given as integers: checked and kept as floats
+            return pd.Series(v, index=s.index), _out_of_range(v, col), null
+        null = np.isnan(v)
+        bad = (null | np.isinf(v)) if col.required else np.isinf(v)
+        if col.kind == "int":
+            bad |= ~null & (np.mod(np.nan_to_num(v), 1) != 0)
+        with np.errstate(invalid="ignore"):
+            bad |= _out_of_range(v, col)
+        if col.kind == "int" and not bad.any():
+            return s.astype("Int64" if null.any() else "int64"), bad, null
+        return s, bad, null
+    if col.kind == "str":
+        if isinstance(dt, pd.CategoricalDtype) and dt.categories.dtype == "str":
+            null = s.array.codes < 0  # text held as categories (runlog.text): each row is one of its strings
+        elif dt == _str_dtype():
+            null = np.asarray(s.array.isna(), dtype=bool)
+        else:
+            return None
+        conv = s
+    elif isinstance(dt, np.dtype) and dt == np.bool_:
+        null = np.zeros(len(s), bool)
+        conv = s.astype("boolean")
+    elif isinstance(dt, pd.BooleanDtype):
+        null = np.asarray(s.array.isna(), dtype=bool)
+        conv = s
+    elif isinstance(dt, np.dtype) and dt.kind == "O" and col.kind == "bool":  # how Arrow hands over a bool column with nulls
+        v = s.to_numpy()
+        if not set(map(type, v)) <= {bool, type(None)}:
+            return None
+        null = pd.isna(v)
+        conv = pd.Series(pd.arrays.BooleanArray(np.where(null, False, v).astype(bool), null), index=s.index)
+    else:
+        return None
+    return conv, (null.copy() if col.required else np.zeros(len(s), bool)), null
+
+
+def _out_of_range(v: np.ndarray, col: Column) -> np.ndarray:
+    import numpy as np  # lock and verify start without numpy
+
+    bad = np.zeros(len(v), bool)
+    if col.min is not None:
+        bad |= v < col.min
+    if col.max is not None:
+        bad |= v > col.max
+    return bad
+
+
+def _str_dtype() -> Any:
+    import pandas as pd
+
+    return pd.api.types.pandas_dtype("str")
+
+
+def _check_any(col: Column, s: pd.Series) -> tuple[pd.Series, np.ndarray, np.ndarray]:
+    """``(checked column, bad rows, null rows)`` of a column of any type (object, mixed, nullable
+    or narrower numbers, other text types), value by value."""
+    import numpy as np  # lock and verify start without numpy
+    import pandas as pd
+
+    n = len(s)
+    null = s.isna().to_numpy()
+    bad = null.copy() if col.required else np.zeros(n, dtype=bool)
+    if col.kind in ("int", "float"):
+        if s.dtype == object or pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
+            # Mixed or textual values: anything that is not a real number is an error.
+            is_num = s.map(lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+            bad |= ~is_num & ~null
+            v = pd.to_numeric(s.where(is_num), errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        else:
+            v = s.to_numpy(dtype="float64", na_value=np.nan)
+        bad |= np.isinf(v)  # a non-finite number is never a reading
+        if col.kind == "int":
+            bad |= ~null & ~np.isnan(v) & (np.mod(np.nan_to_num(v), 1) != 0)
+        with np.errstate(invalid="ignore"):
+            bad |= _out_of_range(v, col)
+        conv = s if s.dtype == np.float64 else pd.Series(v, index=s.index)
+        if col.kind == "int" and not bad.any():
+            conv = conv.astype("Int64" if np.isnan(v).any() else "int64")
+    elif col.kind == "str":
+        if pd.api.types.is_string_dtype(s.dtype) and s.dtype != object:
+            conv = s.astype("str")
+        else:
+            ok = s.map(lambda v: isinstance(v, (str, int, np.integer)) and not isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+            bad |= ~ok & ~null
+            conv = s.map(lambda v: v if isinstance(v, str) or v is None or (isinstance(v, float) and np.isnan(v)) else str(v)).astype("str")
+    else:  # bool
+        if pd.api.types.is_bool_dtype(s.dtype):
+            conv = s.astype("boolean")
+        else:
+            ok = s.map(lambda v: v is None or isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating)) and (v in (0, 1) or np.isnan(v)))).to_numpy(dtype=bool)
+            bad |= ~ok & ~null
+            conv = s
+            if not bad.any():
+                conv = pd.Series([None if v is None or (isinstance(v, float) and np.isnan(v)) else bool(v) for v in s],
+                                 index=s.index, dtype="boolean")
+    return conv, bad, null
 
 
 def _stage_seconds_rule(out: dict[str, Any], n: int) -> list[tuple[int, str]]:
@@ -329,11 +426,10 @@ def _stage_seconds_rule(out: dict[str, Any], n: int) -> list[tuple[int, str]]:
     (a trainer that does not time its stages; Appendix D's stage shares are then unavailable).
     Never neither, never some stages only; a step time beside all five stages is informative only."""
     import numpy as np  # lock and verify start without numpy
-    import pandas as pd
 
-    null = np.column_stack([pd.isna(out[c]).to_numpy() if c in out else np.ones(n, bool) for c in STAGE_SECONDS]) \
+    null = np.column_stack([_isnull(out[c]) if c in out else np.ones(n, bool) for c in STAGE_SECONDS]) \
         if n else np.zeros((0, len(STAGE_SECONDS)), bool)
-    step_null = pd.isna(out[STEP_SECONDS]).to_numpy() if STEP_SECONDS in out else np.ones(n, bool)
+    step_null = _isnull(out[STEP_SECONDS]) if STEP_SECONDS in out else np.ones(n, bool)
     split = ~null.any(axis=1)
     unsplit = null.all(axis=1) & ~step_null
     i = _first_bad(~(split | unsplit))
