@@ -45,7 +45,7 @@ from .schema import (
     RunMeta,
     validate_frame,
 )
-from .text import sorted_categories, text_codes
+from .text import radix_key, repeats, sorted_categories, text_codes
 
 _RUN = "_run"  # the folder's index in find_runs order, while the tables are one
 _LINE = re.compile(r": line (\d+): ")
@@ -162,26 +162,20 @@ def _order_failures(it: pd.DataFrame, ev: pd.DataFrame) -> set[int]:
 
 def duplicate_runs(ev: pd.DataFrame) -> set[int]:
     """Runs holding two rows of the same (evaluation, set, problem): the four columns as one
-    integer key (mixed radix over their codes), sorted, and neighbours compared. The runs of
+    integer key (:func:`.text.radix_key`) and its repeats found by one sort. The runs of
     ``ev.duplicated([_RUN, "eval_index", "eval_set", "problem_id"])`` without hashing millions
-    of rows; a key too wide for 63 bits is compared column by column after a lexsort."""
+    of rows; a key too wide for 62 bits is compared column by column after a lexsort."""
     run = ev[_RUN].to_numpy(dtype="int64")
     cols = [run, ev["eval_index"].to_numpy(dtype="int64"), text_codes(ev["eval_set"])[0],
             text_codes(ev["problem_id"])[0]]
-    cols = [c - c.min() for c in cols]  # a missing name's code is -1; eval indices may be any integers
-    sizes = [int(c.max()) + 1 for c in cols]
-    if np.prod([float(n) for n in sizes]) < 2.0 ** 62:
-        key = cols[0]
-        for c, n in zip(cols[1:], sizes[1:]):
-            key = key * n + c
-        key.sort()
-        repeated = key[1:][key[1:] == key[:-1]]
-        return set((np.unique(repeated // int(np.prod(sizes[1:]))) + run.min()).tolist())
+    key = radix_key(cols)
+    if key is not None:
+        return set(np.unique(run[repeats(key)]).tolist())
     s = [c[np.lexsort(cols[::-1])] for c in cols]
     same = np.ones(max(len(run) - 1, 0), dtype=bool)
     for c in s:
         same &= c[1:] == c[:-1]
-    return set((np.unique(s[0][1:][same]) + run.min()).tolist())
+    return set(np.unique(s[0][1:][same]).tolist())
 
 
 def _per_run_cumsum(values: np.ndarray, run: np.ndarray) -> np.ndarray:

@@ -60,4 +60,31 @@ def text_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int64), np.asarray(uniques, dtype=object)
 
 
-__all__ = ["TEXT_COLUMNS", "sorted_categories", "text_codes"]
+def radix_key(cols: list[np.ndarray]) -> np.ndarray | None:
+    """Rows of integer columns (codes, indices) as one int64 key: each column shifted to start at
+    0 (a missing name's code is -1), then mixed radix over their ranges. Equal keys, equal rows;
+    ``None`` when the key would not fit in 62 bits (compare the columns themselves then)."""
+    import numpy as np
+
+    cols = [c - c.min() for c in cols]
+    sizes = [int(c.max()) + 1 for c in cols]
+    if np.prod([float(k) for k in sizes]) >= 2.0 ** 62:
+        return None
+    key = cols[0]
+    for c, k in zip(cols[1:], sizes[1:]):
+        key = key * k + c
+    return key
+
+
+def repeats(key: np.ndarray) -> np.ndarray:
+    """Which rows have a key an earlier row has (``pd.Series(key).duplicated()``), from one
+    stable sort instead of hashing every row."""
+    import numpy as np
+
+    order = np.argsort(key, kind="stable")  # equal keys in row order: all but the first repeat it
+    dup = np.zeros(len(key), dtype=bool)
+    dup[order[1:][key[order[1:]] == key[order[:-1]]]] = True
+    return dup
+
+
+__all__ = ["TEXT_COLUMNS", "radix_key", "repeats", "sorted_categories", "text_codes"]

@@ -36,7 +36,7 @@ from .schema import (
     utc_now,
     validate_frame,
 )
-from .text import text_codes
+from .text import radix_key, repeats, text_codes
 from .writerlock import RunLock
 
 _log = logging.getLogger(__name__)
@@ -92,19 +92,6 @@ def finalize(folder: str | Path, *, keep_jsonl: bool = False, fsync: bool = True
     return written
 
 
-def _radix(cols: list[np.ndarray]) -> np.ndarray | None:
-    """Integer columns as one int64 key (mixed radix over their shifted values): equal keys,
-    equal rows; ``None`` when the key would not fit in 62 bits."""
-    cols = [c - c.min() for c in cols]
-    sizes = [int(c.max()) + 1 for c in cols]
-    if np.prod([float(k) for k in sizes]) >= 2.0 ** 62:
-        return None
-    key = cols[0]
-    for c, k in zip(cols[1:], sizes[1:]):
-        key = key * k + c
-    return key
-
-
 def _eval_keys(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Checked eval rows' evaluation index and the codes of their set (with the names they stand
     for) and problem; ``None`` when a name is missing (pandas then groups the rows)."""
@@ -120,7 +107,7 @@ def _eval_keys(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
 def _groups(ev: pd.DataFrame, keys: tuple | None = None) -> set[tuple[int, str]]:
     """The (evaluation, set) pairs of eval rows."""
     keys = keys or _eval_keys(ev)
-    key = _radix([keys[0], keys[1]]) if keys else None
+    key = radix_key([keys[0], keys[1]]) if keys else None
     if key is None:
         g = ev[["eval_index", "eval_set"]].drop_duplicates()
         return set(zip(g["eval_index"].astype(int).tolist(), g["eval_set"].astype(str).tolist()))
@@ -131,13 +118,10 @@ def _groups(ev: pd.DataFrame, keys: tuple | None = None) -> set[tuple[int, str]]
 def _duplicates(ev: pd.DataFrame, keys: tuple | None) -> np.ndarray:
     """``ev.duplicated(["eval_index", "eval_set", "problem_id"])``: rows whose (evaluation, set,
     problem) an earlier row has, from one sort of their integer key."""
-    key = _radix([keys[0], keys[1], keys[3]]) if keys else None
+    key = radix_key([keys[0], keys[1], keys[3]]) if keys else None
     if key is None:
         return ev.duplicated(["eval_index", "eval_set", "problem_id"]).to_numpy()
-    order = np.argsort(key, kind="stable")  # equal keys in row order: all but the first repeat it
-    dup = np.zeros(len(key), dtype=bool)
-    dup[order[1:][key[order[1:]] == key[order[:-1]]]] = True
-    return dup
+    return repeats(key)
 
 
 class RunLogWriter:
