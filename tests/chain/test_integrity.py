@@ -253,6 +253,21 @@ def test_an_unsealed_complete_run_is_a_violation_until_sealed(unsealed):
     assert verify_study(d).exit_code == 0
 
 
+def test_an_unsealed_run_the_analysis_cannot_read_is_named_with_its_cause(unsealed):
+    """verify reads the unsealed complete runs together (as the analysis does): the one whose rows
+    contradict each other is named with the reader's own line, the readable ones only as unsealed;
+    sealing refuses it with the same line."""
+    run = unsealed / "runs" / "trt" / "seed-1"
+    _rewrite_parquet(run / "evals.parquet", lambda df: df.assign(tokens=df["tokens"] + 5))
+    v = verify_study(unsealed).violations
+    (bad,) = [x for x in v if "cannot be sealed" in x]
+    assert bad.startswith("runs/trt/seed-1: unreadable run log, so it cannot be sealed: ") and "tokens=" in bad
+    (rest,) = [x for x in v if "complete but not sealed" in x]
+    assert "runs/trt/seed-1" not in rest and rest.count("seed-") == 7
+    res = seal_runs(unsealed)
+    assert len(res.sealed) == 7 and res.refused == [f"{run}: not sealed: {bad.split('cannot be sealed: ', 1)[1]}"]
+
+
 def test_seal_refuses_an_unreadable_or_incomplete_run(unsealed):
     d = unsealed
     (d / "runs" / "trt" / "seed-1" / "evals.parquet").write_bytes(b"PAR1 not really")
