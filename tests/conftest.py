@@ -3,6 +3,7 @@ cache shared by every test of a worker process that trains the tiny model (docs/
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
@@ -97,6 +98,17 @@ def _none_drawn(*args, **kwargs) -> list[Path]:
     return []
 
 
+@contextlib.contextmanager
+def _no_figures():
+    """The report's drawing functions replaced by one that draws nothing, until the block ends."""
+    import importlib
+
+    with pytest.MonkeyPatch.context() as mp:
+        for m, n in _DRAWERS:
+            mp.setattr(importlib.import_module(m), n, _none_drawn)
+        yield
+
+
 def _draws(node) -> bool:
     return any(node.get_closest_marker(m) is not None for m in ("figures", "slow"))
 
@@ -111,9 +123,7 @@ def _figures_only_where_read(request):
     if _draws(request.node):
         yield real
         return
-    with pytest.MonkeyPatch.context() as mp:
-        for m, n in _DRAWERS:
-            mp.setattr(importlib.import_module(m), n, _none_drawn)
+    with _no_figures():
         yield real
 
 
@@ -135,16 +145,7 @@ def _figures_where_a_test_reads_them(request, _figures_only_where_read):
 def without_figures():
     """A context in which the report draws no figures: for a test of a `figures` module whose
     own dry runs' figures it never reads (the module's other tests read theirs)."""
-    import contextlib
-    import importlib
-
-    @contextlib.contextmanager
-    def off():
-        with pytest.MonkeyPatch.context() as mp:
-            for m, n in _DRAWERS:
-                mp.setattr(importlib.import_module(m), n, _none_drawn)
-            yield
-    return off
+    return _no_figures
 
 
 @pytest.fixture
