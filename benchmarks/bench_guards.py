@@ -5,7 +5,7 @@ machine and on what else runs on it, so the times are reported here instead of a
 Each line prints our time and a reference measured on the same machine in alternating timings
 (:func:`best_pair`), so that a change of load hits both:
 
-* answer extraction on multi-megabyte adversarial texts (tests/trainer/test_verify.py ``ADVERSARIAL``)
+* answer extraction on multi-megabyte adversarial texts (tests/trainer/test_verify.py ``adversarial()``, at full size)
   against the same extraction on the text's first tenth: about 10× for work linear in the text,
   about 100× for quadratic work (a backtracking pattern);
 * near-duplicate removal at the paper's scale (3,500 training against 1,700 evaluation problems)
@@ -55,14 +55,14 @@ def line(name: str, ours: float, ref: float, what: str) -> None:
 
 
 def verifier(repeat: int) -> None:
-    from test_verify import ADVERSARIAL
+    from test_verify import adversarial
 
     from trainer.data.verifiers import extract_answer
 
     def both(t: str):
         return extract_answer(t), extract_answer(t, strict=True)
 
-    for name, text in ADVERSARIAL.items():
+    for name, text in adversarial().items():
         tenth = text[: len(text) // 10]
         ours, ref = best_pair(lambda t=text: both(t), lambda t=tenth: both(t), repeat)
         line(f"extract_answer: {name}", ours, ref, "vs its first tenth (linear ~10×)")

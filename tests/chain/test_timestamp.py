@@ -260,7 +260,10 @@ def test_chain_embedded_by_the_tsa_verifies(tsa_factory):
             verify_receipt(bytes(bad), DIGEST)
 
 
-@pytest.mark.parametrize("month", range(1, 13))
+# January and December in the default suite (the months a date that no longer parsed failed in),
+# every month in the slow step
+@pytest.mark.parametrize("month", [m if m in (1, 12) else pytest.param(m, marks=pytest.mark.slow)
+                                   for m in range(1, 13)])
 def test_embedded_ca_certificate_is_checked_where_it_can_be(tsa_factory, month):
     """The embedded CA certificate is not bound by the token's signature: its own (self-)signature
     is checked, and a certificate off the signer's chain is refused. Its issuer name is not
