@@ -160,16 +160,19 @@ def crossed_study(rng, s=24, p=400, mu=0.01, base=None):
     return treatment, control
 
 
-def test_crossed_coverage_two_way_random_effects():
-    # 24 seeds × 400 problems, 400 simulated studies: the 95% interval covers μ at least 93% of the time.
+# 100 simulated studies in the default suite (the floor 95% less 3 Monte-Carlo SE, 2.2 points),
+# 400 in the slow step (the floor 93%, stricter than 3 SE there)
+@pytest.mark.parametrize("studies,floor", [(100, 0.90), pytest.param(400, 0.93, marks=pytest.mark.slow)])
+def test_crossed_coverage_two_way_random_effects(studies, floor):
+    # 24 seeds × 400 problems: the 95% interval covers μ at least `floor` of the time.
     rng = np.random.default_rng(123)
     base = rng.uniform(0.15, 0.85, 400)
-    mu, studies, hits = 0.01, 400, 0
+    mu, hits = 0.01, 0
     for _ in range(studies):
         treatment, control = crossed_study(rng, mu=mu, base=base)
         r = crossed_bootstrap(treatment, control, n_resamples=1000, seed=rng)
         hits += r.ci_low <= mu <= r.ci_high
-    assert hits / studies >= 0.93
+    assert hits / studies >= floor
 
 
 def test_crossed_errors_and_rules():
