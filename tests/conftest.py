@@ -79,6 +79,8 @@ def pytest_collection_modifyitems(config, items):
     fixture (a dry run, a trained study) is built once; every other test goes to whichever worker is
     free, so that one long module (the registry's dry runs) does not hold a worker alone."""
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue  # a group of its own (tests/trackerfiles.py's W&B runs)
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         module = getattr(item, "module", None)
         if module is not None and any(d.scope in _SHARED_SCOPES for ds in defs.values() for d in ds):

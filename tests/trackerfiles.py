@@ -82,6 +82,9 @@ def write_wandb(runs: list[dict], spec: Path) -> None:
 
 _BATCHES: dict[str, object] = {}  # name -> build(folder) -> runs; registered when a test module is imported
 _WRITTEN: dict[str, Path] = {}
+# The tests that read runs of wandb_folder: one xdist group, so that one worker's child process
+# writes every batch (a worker writes them all at its first use; wandb's start-up is most of it).
+WANDB_RUNS = pytest.mark.xdist_group("wandb-runs")
 
 
 def wandb_batch(name: str, build) -> None:

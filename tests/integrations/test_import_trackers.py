@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from trackerfiles import (
+    WANDB_RUNS,
     file_store,
     hf_mlflow,
     hf_tensorboard,
@@ -44,6 +45,8 @@ from prereg_kit.integrations.wandb import import_wandb, read_wandb
 VERL_STEP = {"response_length/mean": 300.0, "prompt_length/mean": 100.0, "response_length/clip_ratio": 0.25,
              "critic/score/mean": 0.5, "timing_s/gen": 4.0, "timing_s/reward": 0.5, "timing_s/adv": 0.25,
              "timing_s/old_log_prob": 1.0, "timing_s/ref": 0.5, "timing_s/update_actor": 2.0, "timing_s/step": 99.0}
+
+pytestmark = WANDB_RUNS  # reads the W&B runs of wandb_folder
 
 
 def _tb(folder, rows: dict[int, dict[str, float]]):

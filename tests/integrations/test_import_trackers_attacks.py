@@ -15,6 +15,7 @@ from importfiles import locked_study
 from test_import_core import _prereg
 from test_import_trackers import _wandb
 from trackerfiles import (
+    WANDB_RUNS,
     file_store,
     hf_wandb,
     run_file,
@@ -28,6 +29,8 @@ from typer.testing import CliRunner
 
 STEP = {"perf/total_num_tokens": 25600, "response_length/mean": 300.0, "prompt_length/mean": 100.0,
         "critic/score/mean": 0.5, "timing_s/gen": 4.0, "timing_s/update_actor": 2.0}
+
+pytestmark = WANDB_RUNS  # reads the W&B runs of wandb_folder
 
 
 def _steps(n: int = 3, **at: dict) -> dict[int, dict]:

@@ -16,7 +16,7 @@ import pytest
 from importfiles import IMPORT_PLAN, T_RUN, locked_study
 from test_import_core import _prereg
 from test_import_trackers import _mlflow_run, _tb, _wandb
-from trackerfiles import verl_wandb, wandb_batch, wandb_folder
+from trackerfiles import WANDB_RUNS, verl_wandb, wandb_batch, wandb_folder
 from typer.testing import CliRunner
 
 SKILL = {"A": 0.3, "B": 0.6}
@@ -74,6 +74,7 @@ def _import(runner, study: Path, tool: str, root: Path, c: str, s: int, *more: s
     return runner.invoke(_prereg(), args)
 
 
+@WANDB_RUNS
 @pytest.mark.parametrize("tool", ["wandb-run", "wandb", "tensorboard", "mlflow"])
 def test_tracker_imports_are_analyzed(tmp_path, tmp_path_factory, tool):
     if tool == "wandb-run" and not _RUN_FILES:
