@@ -81,3 +81,25 @@ def test_the_cli_runner_builds_an_apps_command_once_and_again_when_its_commands_
     res = CliRunner().invoke(mine, ["second"])
     assert res.exit_code == 0 and res.output == "second\n"
     assert _get_command(mine) is not _get_command(app)
+
+
+def test_a_test_sharing_a_module_fixture_joins_its_modules_group_unless_it_has_its_own():
+    """`make test`'s grouping (tests/conftest.py): a module-scoped fixture puts its test in the
+    module's xdist group, a function-scoped one in none, and a test's own group (the W&B tests')
+    is kept rather than replaced by its module's."""
+    from types import SimpleNamespace as NS
+
+    import conftest
+    from trackerfiles import WANDB_RUNS
+
+    def item(scope: str, *marks) -> NS:
+        it = NS(module=NS(__name__="test_m"), _fixtureinfo=NS(name2fixturedefs={"f": [NS(scope=scope)]}),
+                marks=[m.mark for m in marks])
+        it.get_closest_marker = lambda name: next((m for m in it.marks if m.name == name), None)
+        it.add_marker = lambda m: it.marks.append(m.mark)
+        return it
+
+    shared, free, own = item("module"), item("function"), item("module", WANDB_RUNS)
+    conftest.pytest_collection_modifyitems(None, [shared, free, own])
+    groups = [[m.args[0] for m in it.marks if m.name == "xdist_group"] for it in (shared, free, own)]
+    assert groups == [["test_m"], [], ["wandb-runs"]]
