@@ -1,14 +1,21 @@
 """How the suite itself runs (docs/testing.md): one thread per test process, so that the workers
 of `make test` (one per core) do not spin their thread pools against each other; the report's
-figures drawn only by tests marked `figures` and by slow tests; the CLI's command built once per app."""
+figures drawn only by tests marked `figures` and by slow tests; the CLI's command built once per app;
+a test that hangs fails by name."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import textwrap
+import tomllib
 
 import pytest
+import tomli_w
+from paths import ROOT
 
 
 def test_every_thread_pool_of_a_test_process_has_one_thread():
@@ -103,3 +110,44 @@ def test_a_test_sharing_a_module_fixture_joins_its_modules_group_unless_it_has_i
     conftest.pytest_collection_modifyitems(None, [shared, free, own])
     groups = [[m.args[0] for m in it.marks if m.name == "xdist_group"] for it in (shared, free, own)]
     assert groups == [["test_m"], [], ["wandb-runs"]]
+
+
+HANGS = """
+    import subprocess, sys
+
+    def test_passes():
+        pass
+
+    def test_hangs():
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        try:
+            p.wait()  # the hang
+        finally:
+            p.kill()
+            p.wait()
+"""
+
+
+def test_a_hanging_test_fails_by_name_with_its_stack_and_the_run_goes_on(tmp_path):
+    """`make test`'s own command line (the Makefile's guard at 4 s, this project's pytest settings,
+    one worker) on a test that waits for a process that never ends: the run ends by itself with
+    the test failed at the line it hung on, every thread's stack printed, the other test passed."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make here")
+    line = subprocess.run([make, "-s", "-n", "-o", ".make-installed", "-C", str(ROOT), "test", "TEST_TIMEOUT=4",
+                           "TEST_WORKERS=1", f"PYTHON={shlex.quote(sys.executable)}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert "--timeout=4" in line and "faulthandler_timeout=3" in line, line
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    (tmp_path / "pyproject.toml").write_text(tomli_w.dumps({"tool": {"pytest": {"ini_options": {
+        k: v for k, v in ini.items() if k in ("timeout_method", "markers")}}}}))
+    (tmp_path / "test_h.py").write_text(textwrap.dedent(HANGS))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    res = subprocess.run(["bash", "-c", line + " -p no:cacheprovider -p no:benchmark"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert "FAILED test_h.py::test_hangs - Failed: Timeout" in out, out
+    assert 'test_h.py", line 10 in test_hangs' in out, out  # faulthandler's stack, at the wait
+    assert "1 failed, 1 passed" in out, out

@@ -543,14 +543,14 @@ def test_bwrap_kills_the_sandbox_when_the_judge_dies(scratch_root):
             time.sleep(0.05)
         assert survivors(scratch_root), "the program never started"
         judge.send_signal(signal.SIGKILL)
-        judge.wait()
+        judge.wait(timeout=30)
         deadline = time.monotonic() + 5
         while survivors(scratch_root) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert survivors(scratch_root) == []
     finally:
         judge.kill()
-        judge.wait()
+        judge.wait(timeout=30)  # a killed process ends; one that does not is this test's failure, not a hang
     for d in os.listdir(scratch_root):  # the killed judge could not remove its scratch folder
         __import__("shutil").rmtree(os.path.join(scratch_root, d))
 
