@@ -85,7 +85,7 @@ TEST_ENV = PYTHONDONTWRITEBYTECODE=
 # A test that hangs fails by name after TEST_TIMEOUT seconds (SLOW_TEST_TIMEOUT in the slow step),
 # and the run goes on, rather than holding CI to its limit; pytest's faulthandler prints every
 # thread's stack at 9/10 of it, also for a hang the timeout cannot end (docs/testing.md). The default
-# suite's longest test takes under 10 s, the slow step's under 140 s, on 2 idle cores.
+# suite's longest test took under 10 s, the slow step's about 150 s, in CI.
 TEST_TIMEOUT ?= 180
 SLOW_TEST_TIMEOUT ?= 900
 hang_guard = --timeout=$(1) -o faulthandler_timeout=$(shell expr $(1) \* 9 / 10)
