@@ -70,6 +70,8 @@ def pytest_collection_finish(session):
 
 
 _SHARED_SCOPES = {"module", "class", "package"}
+# module-scoped only to switch the figures for a whole module: cheap in every worker, so it joins no group
+_BUILT_IN_EVERY_WORKER = {"_figures_only_where_read"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its loadgroup suffix)
@@ -83,7 +85,8 @@ def pytest_collection_modifyitems(config, items):
             continue  # a group of its own (tests/trackerfiles.py's W&B runs)
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         module = getattr(item, "module", None)
-        if module is not None and any(d.scope in _SHARED_SCOPES for ds in defs.values() for d in ds):
+        if module is not None and any(d.scope in _SHARED_SCOPES for name, ds in defs.items() for d in ds
+                                      if name not in _BUILT_IN_EVERY_WORKER):
             item.add_marker(pytest.mark.xdist_group(module.__name__))
 
 

@@ -154,7 +154,7 @@ def _read_parquet(path: Path, kind: str) -> tuple[pd.DataFrame, dict]:
     info = json.loads((table.schema.metadata or {}).get(_PARQUET_KEY, b"{}"))
     if info.get("rows") != table.num_rows:
         raise RunLogError(f"{path}: incomplete Parquet file (rows {table.num_rows}, recorded {info.get('rows')})")
-    df = table.replace_schema_metadata(None).to_pandas()
+    df = table.replace_schema_metadata(None).to_pandas(use_threads=False)  # one run's table: threads cost more
     return validate_frame(df, SCHEMAS[kind], where=str(path)), info
 
 

@@ -278,6 +278,7 @@ def generate_study(
     levels = {name: problem_levels(diffs[name], (set_levels or {}).get(name) or (1, 2, 3, 4, 5)) for name, _ in all_sets}
     lrng = _stream(entropy, 4)
     len_offset = {name: lrng.normal(0, 0.3, n) for name, n in all_sets}
+    problem_ids = {name: np.char.add(f"{name}-", np.char.zfill(np.arange(n).astype(str), 4)) for name, n in all_sets}
     primary = next(iter(eval_sets))
     f_grid = np.linspace(0, max(ext.values()) * 1.1 + 0.1, 801)
     shifts = {}
@@ -324,8 +325,8 @@ def generate_study(
             a = np.interp(f, f_grid, shifts[c])
             dr = drift.get(c, 0.0) if s in drift_seeds_set else 0.0
             q = np.clip(boxed_rate - dr * f, 0, 1)
-            frames = []
-            for name, _ in all_sets:
+            frames, set_order = [], []
+            for k, (name, _) in enumerate(all_sets):
                 idx, U, V, G = crn[name]
                 keep = idx < ne
                 idx, U, V, G = idx[keep], U[keep], V[keep], G[keep]
@@ -337,7 +338,7 @@ def generate_study(
                     "eval_index": np.repeat(idx, n_p).astype(np.int64),
                     "iteration": np.repeat(ev_iter[idx], n_p),
                     "eval_set": name,
-                    "problem_id": np.tile(np.char.add(f"{name}-", np.char.zfill(np.arange(n_p).astype(str), 4)), n_e),
+                    "problem_id": np.tile(problem_ids[name], n_e),
                     "eval_seed": np.repeat([(seed_of[(name, e)] + (_cfg_key(c) if eval_seeds == "differ" else 0)) % 2**62
                                             for e in idx], n_p).astype(np.int64),
                     "tokens": np.repeat(ev_tok[idx], n_p),
@@ -353,18 +354,19 @@ def generate_study(
                                    + (length_effects or {}).get(c, 0.0) * _shape(f[idx], curve_rate)[:, None]
                                    + lr.normal(0, 0.02, (n_e, n_p))).ravel().clip(0),
                 }))
+                set_order.append(np.full(n_e * n_p, k))
                 truth.append(pd.DataFrame({
                     "configuration": c, "seed": s, "eval_index": idx, "eval_set": name,
                     "tokens": ev_tok[idx], "train_seconds": ev_sec[idx], "updates": ev_upd[idx],
                     "expected_accuracy": p.mean(axis=1),
                 }))
             evals = pd.concat(frames, ignore_index=True)
-            evals = evals.drop(columns=(["eval_seed"] if eval_seeds == "unknown" else [])
-                               + ([] if strict_columns else ["correct_strict", "boxed"]))
+            dropped = (["eval_seed"] if eval_seeds == "unknown" else []) + ([] if strict_columns else ["correct_strict", "boxed"])
+            if dropped:
+                evals = evals.drop(columns=dropped)
             if unsplit_time:  # a trainer that times whole steps only
                 iters = iters.assign(seconds_step=iters[list(_STAGES)].sum(axis=1)).drop(columns=list(_STAGES))
-            order = {name: k for k, (name, _) in enumerate(all_sets)}
-            evals = evals.iloc[np.lexsort((evals["eval_set"].map(order).to_numpy(), evals["eval_index"].to_numpy()))]
+            evals = evals.iloc[np.lexsort((np.concatenate(set_order), evals["eval_index"].to_numpy()))]  # by index, then set
             folder = run_dir(study_dir, c, s, stage)
             meta = RunMeta(
                 study=study, configuration=c, seed=s, stage=stage, plan_hash=plan_hash,
