@@ -120,6 +120,26 @@ def test_deterministic_and_rng_sensitive(tmp_path):
     assert not x.evals["correct"].equals(z.evals["correct"])
 
 
+def test_configurations_with_one_effect_share_one_calibration(tmp_path, monkeypatch):
+    """The accuracy curve is calibrated once per effect, not per configuration (a dry run without
+    effects has one curve for all its configurations), and a configuration's runs are those it gets
+    calibrated alone."""
+    import prereg_kit.simulate.synth as synth_module
+
+    calls = []
+    real = synth_module._calibrate
+    monkeypatch.setattr(synth_module, "_calibrate", lambda t, d: calls.append(t) or real(t, d))
+    kw = dict(seeds=[0, 1], budget_tokens=B, eval_sets={"s": 30}, rng=4)
+    generate_study(tmp_path / "x", configurations={"a": 0.0, "b": 0.0, "c": 0.05}, **kw)
+    assert len(calls) == 2
+    generate_study(tmp_path / "y", configurations={"b": 0.0, "c": 0.05}, **kw)
+    x, y = (load_study(tmp_path / n, progress=False) for n in "xy")
+    for kind in ("evals", "iterations"):
+        bx, by = (getattr(st, kind).query("configuration == 'b'").reset_index(drop=True).drop(columns="configuration")
+                  for st in (x, y))  # the configuration column's categories are the study's
+        assert len(bx) and bx.equals(by)
+
+
 def test_levels_log_lengths_and_group_shares(synth, tmp_path):
     from prereg_kit.simulate.synth import problem_levels
 
