@@ -281,13 +281,11 @@ def generate_study(
     problem_ids = {name: np.char.add(f"{name}-", np.char.zfill(np.arange(n).astype(str), 4)) for name, n in all_sets}
     primary = next(iter(eval_sets))
     f_grid = np.linspace(0, max(ext.values()) * 1.1 + 0.1, 801)
-    shifts, by_effect = {}, {}
-    for c in configs:  # configurations with the same effect have the same curve: calibrated once
-        effect = float(configurations[c])
-        if effect not in by_effect:
-            targets = base_accuracy + (gain + effect) * _shape(f_grid, curve_rate)
-            by_effect[effect] = _calibrate(targets, diffs[primary])
-        shifts[c] = by_effect[effect]
+    # configurations with the same effect have the same curve: calibrated once per effect
+    curve = _shape(f_grid, curve_rate)
+    by_effect = {e: _calibrate(base_accuracy + (gain + e) * curve, diffs[primary])
+                 for e in {float(v) for v in configurations.values()}}
+    shifts = {c: by_effect[float(configurations[c])] for c in configs}
 
     started = started_at or datetime(2026, 1, 1, tzinfo=timezone.utc)  # fixed default: same inputs, same logs
     runs, truth = [], []

@@ -115,7 +115,7 @@ def test_a_test_sharing_a_module_fixture_joins_its_modules_group_unless_it_has_i
 def test_a_test_with_only_its_own_fixtures_goes_to_whichever_worker_is_free(request):
     """On a real item, with every fixture tests/conftest.py gives each test: the module-wide figure
     switch is module-scoped but built in every worker, so a test that shares nothing else (this
-    one) joins no group, and the slow step's 40 registry dry runs spread over both workers."""
+    one) joins no group, and the slow step's 56 registry dry runs spread over both workers."""
     assert "_figures_only_where_read" in request.fixturenames
     assert request.node.get_closest_marker("xdist_group") is None
 
