@@ -501,6 +501,42 @@ def test_echoed_placeholders_keep_the_answer(n: int, echoes: list[tuple[str, str
     assert extract_answer(text, strict=True) == str(n)
 
 
+def _final_box_by_scan(text: str) -> str | None:
+    """extract_boxed's rule written as a plain scan, for comparison: each box word, spaces, an
+    unescaped '{', its content up to the '}' that closes it (a brace after a backslash is literal);
+    the last closed box that is not a placeholder, else the last closed box."""
+    import re
+
+    data = text.encode("utf-8", "surrogatepass")
+    closed = []
+    for m in re.finditer(rb"\\(?:boxed|fbox)[ \t\n\v\f\r]*\{", data):
+        depth, i = 1, m.end()
+        while i < len(data) and depth:
+            if data[i] in b"{}" and data[i - 1:i] != b"\\":
+                depth += 1 if data[i] == ord("{") else -1
+            i += 1
+        if depth == 0:
+            closed.append(data[m.end():i - 1].decode("utf-8", "surrogatepass"))
+    answers = [c for c in closed if not is_placeholder_box(c)]
+    return answers[-1] if answers else closed[-1] if closed else None
+
+
+_BOX_PIECES = st.sampled_from([B, "\\fbox", "\\box", "ed", "fbox", "{", "}", "\\{", "\\}", "\\", " ", "\n",
+                               "\t", "x", "7", "...", "answer", "$", "\u00e9"])
+
+
+@_FAST
+@given(pieces=st.lists(_BOX_PIECES, max_size=16))
+@example(pieces=["      ", "{", "7", "}", " ", B])  # a closed brace after spaces only: no box; a box word last
+@example(pieces=[B, "{", B, "{", "}", "}"])  # a box holding only a placeholder box
+@example(pieces=[B, " ", "{", "7", "}", "\\fbox", "{", "}"])
+@example(pieces=[B, "\n", "\t", "{", "7", "}"])  # any ASCII whitespace between the word and its brace
+def test_the_final_box_is_the_one_a_plain_scan_finds(pieces: list[str]) -> None:
+    """The vectorized pass of extract_boxed against the same rule as a character scan."""
+    text = "".join(pieces)
+    assert extract_boxed(text) == _final_box_by_scan(text)
+
+
 _PIECES = st.sampled_from(["1", "23", "456", ",", ".", "-", "/", "{", "}", "\\frac", "\\dfrac", " ",
                            "x", "a", "d", "\\", "(", "7,000", "\\frac{1}{2}", "12/5"])
 

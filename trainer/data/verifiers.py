@@ -114,6 +114,7 @@ _PH_WRAP = r"\\(?:text|textrm|textbf|textit|mbox|mathrm|mathbf)\s*+\{" + _SP + _
 _PH = _SP + r"\$?+" + _SP + r"(?:" + _PH_WRAP + r"|" + _PH_CORE + r")?+" + _SP + r"\$?+" + _SP
 _BOX_WORD = r"\\(?:boxed|fbox)[ \t\n\v\f\r]*+"
 _PH_CONTENT = re.compile(r"(?:" + _PH + r"|" + _SP + _BOX_WORD + r"\{" + _PH + r"\}" + _SP + r")")
+_BOX_OPENING = re.compile((_BOX_WORD + r"\{").encode())  # over the UTF-8 bytes
 
 
 def is_placeholder_box(content: str) -> bool:
@@ -130,8 +131,8 @@ def extract_boxed(text: str) -> str | None:
     replace it), past at most 256 placeholders; when there is none, the final placeholder (its
     content has no answer). An unclosed last box (a truncated completion) is not a boxed
     expression, so an earlier closed box counts. Braces escaped as ``\\{``/``\\}`` are literal.
-    One vectorized pass over the bytes: brace depth by cumsum, "does it close?" by
-    a suffix minimum, then a search for the close of each box looked at.
+    Linear in the text: the box openings by one regular-expression scan of the bytes, brace depth
+    by cumsum, "does it close?" by a suffix minimum, then a search for the close of each box looked at.
     """
     import numpy as np  # lock and verify start without numpy
     if "\\boxed" not in text and "\\fbox" not in text:
@@ -145,24 +146,8 @@ def extract_boxed(text: str) -> str | None:
     closes = (b == ord("}")) & ~escaped
     depth = np.cumsum(opens.view(np.int8) - closes.view(np.int8), dtype=np.int32)
 
-    # Candidate openings: '{' whose previous non-space character ends "\boxed" or "\fbox".
-    q = np.flatnonzero(opens)
-    q = q[q >= 5]
-    if q.size == 0:
-        return None
-    space = (b == 32) | ((b >= 9) & (b <= 13))  # ' ', \t \n \v \f \r
-    nonspace_idx = np.where(space, -1, np.arange(n, dtype=np.int32))
-    prev_ns = np.maximum.accumulate(nonspace_idx)
-    e = prev_ns[q - 1]
-    is_box = np.zeros(q.size, dtype=bool)
-    for word in (b"\\boxed", b"\\fbox"):
-        k = len(word)
-        ok = e >= k - 1
-        for j, ch in enumerate(reversed(word)):
-            idx = np.clip(e - j, 0, n - 1)
-            ok &= b[idx] == ch
-        is_box |= ok
-    q = q[is_box]
+    # Box openings: a box word, spaces, '{' (never escaped: a letter or a space precedes it)
+    q = np.array([m.end() - 1 for m in _BOX_OPENING.finditer(data)], dtype=np.int64)
     if q.size == 0:
         return None
 
