@@ -37,7 +37,7 @@ from prereg_kit.plan import load_plan, parse_tokens
 from prereg_kit.runlog import ELECTION_FILE, read_meta, read_run, run_dir, utc_now
 from prereg_kit.study.jobs import lock_state
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, config_of, derive_seed, recipe_of, updated
-from trainer.core.assets import prepare_assets
+from trainer.core.assets import prepare_assets, synthetic_eval_size
 from trainer.core.evaluate import load_eval_sets
 from trainer.launch import SPEC_FILE, Job, _state, prepare, run_jobs
 from trainer.rewards.spec import channel_spec
@@ -211,7 +211,7 @@ def elect(study_dir: str | Path, *, configuration: str | None = None, seeds: Seq
     if cfg.engine.threads:
         torch.set_num_threads(cfg.engine.threads)
     spec0 = jobs[0].spec
-    n_eval = max([s.n_problems or 64 for s in spec0.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+    n_eval = synthetic_eval_size(spec0.eval_sets)
     assets = prepare_assets(spec0.config, spec0.cache_dir, spec0.study_dir, n_eval)
     base = load_policy(cfg, assets.model_path)
     base.model.eval()

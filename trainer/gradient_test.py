@@ -48,7 +48,7 @@ from prereg_kit.plan.gradient import with_variants
 from prereg_kit.runlog import RunBusyError, RunLock, utc_now
 from trainer import probe_grad as pg
 from trainer.config import EvalSetSpec, RunSpec, TrainerConfig, config_of, derive_seed, updated
-from trainer.core.assets import prepare_assets, weights_sha256
+from trainer.core.assets import prepare_assets, synthetic_eval_size, weights_sha256
 from trainer.core.credit import CreditContext
 from trainer.core.engines import make_engine
 from trainer.core.evaluate import load_eval_sets
@@ -233,7 +233,7 @@ def _run(study: Path, folder: Path, spec: dict, cfgs: dict[str, TrainerConfig], 
     names = list(spec["configurations"])
     base = cfgs[names[0]]
     evs = _eval_specs(plan)
-    n_eval = max([s.n_problems or 64 for s in evs if (s.source or "synthetic").startswith("synthetic")] or [64])
+    n_eval = synthetic_eval_size(evs)
     assets = prepare_assets(base, Path(cache_dir) if cache_dir else study / ".cache", study, n_eval)
     model_path = assets.model_path if spec["policy"] == "initial" else study / spec["policy"]
     threads = torch.get_num_threads()

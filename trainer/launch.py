@@ -53,7 +53,7 @@ from prereg_kit.stages import is_blind
 from prereg_kit.stages.calibration import CALIBRATION_ITERATIONS
 from prereg_kit.study.jobs import require_locked, stage_runs  # noqa: F401  (require_locked: launch's public name)
 from trainer.config import EvalSetSpec, RunSpec, config_of, plan_flat_keys
-from trainer.core.assets import prepare_assets
+from trainer.core.assets import prepare_assets, synthetic_eval_size
 from trainer.core.program_judge import judge_meta
 from trainer.core.tracking import where_tracked
 from trainer.executors.options import check_local_jobs
@@ -178,7 +178,7 @@ def prepare(jobs: Sequence[Job], log: Callable[[str], None] = print) -> None:
         if cfg.task.name == "code" and (cfg.rewards.sandbox, cfg.task.train_file) not in judged:  # refuse a weak judge before any run
             judged.add((cfg.rewards.sandbox, cfg.task.train_file))
             judge_meta(j.spec, where=f"{j.configuration}: ")
-        n_eval = max([s.n_problems or 64 for s in j.spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+        n_eval = synthetic_eval_size(j.spec.eval_sets)
         key = cfg.model_dump_json(include={"task", "train_file", "task_levels", "task_train_problems", "task_seed",
                                            "model", "model_sha256", "tiny", "warm_start"}) + str(n_eval)
         if key in seen:

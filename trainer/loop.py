@@ -23,7 +23,7 @@ from prereg_kit.errors import PreregError
 from prereg_kit.runlog import RunLock, RunLogError, RunLogWriter, RunMeta, election_sha256, read_meta, run_dir, utc_now
 from prereg_kit.study.jobs import require_locked
 from trainer.config import RunSpec, derive_seed
-from trainer.core.assets import prepare_assets
+from trainer.core.assets import prepare_assets, synthetic_eval_size
 from trainer.core.budget import Counters, Schedule, StageClock
 from trainer.core.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from trainer.core.credit import CreditContext
@@ -237,7 +237,7 @@ def setup(spec: RunSpec, lock: RunLock | None = None) -> Run:
     if old is not None and old.status == "complete":
         raise RunAlreadyComplete(f"{spec.run_dir}: already complete (ended {old.ended_at}); a complete run is never "
                                  "reopened (move the folder aside to train it again)")
-    n_eval = max([s.n_problems or 64 for s in spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+    n_eval = synthetic_eval_size(spec.eval_sets)
     assets = prepare_assets(cfg, spec.cache_dir, spec.study_dir, n_eval)
     policy = load_policy(cfg, assets.model_path)
     set_determinism(cfg, policy.device)

@@ -59,7 +59,7 @@ from prereg_kit.errors import PreregError
 from prereg_kit.plan import load_plan
 from prereg_kit.runlog import RunLogWriter, RunMeta, read_table, utc_now
 from prereg_kit.study.jobs import planned_runs, require_locked
-from trainer.core.assets import prepare_assets
+from trainer.core.assets import prepare_assets, synthetic_eval_size
 from trainer.core.budget import Counters, Schedule
 from trainer.core.evaluate import accuracy, load_eval_sets
 from trainer.core.evaluate import evaluate as run_evaluation
@@ -144,8 +144,7 @@ class _PreregCallback:
     def assets(self):
         """The configuration's model folder, training pool and evaluation set (built or cached)."""
         if self._assets is None:
-            n_eval = max([s.n_problems or 64 for s in self.spec.eval_sets
-                          if (s.source or "synthetic").startswith("synthetic")] or [64])
+            n_eval = synthetic_eval_size(self.spec.eval_sets)
             self._assets = prepare_assets(self.cfg, self.spec.cache_dir, self.spec.study_dir, n_eval)
         return self._assets
 

@@ -20,7 +20,7 @@ from prereg_kit.chain.seal import seal_runs
 from prereg_kit.errors import PreregError
 from prereg_kit.runlog import RunLogWriter, read_meta, utc_now
 from prereg_kit.study.jobs import stage_runs
-from trainer.core.assets import prepare_assets
+from trainer.core.assets import prepare_assets, synthetic_eval_size
 from trainer.core.budget import Counters
 from trainer.core.evaluate import evaluate, load_eval_sets
 from trainer.launch import plan_jobs
@@ -66,7 +66,7 @@ def evaluate_checkpoints(study_dir: str | Path, *, stage: str = "main",
         _, jobs = plan_jobs(study_dir, stage, [run.configuration], [run.seed])
         spec = jobs[0].spec
         cfg = spec.config
-        n_eval = max([s.n_problems or 64 for s in spec.eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+        n_eval = synthetic_eval_size(spec.eval_sets)
         sets = load_eval_sets(spec, prepare_assets(cfg, spec.cache_dir, spec.study_dir, n_eval).synthetic_eval)
         with RunLogWriter(run.folder, None, resume=True) as writer:
             c = Counters()

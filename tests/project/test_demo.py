@@ -18,6 +18,7 @@ from prereg_kit.plan import load_plan
 
 DEMO = ROOT / "examples" / "demo" / "plan.toml"
 CPU_GRPO = ROOT / "registry" / "cpu-grpo" / "plan.toml"
+TRL_EXAMPLE = ROOT / "examples" / "trl_grpo" / "plan.toml"
 SHIPPED = ROOT / "trainer" / "data" / "warmstarts"
 
 
@@ -46,18 +47,21 @@ def test_the_demo_is_cpu_grpo_at_demo_size_and_nothing_else():
 
 def test_the_demo_plan_locks_and_its_warm_start_is_the_shipped_one(tmp_path):
     """The demo locks as committed, and the warm start its recipe asks for is the one shipped (a
-    change of the warm-start settings or their key would make every demo build it again)."""
+    change of the warm-start settings or their key would make every demo build it again); so is
+    the TRL example's and every CPU study's (their held-out sets are the same size, so their task
+    files and warm start are the same)."""
     from prereg_kit.chain.lock import lock_plan
     from trainer.config import config_of
-    from trainer.core.assets import task_files, warm_start_key
+    from trainer.core.assets import synthetic_eval_size, task_files, warm_start_key
 
     (tmp_path / "plan.toml").write_text(DEMO.read_text())
     lock_plan(tmp_path / "plan.toml")
     assert (tmp_path / "plan.lock").is_file()
     manifest = json.loads((SHIPPED / "manifest.json").read_text())
-    for plan in (DEMO, CPU_GRPO):
-        cfg = config_of(load_plan(plan).plan, "grpo")
-        train, _ = task_files(cfg, tmp_path / "cache", 64)
+    for plan in (DEMO, TRL_EXAMPLE, *sorted((ROOT / "registry").glob("cpu-*/plan.toml"))):
+        loaded = load_plan(plan).plan
+        cfg = config_of(loaded, next(iter(loaded.configurations)))
+        train, _ = task_files(cfg, tmp_path / "cache", synthetic_eval_size(loaded.evaluation.sets))
         assert f"warmstart-{warm_start_key(cfg, train)}" in manifest, plan
 
 

@@ -55,6 +55,14 @@ class Assets:
     model_sha256: str = ""
 
 
+def synthetic_eval_size(eval_sets) -> int:
+    """How many held-out problems the built-in task's files hold for a study with these evaluation
+    sets: the largest ``n_problems`` of its synthetic sets (64 for one that names none, and when no
+    set is synthetic). It is part of the task files' key, and so of the warm start's: two studies
+    share a warm start only when this agrees."""
+    return max([s.n_problems or 64 for s in eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+
+
 def task_files(cfg: TrainerConfig, cache_dir: Path, n_eval: int) -> tuple[Path, Path]:
     """The built-in task's ``train.jsonl`` and ``eval.jsonl`` (disjoint), cached by settings: the
     synthetic arithmetic task, or with ``task = "code"`` the synthetic code task (``trainer/data/codetask.py``)."""
