@@ -100,12 +100,20 @@ def _rows(folder):
     return it, ev, run
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, cache):
+    """The 4000-token study and its smoke run trained without interruption, once for the module."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    study = _study(root, cache, tokens=4000)
+    ref = _spec(study, run_dir=root / "ref")
+    _train(ref)
+    return study, ref
+
+
 @pytest.mark.slow  # trains the tiny model
 @pytest.mark.parametrize("kill_after_rows", [1, 12])
-def test_resume_after_sigkill_gives_identical_rows(tmp_path, cache, kill_after_rows):
-    study = _study(tmp_path, cache, tokens=4000)
-    ref = _spec(study, run_dir=tmp_path / "ref")
-    _train(ref)
+def test_resume_after_sigkill_gives_identical_rows(tmp_path, uninterrupted, kill_after_rows):
+    study, ref = uninterrupted
     spec = _spec(study, run_dir=tmp_path / "killed")
     Path(spec.run_dir).mkdir(parents=True)
     spec_path = Path(spec.run_dir) / "spec.json"
