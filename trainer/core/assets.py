@@ -55,12 +55,16 @@ class Assets:
     model_sha256: str = ""
 
 
+SYNTHETIC_EVAL_PROBLEMS = 64  # held-out problems of a synthetic set that names no n_problems
+
+
 def synthetic_eval_size(eval_sets) -> int:
     """How many held-out problems the built-in task's files hold for a study with these evaluation
-    sets: the largest ``n_problems`` of its synthetic sets (64 for one that names none, and when no
-    set is synthetic). It is part of the task files' key, and so of the warm start's: two studies
-    share a warm start only when this agrees."""
-    return max([s.n_problems or 64 for s in eval_sets if (s.source or "synthetic").startswith("synthetic")] or [64])
+    sets: the largest ``n_problems`` of its synthetic sets (``SYNTHETIC_EVAL_PROBLEMS`` for one that
+    names none, and when no set is synthetic). It is part of the task files' key, and so of the warm
+    start's: two studies share a warm start only when this agrees."""
+    return max((s.n_problems or SYNTHETIC_EVAL_PROBLEMS for s in eval_sets
+                if (s.source or "synthetic").startswith("synthetic")), default=SYNTHETIC_EVAL_PROBLEMS)
 
 
 def task_files(cfg: TrainerConfig, cache_dir: Path, n_eval: int) -> tuple[Path, Path]:
