@@ -68,6 +68,7 @@ BENCHMARKS: list[Bench] = [
 NOT_RUN: dict[str, str] = {
     "run_all.py": "this runner",
     "gpu_check.py": "the GPU path check (one GPU: bash benchmarks/gpu_check.sh); its CPU half runs in tests/project/test_gpu_check.py",
+    "suite_cpu.py": "the default test suite's CPU per test (it runs the whole suite: minutes); docs/testing.md",
 }
 
 #: Scripts other engineers are adding at the same time; listed before they land.
