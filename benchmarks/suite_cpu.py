@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 OUT_ENV = "SUITE_CPU_OUT"
+COUNTS = re.compile(r"\d+ (passed|failed|errors?)\b")
 HERE = Path(__file__).resolve().parent
 
 
@@ -91,7 +92,8 @@ def pytest_configure(config) -> None:
 
 def suite_command(workers: int, extra: list[str]) -> list[str]:
     """The default suite's command line: one process, or ``make test``'s workers and grouping."""
-    cmd = [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider", "-p", "suite_cpu"]
+    # no -q: the checkout's own addopts decide (a second -q would drop pytest's closing counts)
+    cmd = [sys.executable, "-m", "pytest", "-m", "not slow", "-p", "no:cacheprovider", "-p", "suite_cpu"]
     if workers:
         cmd += ["-n", str(workers), "--dist", "loadgroup"]
     return cmd + extra
@@ -104,13 +106,14 @@ def measure(checkout: Path, out: Path, workers: int = 0, extra: list[str] | None
         old.unlink()
     path = os.pathsep.join([str(HERE), str(checkout), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     # not an outer pytest's worker identity (its files would be named after it) nor its current test
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_CURRENT_TEST"}
     env.update(PYTHONPATH=path, **{OUT_ENV: str(out.resolve())})
     load_before, before, t0 = os.getloadavg(), resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     res = subprocess.run(suite_command(workers, extra or []), cwd=checkout, env=env, capture_output=True, text=True)
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     (out / "pytest.log").write_text(res.stdout + res.stderr)
     lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if COUNTS.search(ln)] or lines  # pytest's closing counts, if it printed them
     total = {"checkout": str(checkout), "workers": workers, "exit_code": res.returncode, "wall": wall,
              "user": after.ru_utime - before.ru_utime, "system": after.ru_stime - before.ru_stime,
              "load_before": load_before[0], "load_after": os.getloadavg()[0],
