@@ -99,8 +99,10 @@ def suite_command(workers: int, extra: list[str]) -> list[str]:
     return cmd + extra
 
 
-def measure(checkout: Path, out: Path, workers: int = 0, extra: list[str] | None = None) -> dict:
-    """Run the default suite of ``checkout`` with the plugin; write and return ``OUT/total.json``."""
+def measure(checkout: Path, out: Path, workers: int = 0, extra: list[str] | None = None, echo=None) -> dict:
+    """Run the default suite of ``checkout`` with the plugin; write and return ``OUT/total.json``.
+    pytest's output goes to ``OUT/pytest.log`` and, line by line as it comes, to ``echo`` (a text
+    stream: its progress, for a run of minutes)."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.json"):
         old.unlink()
@@ -109,12 +111,20 @@ def measure(checkout: Path, out: Path, workers: int = 0, extra: list[str] | None
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_CURRENT_TEST"}
     env.update(PYTHONPATH=path, **{OUT_ENV: str(out.resolve())})
     load_before, before, t0 = os.getloadavg(), resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    res = subprocess.run(suite_command(workers, extra or []), cwd=checkout, env=env, capture_output=True, text=True)
+    with open(out / "pytest.log", "w") as log, subprocess.Popen(
+            suite_command(workers, extra or []), cwd=checkout, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        text = []
+        for line in proc.stdout:
+            log.write(line)
+            text.append(line)
+            if echo is not None:
+                echo.write(line)
+                echo.flush()
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    (out / "pytest.log").write_text(res.stdout + res.stderr)
-    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    lines = [ln for ln in "".join(text).splitlines() if ln.strip()]
     lines = [ln for ln in lines if COUNTS.search(ln)] or lines  # pytest's closing counts, if it printed them
-    total = {"checkout": str(checkout), "workers": workers, "exit_code": res.returncode, "wall": wall,
+    total = {"checkout": str(checkout), "workers": workers, "exit_code": proc.returncode, "wall": wall,
              "user": after.ru_utime - before.ru_utime, "system": after.ru_stime - before.ru_stime,
              "load_before": load_before[0], "load_after": os.getloadavg()[0],
              "summary": lines[-1].strip("= ") if lines else ""}
@@ -206,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--top", type=int, default=10, help="how many tests only in A or only in B to list")
     args, extra = ap.parse_known_args(argv)
     if args.cmd == "measure":
-        t = measure(args.checkout.resolve(), args.out, args.workers, extra)
+        how = f"{args.workers} workers" if args.workers else "one process"
+        print(f"measuring {args.checkout}'s default suite ({how}); pytest's output follows and is kept in "
+              f"{args.out / 'pytest.log'}", file=sys.stderr)
+        t = measure(args.checkout.resolve(), args.out, args.workers, extra, echo=sys.stderr)
         print(_total_line("run", args.out))
         return t["exit_code"]  # pytest's: a failed test is still measured, and still said
     if extra:
