@@ -147,3 +147,27 @@ def test_crossed_bootstrap_benchmark_prints_ratio_lines(seeds):
     lines = _run_all().ratio_lines(done.stdout)
     assert len(lines) == 1 and lines[0].startswith(f"crossed_bootstrap S={seeds} ")
     assert "× floor" in lines[0] and "× faster than loop" in lines[0] and "page faults/call" in lines[0]
+
+
+def test_every_test_module_a_benchmark_imports_is_on_its_path():
+    """A benchmark that times the tests' own inputs (`from test_verify import adversarial`) finds
+    the module in the folder it lives in now: the module exists under tests/, and a script that
+    imports one from a test folder puts the test folders on its path (paths.test_folders)."""
+    import ast
+
+    from paths import TESTS, test_folders
+
+    helpers = {p.stem: p for p in TESTS.glob("*.py")}
+    in_folders = {p.stem: p for f in test_folders() for p in f.glob("*.py")}
+    checked = 0
+    for script in sorted(BENCH.glob("*.py")):
+        tree = ast.parse(script.read_text())
+        names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        for name in sorted(n for n in names if n in helpers or n in in_folders or n.startswith("test_")):
+            assert name in helpers or name in in_folders, f"{script.name}: imports {name}, which is not under tests/"
+            if name not in helpers:
+                assert "test_folders()" in script.read_text(), \
+                    f"{script.name}: imports {name} from {in_folders[name].parent.name}/ without the test folders on its path"
+            checked += 1
+    assert checked >= 5  # bench_guards.py's test modules, startup_speed.py's plans
