@@ -27,10 +27,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the tests' inputs, and their own `from plans import …`
-from paths import test_folders  # noqa: E402 - tests/paths.py, found through the line above
+from paths import folders_with_tests  # noqa: E402 - tests/paths.py, found through the line above
 
 # the test modules whose inputs are timed live in tests/<package>/, and import each other's helpers by name
-sys.path += [str(f) for f in test_folders() if str(f) not in sys.path]
+sys.path += [str(f) for f in folders_with_tests() if str(f) not in sys.path]
 
 
 def _timed(fn) -> float:

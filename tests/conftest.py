@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from paths import test_folders
+from paths import folders_with_tests
 from plans import SMALL_PLAN
 from tsa import tsa, tsa_factory  # noqa: F401 - fixtures: a local TSA (RFC 3161) for any test file
 
@@ -33,7 +33,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 # Every test folder on sys.path, after what is there: pytest puts a test file's own folder there
 # when it imports it, and a test module may import a helper from a test module of another folder
 # by its name (names are unique across folders: tests/project/test_layout.py).
-for _folder in test_folders():
+for _folder in folders_with_tests():
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
 

@@ -152,13 +152,13 @@ def test_crossed_bootstrap_benchmark_prints_ratio_lines(seeds):
 def test_every_test_module_a_benchmark_imports_is_on_its_path():
     """A benchmark that times the tests' own inputs (`from test_verify import adversarial`) finds
     the module in the folder it lives in now: the module exists under tests/, and a script that
-    imports one from a test folder puts the test folders on its path (paths.test_folders)."""
+    imports one from a test folder puts the test folders on its path (paths.folders_with_tests)."""
     import ast
 
-    from paths import TESTS, test_folders
+    from paths import TESTS, folders_with_tests
 
     helpers = {p.stem: p for p in TESTS.glob("*.py")}
-    in_folders = {p.stem: p for f in test_folders() for p in f.glob("*.py")}
+    in_folders = {p.stem: p for f in folders_with_tests() for p in f.glob("*.py")}
     checked = 0
     for script in sorted(BENCH.glob("*.py")):
         tree = ast.parse(script.read_text())
@@ -167,7 +167,7 @@ def test_every_test_module_a_benchmark_imports_is_on_its_path():
         for name in sorted(n for n in names if n in helpers or n in in_folders or n.startswith("test_")):
             assert name in helpers or name in in_folders, f"{script.name}: imports {name}, which is not under tests/"
             if name not in helpers:
-                assert "test_folders()" in script.read_text(), \
+                assert "folders_with_tests()" in script.read_text(), \
                     f"{script.name}: imports {name} from {in_folders[name].parent.name}/ without the test folders on its path"
             checked += 1
     assert checked >= 5  # bench_guards.py's test modules, startup_speed.py's plans
